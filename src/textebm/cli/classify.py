@@ -1,0 +1,3 @@
+"""classify commands."""
+
+COMMANDS: dict = {}

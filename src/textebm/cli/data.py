@@ -1,0 +1,3 @@
+"""data commands."""
+
+COMMANDS: dict = {}

@@ -1,0 +1,3 @@
+"""lm commands."""
+
+COMMANDS: dict = {}

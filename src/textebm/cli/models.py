@@ -1,0 +1,3 @@
+"""models commands."""
+
+COMMANDS: dict = {}

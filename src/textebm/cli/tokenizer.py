@@ -1,0 +1,3 @@
+"""tokenizer commands."""
+
+COMMANDS: dict = {}

@@ -1,0 +1,24 @@
+"""User-facing errors. Anything raised as `TextebmError` ends the CLI with exit status 2 and a
+one-line message; `InputError` names the offending file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TextebmError(Exception):
+    """An error caused by the user's input or settings (exit status 2, no traceback)."""
+
+
+class InputError(TextebmError):
+    """Bad content in a user file: the message names the file and, where known, the line."""
+
+    def __init__(self, path: str | Path, message: str, line: int | None = None):
+        self.path = str(path)
+        self.line = line
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {message}")
+
+
+class TrainingDiverged(TextebmError):
+    """A NaN or infinite loss: the run stops, the last good checkpoint is kept."""

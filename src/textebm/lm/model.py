@@ -1,0 +1,114 @@
+"""Load and save causal LMs as plain Hugging Face folders plus `textebm_lm.json`.
+
+Any local HF causal-LM folder works as a model; `textebm_lm.json` (written by `lm train`) records
+how textebm trained it: objective (causal / infill), direction (l2r / r2l), mask ratio and the
+special tokens of the sequence layouts in `textebm.lm.format`. A folder without it is treated as
+a causal, left-to-right LM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from textebm.errors import TextebmError
+from textebm.lm.format import SpecialIds
+
+META_FILE = "textebm_lm.json"
+MASK_TOKEN = "<mask>"
+SEP_TOKEN = "<sep>"
+
+
+@dataclass
+class LMMeta:
+    objective: str = "causal"  # causal | infill
+    direction: str = "l2r"  # l2r | r2l
+    mask_ratio: float | None = None  # infill only
+    bos_token: str | None = None
+    eos_token: str | None = None
+    pad_token: str | None = None
+    mask_token: str | None = None
+    sep_token: str | None = None
+
+
+def read_meta(path: str | Path) -> LMMeta:
+    f = Path(path) / META_FILE
+    if not f.is_file():
+        return LMMeta()
+    raw = json.loads(f.read_text(encoding="utf-8"))
+    known = {fl.name for fl in dataclasses.fields(LMMeta)}
+    return LMMeta(**{k: v for k, v in raw.items() if k in known})
+
+
+def ensure_special_tokens(tokenizer, model=None, infill: bool = False) -> LMMeta:
+    """Give the tokenizer bos/eos/pad (and mask/sep for infill) tokens, adding what is missing and
+    resizing the model's embeddings to match. Returns the meta naming them."""
+    add: dict = {}
+    if tokenizer.eos_token is None:
+        add["eos_token"] = "</s>"
+    if tokenizer.bos_token is None:
+        # SmolLM2's tokenizer has no BOS; reuse EOS as the start symbol, as GPT-2 does.
+        tokenizer.bos_token = tokenizer.eos_token or "</s>"
+    if tokenizer.pad_token is None:
+        add["pad_token"] = "<pad>"
+    extra = []
+    if infill:
+        vocab = tokenizer.get_vocab()
+        for tok in (MASK_TOKEN, SEP_TOKEN):
+            if tok not in vocab:
+                extra.append(tok)
+    if add:
+        tokenizer.add_special_tokens(add)
+    if extra:
+        tokenizer.add_special_tokens({"additional_special_tokens": extra})
+    if tokenizer.bos_token is None:
+        tokenizer.bos_token = tokenizer.eos_token
+    if model is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
+    return LMMeta(bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token,
+                  pad_token=tokenizer.pad_token,
+                  mask_token=MASK_TOKEN if infill else None, sep_token=SEP_TOKEN if infill else None)
+
+
+def special_ids(tokenizer, meta: LMMeta) -> SpecialIds:
+    def tid(tok: str | None) -> int | None:
+        return None if tok is None else tokenizer.convert_tokens_to_ids(tok)
+
+    bos = tid(meta.bos_token or tokenizer.bos_token or tokenizer.eos_token)
+    eos = tid(meta.eos_token or tokenizer.eos_token)
+    pad = tid(meta.pad_token or tokenizer.pad_token) if (meta.pad_token or tokenizer.pad_token) else eos
+    if bos is None or eos is None:
+        raise TextebmError("the tokenizer has no BOS/EOS token; textebm needs one to delimit texts")
+    return SpecialIds(bos=bos, eos=eos, pad=pad, mask=tid(meta.mask_token), sep=tid(meta.sep_token))
+
+
+def load_lm(path: str | Path, dtype: torch.dtype = torch.float32):
+    """(model, tokenizer, meta) from a local HF causal-LM folder (never from a hub)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise TextebmError(f"{path}: not a Hugging Face model folder (no config.json); "
+                           "train one with `textebm lm train` or fetch one with `textebm models fetch`")
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    meta = read_meta(path)
+    if meta.bos_token is None:
+        meta = dataclasses.replace(ensure_special_tokens(tokenizer, model, infill=False),
+                                   objective=meta.objective, direction=meta.direction)
+    model.eval()
+    return model, tokenizer, meta
+
+
+def save_lm(model, tokenizer, meta: LMMeta, path: str | Path) -> None:
+    """Write the HF folder (safetensors) and the meta file. Callers wrap this in `atomic_dir`."""
+    from textebm.io import write_json
+
+    path = Path(path)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    write_json(path / META_FILE, dataclasses.asdict(meta))
