@@ -1,0 +1,131 @@
+"""Training checkpoints as safetensors + JSON, written atomically; nothing is ever unpickled.
+
+Layout of `RUN/checkpoint/`:
+  model.safetensors       model weights (shared/tied tensors handled by safetensors.torch.save_model)
+  optimizer.safetensors   optimizer state tensors, keys `state.{param_index}.{name}`
+  optimizer.json          optimizer param_groups and the non-tensor state
+  scheduler.json          LR scheduler state_dict
+  rng-{rank}.safetensors  torch CPU (and CUDA) RNG state of each process
+  state.json              step, epoch, batch in epoch, python/numpy RNG state, metric history
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+from textebm.errors import TextebmError
+from textebm.io import atomic_dir, atomic_write, read_json
+
+CHECKPOINT_DIR = "checkpoint"
+
+
+def optimizer_to_files(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for idx, st in sd["state"].items():
+        for name, value in st.items():
+            if torch.is_tensor(value):
+                tensors[f"state.{idx}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(idx), {})[name] = value
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def optimizer_from_files(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        _, idx, name = key.split(".", 2)
+        state.setdefault(int(idx), {})[name] = value
+    for idx, st in meta.get("scalars", {}).items():
+        state.setdefault(int(idx), {}).update(st)
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def rng_state() -> tuple[dict[str, torch.Tensor], dict]:
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda.{i}"] = s
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    return tensors, {
+        "python": [py_state[0], list(py_state[1]), py_state[2]],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+    }
+
+
+def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    torch.set_rng_state(tensors["torch"])
+    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("cuda."))]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    v, st, g = meta["python"]
+    random.setstate((v, tuple(st), g))
+    name, keys, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def save_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler, state: dict,
+                    rng_by_rank: list[tuple[dict, dict]]) -> Path:
+    """Write RUN/checkpoint atomically (the previous checkpoint stays until the new one is whole)."""
+    target = Path(run_dir) / CHECKPOINT_DIR
+    with atomic_dir(target) as tmp:
+        save_model(model, str(tmp / "model.safetensors"))
+        opt_tensors, opt_meta = optimizer_to_files(optimizer)
+        save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+        _write(tmp / "optimizer.json", opt_meta)
+        _write(tmp / "scheduler.json", scheduler.state_dict())
+        rng_meta = []
+        for rank, (tensors, meta) in enumerate(rng_by_rank):
+            save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / f"rng-{rank}.safetensors"))
+            rng_meta.append(meta)
+        _write(tmp / "state.json", {**state, "rng": rng_meta})
+    return target
+
+
+def load_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler, rank: int = 0) -> dict:
+    """Restore weights, optimizer, scheduler and this process's RNG; return state.json."""
+    ckpt = Path(run_dir) / CHECKPOINT_DIR
+    if not (ckpt / "state.json").is_file():
+        raise TextebmError(f"{ckpt}: no checkpoint to resume from")
+    missing, unexpected = load_model(model, str(ckpt / "model.safetensors"), strict=False)
+    if unexpected or [m for m in missing if not _is_tied(model, m)]:
+        raise TextebmError(f"{ckpt}/model.safetensors does not match the model "
+                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    device = next(model.parameters()).device
+    opt_tensors = load_file(str(ckpt / "optimizer.safetensors"), device=str(device))
+    optimizer.load_state_dict(optimizer_from_files(opt_tensors, read_json(ckpt / "optimizer.json")))
+    scheduler.load_state_dict(read_json(ckpt / "scheduler.json"))
+    state = read_json(ckpt / "state.json")
+    rng_file = ckpt / f"rng-{rank}.safetensors"
+    if rng_file.is_file() and rank < len(state["rng"]):
+        set_rng_state(load_file(str(rng_file)), state["rng"][rank])
+    return state
+
+
+def _is_tied(model: torch.nn.Module, name: str) -> bool:
+    # safetensors' save_model drops one name of each tied pair; load_model reports it as missing.
+    return name in _tied_names(model)
+
+
+def _tied_names(model: torch.nn.Module) -> set[str]:
+    seen: dict[int, str] = {}
+    tied: set[str] = set()
+    for n, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            tied.update({n, seen[id(p)]})
+        seen[id(p)] = n
+    return tied
+
+
+def _write(path: Path, obj: Any) -> None:
+    with atomic_write(path) as f:
+        json.dump(obj, f)

@@ -1,0 +1,179 @@
+"""`textebm lm train`: causal or infill language models (noise models and generators).
+
+- causal: plain next-token LM over [bos] x [eos] (l2r) or reversed x (r2l, paper c).
+- infill: paper a, sec. 2.4 / appendix B, eq. (9): every token is masked independently with
+  probability M, runs of masked tokens become one [mask], and the model learns to generate the
+  full sentence after [sep] given the masked sentence. Masks are drawn afresh every epoch.
+
+A model either starts from `--init` (a local HF causal-LM folder or a `models fetch` id, e.g.
+smollm2-135m) or is built from scratch from the size flags with a tokenizer trained on the data
+(or given by `--tokenizer`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from textebm.train import TrainOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class LMTrainConfig(TrainOptions):
+    data: str = field(metadata={"help": "dataset directory (train.jsonl, dev.jsonl) or a data file"})
+    objective: str = field(default="causal", metadata={"help": "causal LM or paper a's infill objective",
+                                                       "choices": ["causal", "infill"]})
+    mask_ratio: float = field(default=0.4, metadata={"help": "infill: probability of masking each token (M)"})
+    direction: str = field(default="l2r", metadata={"help": "token order; r2l trains on reversed text",
+                                                    "choices": ["l2r", "r2l"]})
+    init: str = field(default="", metadata={"help": "start from this model (HF folder or models-fetch id)"})
+    tokenizer: str = field(default="", metadata={"help": "tokenizer folder for a model from scratch "
+                                                         "(default: train one on the data)"})
+    vocab_size: int = field(default=8000, metadata={"help": "vocabulary of a tokenizer trained on the data"})
+    layers: int = field(default=4, metadata={"help": "from scratch: transformer layers"})
+    width: int = field(default=256, metadata={"help": "from scratch: hidden size"})
+    heads: int = field(default=4, metadata={"help": "from scratch: attention heads"})
+    context: int = field(default=256, metadata={"help": "from scratch: maximum positions"})
+    max_len: int = field(default=128, metadata={"help": "truncate texts to this many tokens"})
+    eval_split: str = field(default="dev", metadata={"help": "split for the final perplexity ('' to skip)"})
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)"})
+
+
+def _texts(rows: list[dict]) -> list[str]:
+    out = []
+    for r in rows:
+        out.append(r["text"])
+        if r.get("text_pair"):
+            out.append(r["text_pair"])
+    return [t for t in out if t.strip()]
+
+
+def build_lm(cfg: LMTrainConfig, train_texts: list[str]):
+    """(model, tokenizer, meta) ready to train, special tokens added as the objective needs."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from textebm.lm.model import ensure_special_tokens
+
+    if cfg.init:
+        from textebm.assets import resolve_model
+
+        path = resolve_model(cfg.init)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
+    else:
+        from textebm.models.build import SmallLMConfig, build_causal_lm
+
+        if cfg.tokenizer:
+            tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer, local_files_only=True)
+        else:
+            from textebm.tokenizer import train_tokenizer
+
+            log.info("training a %d-token BPE tokenizer on %d texts", cfg.vocab_size, len(train_texts))
+            tokenizer = train_tokenizer(train_texts, vocab_size=cfg.vocab_size, kind="bpe", lowercase=False)
+        meta = ensure_special_tokens(tokenizer, None, infill=cfg.objective == "infill")
+        model = build_causal_lm(SmallLMConfig(layers=cfg.layers, width=cfg.width, heads=cfg.heads,
+                                              context=cfg.context), tokenizer)
+    meta = ensure_special_tokens(tokenizer, model, infill=cfg.objective == "infill")
+    meta.objective, meta.direction = cfg.objective, cfg.direction
+    meta.mask_ratio = cfg.mask_ratio if cfg.objective == "infill" else None
+    return model, tokenizer, meta
+
+
+class LMBatcher:
+    """Token ids -> padded (input_ids, labels, attention_mask); infill masks drawn per call."""
+
+    def __init__(self, sp, objective: str, direction: str, mask_ratio: float):
+        self.sp, self.objective, self.direction, self.mask_ratio = sp, objective, direction, mask_ratio
+
+    def __call__(self, items: list[list[int]], generator: torch.Generator | None = None) -> dict:
+        from textebm.lm.format import IGNORE_INDEX, causal_example, infill_example
+
+        if generator is None:  # drawn from the global RNG, which checkpoints save and restore
+            generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,))))
+        seqs = []
+        for ids in items:
+            if self.objective == "infill":
+                seq, lab, _ = infill_example(ids, self.sp, self.mask_ratio, generator, self.direction)
+            else:
+                seq, lab = causal_example(ids, self.sp, self.direction)
+            seqs.append((seq, lab))
+        T = max(len(s) for s, _ in seqs)
+        input_ids = torch.full((len(seqs), T), self.sp.pad, dtype=torch.long)  # (B, T)
+        labels = torch.full((len(seqs), T), IGNORE_INDEX, dtype=torch.long)  # (B, T)
+        attn = torch.zeros((len(seqs), T), dtype=torch.long)  # (B, T)
+        for i, (s, lab) in enumerate(seqs):
+            input_ids[i, :len(s)] = torch.tensor(s)
+            labels[i, :len(lab)] = torch.tensor(lab)
+            attn[i, :len(s)] = 1
+        return {"input_ids": input_ids, "labels": labels, "attention_mask": attn}
+
+
+def lm_loss(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of token NLLs over labelled positions and their count (next-token shift inside)."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B, T, V)
+    logits = logits[:, :-1].float()  # (B, T-1, V) predicts position t+1
+    target = batch["labels"][:, 1:]  # (B, T-1)
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                                            ignore_index=-100, reduction="sum")
+    return nll, (target != -100).sum()
+
+
+def lm_train(cfg: LMTrainConfig) -> dict:
+    """Train a causal or infill LM (paper a's noise model; paper c/d's generators)."""
+    from textebm.data.readers import load_split
+    from textebm.errors import TextebmError
+    from textebm.lm.model import save_lm, special_ids
+    from textebm.train import options_dict, seed_everything, train
+
+    if cfg.objective == "infill" and not 0.0 < cfg.mask_ratio < 1.0:
+        raise TextebmError(f"--mask-ratio must be in (0, 1), got {cfg.mask_ratio}")
+    seed_everything(cfg.seed)
+    train_texts = _texts(load_split(cfg.data, "train"))
+    if not train_texts:
+        raise TextebmError(f"{cfg.data}: the training split has no texts")
+    model, tokenizer, meta = build_lm(cfg, train_texts)
+    sp = special_ids(tokenizer, meta)
+    limit = min(cfg.max_len, model.config.max_position_embeddings // (2 if cfg.objective == "infill" else 1) - 3)
+    encode = lambda texts: [ids[:limit] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    train_ids = [ids for ids in encode(train_texts) if ids]
+    batcher = LMBatcher(sp, cfg.objective, cfg.direction, cfg.mask_ratio)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("LM: %.1fM parameters, %d training texts, %s objective", n_params / 1e6, len(train_ids), cfg.objective)
+
+    def step_fn(m, batch):
+        nll, n = lm_loss(m, batch)
+        return nll / n, {"tokens": float(n)}
+
+    evaluate = None
+    if cfg.eval_split:
+        eval_ids = [ids for ids in encode(_texts(load_split(cfg.data, cfg.eval_split))) if ids]
+
+        def evaluate(m):
+            return evaluate_lm(m, batcher, eval_ids, cfg.batch_size, cfg.seed, cfg.eval_split)
+
+    config = {**options_dict(cfg), "parameters": n_params, "vocab_size": len(tokenizer)}
+    return train(cfg, config, model, train_ids, [len(x) for x in train_ids], batcher, step_fn,
+                 save_model=lambda m, d: save_lm(m, tokenizer, meta, d), evaluate=evaluate)
+
+
+@torch.no_grad()
+def evaluate_lm(model, batcher: LMBatcher, ids: list[list[int]], batch_size: int, seed: int,
+                split: str) -> dict:
+    """Token-level perplexity of the training objective on a split (infill masks from `seed`)."""
+    model.eval()
+    g = torch.Generator().manual_seed(seed + 7919)
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    total, count = 0.0, 0
+    device = next(model.parameters()).device
+    for s in range(0, len(order), batch_size):
+        batch = batcher([ids[i] for i in order[s:s + batch_size]], generator=g)
+        nll, n = lm_loss(model, {k: v.to(device) for k, v in batch.items()})
+        total, count = total + float(nll), count + int(n)
+    return {f"{split}_nll_per_token": total / max(count, 1),
+            f"{split}_perplexity": math.exp(total / max(count, 1)), f"{split}_tokens": count}
