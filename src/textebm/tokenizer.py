@@ -18,6 +18,7 @@ Training is deterministic: the same texts in the same order give the same tokeni
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
@@ -43,52 +44,96 @@ SPECIAL_TOKENS = {
 def train_tokenizer(texts: Iterable[str], vocab_size: int, kind: str = "bpe",
                     lowercase: bool = False) -> "PreTrainedTokenizerFast":
     """Train a `kind` tokenizer with at most `vocab_size` entries (special tokens included)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    specials = list(SPECIAL_TOKENS.values())
-    if kind == "bpe":
-        alphabet = pre_tokenizers.ByteLevel.alphabet()
-        if vocab_size < len(specials) + len(alphabet):
-            raise TextebmError(f"--vocab-size {vocab_size} is too small for byte-level BPE: it needs "
-                               f"at least {len(specials) + len(alphabet)} (256 bytes + 6 special tokens)")
-        tok = Tokenizer(models.BPE())
-        tok.normalizer = _normalizer(normalizers.NFC(), lowercase)
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
-                                      initial_alphabet=alphabet, show_progress=False)
-    elif kind == "wordpiece":
-        if vocab_size <= len(specials):
-            raise TextebmError(f"--vocab-size {vocab_size} leaves no room beside the {len(specials)} special tokens")
-        tok = Tokenizer(models.WordPiece(unk_token=SPECIAL_TOKENS["unk_token"], continuing_subword_prefix="##"))
-        tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                    strip_accents=None, lowercase=lowercase)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials,
-                                            continuing_subword_prefix="##", show_progress=False)
-    else:
+    if kind not in KINDS:
         raise TextebmError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}")
-
+    least = len(SPECIAL_TOKENS) + (256 if kind == "bpe" else 1)
+    if vocab_size < least:
+        raise TextebmError(f"--vocab-size {vocab_size} is too small for {kind}: it needs at least {least}"
+                           + (" (256 bytes + 6 special tokens)" if kind == "bpe" else ""))
     counted = _Counter(texts)
-    tok.train_from_iterator(counted, trainer=trainer)
+    train = _train_bpe if kind == "bpe" else _train_wordpiece
+    tok = train(counted, vocab_size, lowercase)
     if counted.n == 0:
         raise TextebmError("no texts to train the tokenizer on")
     # No post-processor: encoding adds no bos/eos; textebm.lm.format places them itself.
     tok.post_processor = None
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIAL_TOKENS)
-    for name in ("add_bos_token", "add_eos_token"):
-        if hasattr(fast, name):
-            setattr(fast, name, False)
     log.info("trained a %s tokenizer: %d entries from %d texts", kind, len(fast), counted.n)
     return fast
 
 
-def _normalizer(base, lowercase: bool):
-    from tokenizers import normalizers
+def _train_bpe(texts: Iterable[str], vocab_size: int, lowercase: bool):
+    """Byte-level BPE as in GPT-2; its trainer sorts its alphabet, so it is deterministic."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-    return normalizers.Sequence([base, normalizers.Lowercase()]) if lowercase else base
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = (normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
+                      if lowercase else normalizers.NFC())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS.values()),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+_PRIVATE_USE = 0xF0000  # planes 15-16: room for 2 * 32767 coded characters
+_MAX_CHARS = 32767
+
+
+def _train_wordpiece(texts: Iterable[str], vocab_size: int, lowercase: bool):
+    """A WordPiece tokenizer whose training does not depend on hash order.
+
+    `tokenizers`' own WordPieceTrainer numbers the `##c` continuation pieces in hash-map order, so
+    ties between merges of equal count fall differently from run to run. Here each character is
+    written as one private-use code point, one code for a word-initial and another for a
+    continuing occurrence; a plain BPE trainer (which sorts its alphabet) learns merges over
+    these codes; decoding the codes back (continuing ones with a `##` prefix) gives the WordPiece
+    vocabulary, as WordPieceTrainer does internally.
+    """
+    from collections import Counter
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                            strip_accents=None, lowercase=lowercase)
+    pre = pre_tokenizers.BertPreTokenizer()
+    words: Counter[str] = Counter()
+    for text in texts:
+        words.update(w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(text)))
+    chars: Counter[str] = Counter()
+    for word, n in words.items():
+        for c in word:
+            chars[c] += n
+    kept = sorted(c for c, _ in sorted(chars.items(), key=lambda kv: (-kv[1], kv[0]))[:_MAX_CHARS])
+    code = {c: i for i, c in enumerate(kept)}
+
+    def encode(word: str) -> str:
+        return "".join(chr(_PRIVATE_USE + 2 * code[c] + (i > 0)) for i, c in enumerate(word))
+
+    def coded_words() -> Iterator[str]:
+        for word in sorted(words):
+            if all(c in code for c in word):
+                yield from itertools.repeat(encode(word), words[word])
+
+    specials = list(SPECIAL_TOKENS.values())
+    bpe = Tokenizer(models.BPE())
+    bpe.train_from_iterator(coded_words(), trainer=trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, show_progress=False))
+
+    def decode(piece: str) -> str:
+        idx = [ord(ch) - _PRIVATE_USE for ch in piece]
+        text = "".join(kept[i // 2] for i in idx)
+        return "##" + text if idx[0] % 2 else text
+
+    vocab = {p if p in specials else decode(p): i for p, i in bpe.get_vocab().items()}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token=SPECIAL_TOKENS["unk_token"], continuing_subword_prefix="##"))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    return tok
 
 
 class _Counter:

@@ -182,11 +182,16 @@ def train(
     save_model: Callable[[torch.nn.Module, Path], None],
     evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None,
     accelerator=None,
+    on_epoch_start: Callable[[int], None] | None = None,
+    on_epoch_end: Callable[[torch.nn.Module, int], None] | None = None,
 ) -> dict:
     """Train `model` on `dataset` by minimising `step_fn(model, batch)`; return metrics.json.
 
     `step_fn` returns (scalar loss, floats to log); it runs under autocast. `save_model(model, dir)`
     writes the final model; `evaluate(model)` (optional) returns metrics for metrics.json.
+    `on_epoch_start(epoch)` runs before every epoch's batches (also a resumed one);
+    `on_epoch_end(model, epoch)` after every full epoch: state it changes must live in the model
+    (buffers) so that checkpoints carry it.
     """
     setup_torch(opts)
     accelerator = accelerator or make_accelerator(opts)
@@ -236,6 +241,8 @@ def train(
         for obj in (batches, sampler):
             if hasattr(obj, "set_epoch"):
                 obj.set_epoch(epoch)
+        if on_epoch_start is not None:
+            on_epoch_start(epoch)
         for batch in batches:
             with accelerator.accumulate(model):
                 with accelerator.autocast():
@@ -270,6 +277,10 @@ def train(
             if step >= total:
                 break
         else:
+            if on_epoch_end is not None:
+                with torch.no_grad(), accelerator.autocast():
+                    on_epoch_end(model, epoch)
+                model.train()
             epoch, batch_in_epoch = epoch + 1, 0
             continue
         break

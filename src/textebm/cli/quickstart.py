@@ -1,11 +1,12 @@
-"""The main job (filled in by the calibration issue)."""
-from dataclasses import dataclass
+"""The main job: calibration comparison (He et al. 2021) on rt-polarity with MiniLM, end to end."""
 
-@dataclass
-class QuickstartConfig:
-    out: str = "runs/quickstart"
+from textebm.quickstart import QuickstartConfig
 
-def quickstart(cfg: QuickstartConfig) -> None:
-    raise SystemExit("not yet")
 
-COMMAND = (QuickstartConfig, quickstart)
+def run(cfg: QuickstartConfig) -> None:
+    from textebm.quickstart import quickstart
+
+    quickstart(cfg)
+
+
+COMMAND = (QuickstartConfig, run)

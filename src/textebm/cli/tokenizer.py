@@ -1,3 +1,47 @@
-"""tokenizer commands."""
+"""Train a BPE or WordPiece tokenizer on a prepared dataset (for models trained from scratch).
 
-COMMANDS: dict = {}
+The folder written loads with `AutoTokenizer.from_pretrained(DIR)`; it has the special tokens
+<pad> <unk> <s> </s> <mask> <sep> and adds none of them when encoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from textebm.tokenizer import KINDS
+
+
+@dataclass
+class TrainConfig:
+    data: Path = field(metadata={"help": "dataset folder holding train.jsonl (or a .jsonl file); "
+                                         "trains on its `text` and `text_pair` fields"})
+    vocab_size: int = field(metadata={"help": "vocabulary size, special tokens included"})
+    out: Path = field(metadata={"help": "output folder"})
+    kind: str = field(default="bpe", metadata={"choices": list(KINDS),
+                                               "help": "byte-level BPE (GPT-2 style) or WordPiece (BERT style)"})
+    lowercase: bool = field(default=False, metadata={"help": "lowercase text before tokenizing"})
+
+
+def train(cfg: TrainConfig) -> None:
+    """Train a tokenizer on DATA/train.jsonl and save it as a Hugging Face tokenizer folder."""
+    import logging
+
+    from textebm.errors import TextebmError
+    from textebm.io import atomic_dir
+    from textebm.tokenizer import train_jsonl
+
+    path = cfg.data / "train.jsonl" if cfg.data.is_dir() else cfg.data
+    if not path.is_file():
+        raise TextebmError(f"{path}: not found; prepare a dataset with `textebm data prepare`")
+    out = cfg.out
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "tokenizer.json").is_file())):
+        raise TextebmError(f"{out}: exists and is not a tokenizer folder; refusing to replace it")
+    tokenizer = train_jsonl(path, cfg.vocab_size, cfg.kind, cfg.lowercase)
+    with atomic_dir(cfg.out) as tmp:
+        tmp.chmod(0o755)
+        tokenizer.save_pretrained(tmp)
+    logging.getLogger(__name__).info("wrote a %s tokenizer with %d entries to %s", cfg.kind, len(tokenizer), cfg.out)
+
+
+COMMANDS = {"train": (TrainConfig, train)}

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from textebm.data.layout import SPLITS
 from textebm.errors import InputError
 from textebm.io import iter_jsonl
 
-SPLITS = ("train", "dev", "test")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 TEXT_SUFFIXES = (".txt", ".text")
 
@@ -36,7 +36,7 @@ TEXT_COLUMNS: tuple[tuple[str, str | None], ...] = (
     ("sentence", None),  # SST-2, CoLA with a header
     ("text", None),
 )
-LABEL_COLUMNS = ("label", "gold_label", "quality", "score")
+LABEL_COLUMNS = ("label", "gold_label", "quality", "is_duplicate", "score")
 ID_COLUMNS = ("id", "idx", "index", "guid")
 
 
@@ -127,7 +127,8 @@ def resolve_fields(
         if name is None:
             return None
         if name.lower() not in lower:
-            raise InputError(path, f"no {what} field {name!r}; the file has: {', '.join(names)}", line)
+            raise InputError(path, f"no {what} field {name!r}; the file has: {', '.join(names)}",
+                             line)
         return lower[name.lower()]
 
     if text_field is not None:
@@ -142,7 +143,8 @@ def resolve_fields(
         else:
             raise InputError(path, "cannot tell which field holds the text (tried "
                                    f"{', '.join(sorted({t for t, _ in TEXT_COLUMNS}))}); "
-                                   f"the file has: {', '.join(names)}; name it with the text field option",
+                                   f"the file has: {', '.join(names)}; name it with the text "
+                                   "field option",
                              line)
     label = find(label_field, "label") if label_field is not None else _first(LABEL_COLUMNS, lower)
     id_ = find(id_field, "id") if id_field is not None else _first(ID_COLUMNS, lower)
@@ -248,7 +250,8 @@ def _read_delimited(path: Path, delimiter: str, text_field: str | None, pair_fie
     header_line, header = next(records, (1, []))
     if not header:
         return []
-    fields = resolve_fields(path, header, text_field, pair_field, label_field, id_field, header_line)
+    fields = resolve_fields(path, header, text_field, pair_field, label_field, id_field,
+                            header_line)
     rows = []
     for line, cells in records:
         if len(cells) != len(header):

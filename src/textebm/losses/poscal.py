@@ -10,8 +10,10 @@ bin, so that predicted confidence and empirical frequency agree:
 where q̂_ic = q[bin(p̂_ic), c]. This module follows the authors' released code
 (github.com/theejung/PosCal, `modeling_bert.py` / `classify_bert.py`):
 
-- bins: `linspace(0, 1, B + 1)`, bin(p) = the b with edges[b] <= p < edges[b+1], p = 1.0 in the
-  last bin (their `np.digitize(p, bins) - 1` with the IndexError fallback); default B = 20;
+- bins: B equal-width bins, bin(p) = the b with edges[b] <= p < edges[b+1], p = 1.0 in the last
+  bin (their `np.digitize(p, linspace(0, 1, B + 1)) - 1` with the IndexError fallback); default
+  B = 20. Edges here are k / B, as in `textebm.calibration.metrics`, so a probability exactly on
+  a decimal edge (0.6) opens its bin; `linspace` rounds some edges up by one ulp;
 - the table is rebuilt from scratch by a no-grad pass over the whole training set, `num_updates`
   times per epoch (default once, at the end of each epoch); before the first rebuild the penalty
   is off (their `np.sum(empprob_ref) > 0` check);
@@ -42,7 +44,7 @@ def confidence_bins(probs: Tensor, n_bins: int) -> Tensor:
     """Equal-width bin index of each probability: edges[b] <= p < edges[b+1], 1.0 in the last bin.
 
     probs: (..., C) in [0, 1] -> LongTensor (..., C) in [0, n_bins)."""
-    edges = torch.linspace(0.0, 1.0, n_bins + 1, dtype=torch.float64, device=probs.device)  # (n_bins+1,)
+    edges = torch.arange(n_bins + 1, dtype=torch.float64, device=probs.device) / n_bins  # (n_bins+1,) k / B
     idx = torch.bucketize(probs.detach().double(), edges, right=True) - 1  # (..., C)
     return idx.clamp_(0, n_bins - 1)
 
@@ -63,7 +65,8 @@ def poscal_penalty(logits: Tensor, table: Tensor, kind: str = "kl") -> Tensor:
     log_p = F.log_softmax(logits, dim=-1)  # (B, C)
     p = log_p.exp()  # (B, C)
     bins = confidence_bins(p, table.shape[0])  # (B, C)
-    q = table.to(p.dtype)[bins, torch.arange(c, device=logits.device)]  # (B, C) q̂_ic = table[bin(p_ic), c]
+    table = table.to(device=logits.device, dtype=p.dtype)  # (n_bins, C)
+    q = table[bins, torch.arange(c, device=logits.device)]  # (B, C) q̂_ic = table[bin(p_ic), c]
     valid = ~torch.isnan(q)  # (B, C)
     q = torch.where(valid, q, torch.zeros_like(q))  # (B, C)
     if kind == "kl":
@@ -93,7 +96,9 @@ class PosCalStats:
         probs = probs.detach().to("cpu", torch.float64)  # (B, C)
         labels = labels.detach().to("cpu", torch.long)  # (B,)
         if probs.dim() != 2 or probs.shape[1] != self.num_classes or labels.shape != probs.shape[:1]:
-            raise ValueError(f"expected probs (B, {self.num_classes}) and labels (B,), got {tuple(probs.shape)}, {tuple(labels.shape)}")
+            raise ValueError(
+                f"expected probs (B, {self.num_classes}) and labels (B,), got {tuple(probs.shape)}, {tuple(labels.shape)}"
+            )
         bins = confidence_bins(probs, self.n_bins)  # (B, C)
         onehot = F.one_hot(labels, self.num_classes).double()  # (B, C)
         cls = torch.arange(self.num_classes).expand_as(bins)  # (B, C)
@@ -105,7 +110,8 @@ class PosCalStats:
 
     def table(self) -> Tensor:
         """(n_bins, C) empirical frequency hits / counts; NaN where a bin saw no prediction."""
-        return torch.where(self.counts > 0, self.hits / self.counts.clamp(min=1), torch.full_like(self.counts, float("nan")))
+        empty = torch.full_like(self.counts, float("nan"))
+        return torch.where(self.counts > 0, self.hits / self.counts.clamp(min=1), empty)
 
     def ece(self) -> float:
         """Class-wise ECE (He et al. eq. (15)) of the accumulated predictions.

