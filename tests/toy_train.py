@@ -1,11 +1,16 @@
 """A toy training run on the generic loop (run as a script by tests/test_train_loop.py).
 
-usage: python toy_train.py OUT [--resume] [--nan-at STEP] [--precision P] [--epochs E]
+usage: python toy_train.py OUT [--resume] [--nan-at STEP] [--precision P] [--epochs E] [--lr LR]
+                           [--keep-checkpoint] [--save-log FILE]
+
+Also run under `accelerate launch` by tests/test_distributed.py. --save-log FILE appends one line
+"RANK WORLD_SIZE BACKEND" to FILE each time the final model is saved.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -56,9 +61,12 @@ def main(argv=None):
     p.add_argument("--precision", default="fp32")
     p.add_argument("--epochs", type=float, default=3)
     p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--keep-checkpoint", action="store_true")
+    p.add_argument("--save-log", default=None)
     a = p.parse_args(argv)
     opts = TrainOptions(out=a.out, epochs=a.epochs, batch_size=8, lr=a.lr, checkpoint_every=5,
-                        log_every=4, resume=a.resume, precision=a.precision, progress=False, seed=3)
+                        log_every=4, resume=a.resume, precision=a.precision, progress=False, seed=3,
+                        keep_checkpoint=a.keep_checkpoint)
     torch.manual_seed(0)
     model = Toy()
     items = data()
@@ -72,9 +80,17 @@ def main(argv=None):
             loss = loss * float("nan")
         return loss, {}
 
+    def save(m, d):
+        save_model(m, str(Path(d) / "model.safetensors"))
+        if a.save_log:
+            dist = torch.distributed.is_available() and torch.distributed.is_initialized()
+            backend = torch.distributed.get_backend() if dist else "none"
+            with open(a.save_log, "a") as f:
+                f.write(f"{os.environ.get('RANK', '0')} {os.environ.get('WORLD_SIZE', '1')} {backend}\n")
+
     try:
         train(opts, options_dict(opts), model, items, [len(i) for i, _ in items], collate, step_fn,
-              save_model=lambda m, d: save_model(m, str(Path(d) / "model.safetensors")),
+              save_model=save,
               evaluate=lambda m: {"mse": float(step_fn(m, collate(items))[0])})
     except TextebmError as e:
         print(f"error: {e}", file=sys.stderr)

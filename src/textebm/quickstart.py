@@ -44,6 +44,7 @@ class QuickstartConfig:
     lm_epochs: float = field(default=4.0, metadata={"help": "noise LM epochs"})
     lm_layers: int = field(default=4, metadata={"help": "noise LM layers (from scratch)"})
     lm_width: int = field(default=256, metadata={"help": "noise LM width (from scratch)"})
+    lm_vocab_size: int = field(default=8000, metadata={"help": "noise LM tokenizer vocabulary (from scratch)"})
     batch_size: int = field(default=32, metadata={"help": "classifier batch size"})
     max_len: int = field(default=64, metadata={"help": "classifier max tokens"})
     seed: int = field(default=0, metadata={"help": "random seed"})
@@ -55,7 +56,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     from textebm.classify.evaluate import ClassifyEvalConfig, evaluate_runs
     from textebm.classify.train import ClassifyTrainConfig, classify_train
     from textebm.io import atomic_write, read_json, write_json
-    from textebm.lm.sampling import SampleConfig, lm_sample
+    from textebm.lm.sampling import SampleConfig, sample_file
     from textebm.lm.train import LMTrainConfig, lm_train
 
     if cfg.full:
@@ -84,7 +85,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     common = dict(seed=cfg.seed, precision=cfg.precision, progress=cfg.progress, resume=False)
     lm_dir = out / "noise-lm"
     lm_cfg = LMTrainConfig(out=str(lm_dir), data=str(data), objective="infill", mask_ratio=0.4,
-                           init=cfg.noise_lm, layers=cfg.lm_layers, width=cfg.lm_width, heads=4,
+                           init=cfg.noise_lm, vocab_size=cfg.lm_vocab_size, layers=cfg.lm_layers, width=cfg.lm_width, heads=4,
                            epochs=cfg.lm_epochs, batch_size=32, lr=1e-3 if not cfg.noise_lm else 5e-5,
                            max_len=cfg.max_len, checkpoint_every=500, **common)
     step("noise-lm", _complete(lm_dir), lambda: lm_train(_resumable(lm_cfg)))
@@ -95,7 +96,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
                               top_k=20, per_example=per_example, mask_ratio=0.4, out=str(noise),
                               limit=cfg.train_limit, seed=cfg.seed, precision=cfg.precision,
                               progress=cfg.progress)
-    step("noise", noise.is_file(), lambda: lm_sample(sample_cfg))
+    step("noise", noise.is_file(), lambda: sample_file(sample_cfg))
 
     runs = {"baseline": dict(energy="none"), "poscal": dict(energy="none", poscal=True),
             "ebm-scalar": dict(energy="scalar"), "ebm-hidden": dict(energy="hidden"),

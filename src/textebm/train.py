@@ -123,11 +123,26 @@ def make_accelerator(opts: TrainOptions):
 
     if opts.precision == "fp16" and not torch.cuda.is_available():
         raise TextebmError("--precision fp16 needs a CUDA GPU; use bf16 on CPU")
+    _forget_previous_run()
     return Accelerator(
         mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[opts.precision],
         gradient_accumulation_steps=opts.grad_accum,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=False),
     )
+
+
+def _forget_previous_run() -> None:
+    """Let one process train several models with different settings (the quickstart does).
+
+    accelerate keeps the mixed precision and gradient accumulation of the first `Accelerator` in
+    process-wide singletons and refuses a second one that differs. Their per-run part is cleared
+    here (as accelerate's own tests do between runs); the distributed state (`PartialState`:
+    process group, device) is kept, so this is safe under `accelerate launch`.
+    """
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
 
 
 def linear_schedule(warmup_steps: int, total_steps: int) -> Callable[[int], float]:

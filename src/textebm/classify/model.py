@@ -76,10 +76,20 @@ def build_classifier(encoder_path: str | Path, spec: ClassifierSpec):
     """(EBMClassifier, tokenizer) from a pretrained HF encoder folder."""
     from transformers import AutoModel, AutoTokenizer
 
+    from transformers.utils import logging as hf_logging
+
     tok = AutoTokenizer.from_pretrained(encoder_path, local_files_only=True)
-    enc = AutoModel.from_pretrained(encoder_path, dtype=torch.float32, local_files_only=True,
-                                    add_pooling_layer=False) if _is_bert(encoder_path) else \
-        AutoModel.from_pretrained(encoder_path, dtype=torch.float32, local_files_only=True)
+    # The pooler is dropped on purpose (textebm pools itself); its weights in the checkpoint would
+    # otherwise fill the log with an "UNEXPECTED keys" report on every run.
+    kw = {"add_pooling_layer": False} if _is_bert(encoder_path) else {}
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        enc = AutoModel.from_pretrained(encoder_path, dtype=torch.float32, local_files_only=True, **kw)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
     return EBMClassifier(enc, spec), tok
 
 

@@ -4,9 +4,10 @@ energy-based model of the inputs trained by NCE (paper a, eq. 8), or with the Po
     L_joint = L_CE + L_NCE            (eq. 8; L_NCE is eq. 7, textebm.losses.nce)
     L_PosCal = L_CE + λ · d(p, q)     (Jung et al. 2020; textebm.losses.poscal)
 
-Data and noise go through the encoder in one forward pass (noise padded with its data, which it
-matches in length: infill noise keeps most of each sentence), which is cheaper on CPU than two
-passes of half the size.
+Data and noise go through the encoder as two passes, each padded to its own length: noise
+batches are bucketed by their own length (`textebm.classify.data.noise_plan`), so the joint step
+costs about (1 + K) baseline steps. `joint_forward(..., separate=False)` is the reference that
+concatenates both into one padded batch; they agree (tests/test_classify.py).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     from textebm.classify.model import ClassifierSpec, build_classifier, save_classifier
     from textebm.data.readers import load_split
     from textebm.errors import TextebmError
-    from textebm.train import options_dict, seed_everything, train
+    from textebm.train import BucketBatchSampler, options_dict, seed_everything, train
 
     if cfg.energy != "none" and not cfg.noise:
         raise TextebmError(f"--energy {cfg.energy} needs --noise FILE.jsonl (make it with `textebm lm sample --mode infill`)")
@@ -72,7 +73,14 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
         noise_rows = read_noise(cfg.noise)
         attach_noise(examples, rows, noise_rows, cfg.noise)
         noise = encode(tokenizer, noise_rows, cfg.max_len)
-    collate = Collator(tokenizer.pad_token_id or 0, noise, cfg.noise_ratio)
+    lengths = [len(e.ids) for e in examples]
+
+    def epoch_batches(epoch: int) -> list[list[int]]:  # the batches `train` draws in that epoch
+        sampler = BucketBatchSampler(lengths, cfg.batch_size, cfg.seed)
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    collate = Collator(tokenizer.pad_token_id or 0, noise, cfg.noise_ratio, examples, epoch_batches, cfg.seed)
 
     def step_fn(m, batch):
         return joint_loss(m, batch, cfg)
@@ -95,9 +103,9 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
                     calibration_summary(out["probs"][ok], out["labels"][ok]).items()}
 
     config = {**options_dict(cfg), "labels": labels, "train_examples": len(rows)}
-    return train(cfg, config, model, examples, [len(e.ids) for e in examples], collate, step_fn,
+    return train(cfg, config, model, examples, lengths, collate, step_fn,
                  save_model=lambda m, d: save_classifier(m, tokenizer, d), evaluate=evaluate,
-                 on_epoch_start=lambda e: setattr(collate, "epoch", e), on_epoch_end=on_epoch_end)
+                 on_epoch_start=collate.set_epoch, on_epoch_end=on_epoch_end)
 
 
 def joint_loss(model, batch: dict, cfg: ClassifyTrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
@@ -106,12 +114,9 @@ def joint_loss(model, batch: dict, cfg: ClassifyTrainConfig) -> tuple[torch.Tens
     from textebm.losses.poscal import poscal_penalty
 
     data, labels = batch["data"], batch["labels"]
-    B = labels.shape[0]
     if "noise" in batch:
-        inputs = _concat(data, batch["noise"])  # (B + B*K, T)
-        logits, energy = model(**inputs)  # (B+BK, |Y|), (B+BK,)
-        logits = logits[:B]  # (B, |Y|)
-        nce = nce_loss(energy[:B], energy[B:], cfg.noise_ratio)
+        logits, e_pos, e_neg = joint_forward(model, data, batch["noise"])  # (B, |Y|), (B,), (B*K,)
+        nce = nce_loss(e_pos, e_neg, cfg.noise_ratio)
     else:
         logits, _ = model(**data)  # (B, |Y|)
         nce = None
@@ -126,6 +131,22 @@ def joint_loss(model, batch: dict, cfg: ClassifyTrainConfig) -> tuple[torch.Tens
         loss = loss + cfg.poscal_lambda * pen
         logs["poscal"] = float(pen.detach())
     return loss, logs
+
+
+def joint_forward(model, data: dict, noise: dict, separate: bool = True
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(data logits (B, |Y|), data energies Ê (B,), noise energies Ê (B*K,)).
+
+    separate=True: two passes, each padded to its own longest sequence (the fast path).
+    separate=False: one pass over data and noise padded together (the reference).
+    """
+    if separate:
+        logits, e_pos = model(**data)  # (B, |Y|), (B,)
+        _, e_neg = model(**noise)  # (B*K,)
+        return logits, e_pos, e_neg
+    B = data["input_ids"].shape[0]
+    logits, energy = model(**_concat(data, noise))  # (B+BK, |Y|), (B+BK,)
+    return logits[:B], energy[:B], energy[B:]
 
 
 def _concat(a: dict, b: dict) -> dict:

@@ -70,6 +70,7 @@ class SampleConfig:
     precision: str = field(default="fp32", metadata={"help": "bf16 casts the weights to bfloat16",
                                                      "choices": ["fp32", "bf16"]})
     limit: int = field(default=0, metadata={"help": "use only the first N examples (0: all)"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
 
 # ---------------------------------------------------------------- the sampler
@@ -428,7 +429,8 @@ def sample_file(cfg: SampleConfig) -> Path:
     partial.parent.mkdir(parents=True, exist_ok=True)
     pending: dict[tuple[int, int], dict[int, tuple[Job, Generation]]] = {}
     t0, n_tokens = time.perf_counter(), 0
-    with open(partial, "a", encoding="utf-8") as sink, tqdm(total=len(jobs), unit="seq", desc="sampling") as bar:
+    with open(partial, "a", encoding="utf-8") as sink, tqdm(total=len(jobs), unit="seq", desc="sampling",
+                                                         disable=not cfg.progress) as bar:
         for s in range(0, len(jobs), cfg.batch_size):
             batch = jobs[s:s + cfg.batch_size]
             gens = generate(model, [jb.context for jb in batch], [jb.max_new for jb in batch],
