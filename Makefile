@@ -17,8 +17,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP_INSTALL) -e .
 	touch $@
 
-$(VENV)/.dev-installed: $(VENV)/.installed pyproject.toml
+# The tests compare against independent implementations: netcal's ECE and the scaling-binning
+# pieces of Kumar et al.'s uncertainty-calibration. Both work with what textebm already installs;
+# --no-deps keeps netcal's optional stack (torchvision, pyro, gpytorch) out.
+REFERENCES := netcal==1.4.0 uncertainty-calibration==0.1.4
+
+$(VENV)/.dev-installed: $(VENV)/.installed pyproject.toml Makefile
 	$(PIP_INSTALL) -e ".[dev]"
+	$(PIP_INSTALL) --no-deps $(REFERENCES)
 	touch $@
 
 venv: $(VENV)/.installed

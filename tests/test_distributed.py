@@ -156,3 +156,15 @@ def test_two_processes_resume_after_kill_equals_uninterrupted(two_proc, tmp_path
     assert ma["eval"] == mb["eval"]
     assert [x["loss"] for x in ma["train"]["history"]] == [x["loss"] for x in mb["train"]["history"]]
     assert mb["train"]["steps"] == 18 and mb["completed"] is True
+
+
+def test_two_processes_refuse_an_existing_run_with_one_message_each(tmp_path):
+    """Every process checks the run folder before anything is written, so both stop with the
+    user-facing error (not one error and a gloo failure at the next barrier)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")
+    res = launch2(run)
+    assert res.returncode != 0
+    assert res.stderr.count("exists and is not empty; pass --resume") == 2
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]  # nothing written

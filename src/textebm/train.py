@@ -165,8 +165,11 @@ def make_optimizer(model: torch.nn.Module, opts: TrainOptions) -> torch.optim.Op
     return torch.optim.AdamW(groups, lr=opts.lr, fused=fused)
 
 
-def prepare_run_dir(opts: TrainOptions, config: dict) -> Path:
-    """Create RUN and write config.json, or check a resumed run's config matches."""
+def check_run_dir(opts: TrainOptions, config: dict) -> None:
+    """Refuse a non-empty RUN without --resume, and a resumed run whose settings differ.
+
+    Only reads: every process calls it before anything is written, so all of them stop with the
+    same message instead of one erring and the others failing at the next barrier."""
     run = Path(opts.out)
     cfg_file = run / "config.json"
     if opts.resume:
@@ -178,11 +181,17 @@ def prepare_run_dir(opts: TrainOptions, config: dict) -> Path:
         if diff:
             raise TextebmError(f"{run}: --resume with different settings: "
                                + ", ".join(f"{k}={old.get(k)!r}->{config.get(k)!r}" for k in diff))
-        return run
-    if run.exists() and any(run.iterdir()):
+    elif run.exists() and any(run.iterdir()):
         raise TextebmError(f"{run} exists and is not empty; pass --resume to continue it or pick another --out")
-    run.mkdir(parents=True, exist_ok=True)
-    write_json(cfg_file, config)
+
+
+def prepare_run_dir(opts: TrainOptions, config: dict) -> Path:
+    """Check RUN (see `check_run_dir`), then create it and write config.json for a new run."""
+    run = Path(opts.out)
+    check_run_dir(opts, config)
+    if not opts.resume:
+        run.mkdir(parents=True, exist_ok=True)
+        write_json(run / "config.json", config)
     return run
 
 
@@ -211,6 +220,8 @@ def train(
     setup_torch(opts)
     accelerator = accelerator or make_accelerator(opts)
     run = Path(opts.out)
+    check_run_dir(opts, config)  # every process, before anything is written
+    accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         prepare_run_dir(opts, config)
     accelerator.wait_for_everyone()

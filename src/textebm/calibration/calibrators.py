@@ -2,7 +2,8 @@
 
 Both calibrators take raw logits (n, C) (numpy or torch); `log(probs)` works as logits when only
 probabilities are at hand. `__init__` stores parameters, `fit(logits, labels)` returns `self`,
-`predict_proba(logits)` returns calibrated (n, C) float64 probabilities whose rows sum to 1.
+`predict_proba(logits)` (alias `transform`) returns calibrated (n, C) float64 probabilities whose
+rows sum to 1.
 
 - `TemperatureScaling` (Guo et al. 2017): softmax(z / T), T fitted by minimising the NLL.
 - `ScalingBinning` (Kumar et al. 2019, "Verified Uncertainty Calibration"): per-class Platt
@@ -145,6 +146,8 @@ class TemperatureScaling:
         z, _ = _check_logits(logits)
         return softmax(z / self.temperature_)
 
+    transform = predict_proba  # the fit / transform vocabulary: the same calibrated probabilities
+
 
 # --- scaling-binning ---------------------------------------------------------------------------
 
@@ -283,3 +286,5 @@ class ScalingBinning:
         total = out.sum(axis=1, keepdims=True)  # (n, 1)
         uniform = np.full_like(out, 1.0 / out.shape[1])
         return np.where(total > 0, out / np.where(total > 0, total, 1.0), uniform)
+
+    transform = predict_proba  # the fit / transform vocabulary

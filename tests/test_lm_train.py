@@ -1,0 +1,131 @@
+"""`lm train` and the sequence layouts it trains on: infill masking statistics (paper a, sec. 2.4),
+the causal / r2l / infill layouts, and the command end to end, including resume after a kill
+with infill masks drawn from the checkpointed random state."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from textebm.cli import main
+from textebm.lm.format import IGNORE_INDEX, SpecialIds, causal_example, infill_example, mask_tokens
+
+SP = SpecialIds(bos=1, eos=2, pad=0, mask=3, sep=4)
+
+
+@pytest.mark.parametrize("ratio", [0.15, 0.4, 0.7])
+def test_mask_rate_is_near_m_over_many_tokens(ratio):
+    g = torch.Generator().manual_seed(0)
+    ids = list(range(10, 60010))  # 60k tokens: the rate's standard deviation is below 0.002
+    decisions, masked = mask_tokens(ids, ratio, g)
+    assert abs(sum(decisions) / len(ids) - ratio) < 0.01
+    # Every run of masked tokens becomes exactly one placeholder, kept tokens stay in order.
+    runs = sum(1 for i, d in enumerate(decisions) if d and (i == 0 or not decisions[i - 1]))
+    assert masked.count(-1) == runs
+    assert all(not (a == -1 and b == -1) for a, b in zip(masked, masked[1:]))
+    assert [t for t in masked if t != -1] == [t for t, d in zip(ids, decisions) if not d]
+
+
+def test_masks_are_independent_per_token():
+    """P(mask | previous masked) equals P(mask): no spans are drawn, tokens are masked independently."""
+    g = torch.Generator().manual_seed(1)
+    decisions, _ = mask_tokens(list(range(60000)), 0.4, g)
+    after_masked = [b for a, b in zip(decisions, decisions[1:]) if a]
+    assert abs(sum(after_masked) / len(after_masked) - 0.4) < 0.015
+
+
+def test_layouts():
+    x = [11, 12, 13]
+    assert causal_example(x, SP) == ([1, 11, 12, 13, 2], [IGNORE_INDEX, 11, 12, 13, 2])
+    assert causal_example(x, SP, "r2l") == ([1, 13, 12, 11, 2], [IGNORE_INDEX, 13, 12, 11, 2])
+    g = torch.Generator().manual_seed(0)
+    for direction in ("l2r", "r2l"):
+        seq, labels, decisions = infill_example(list(range(20, 40)), SP, 0.4, g, direction)
+        ctx_len = seq.index(SP.sep) + 1
+        ctx = seq[:ctx_len]
+        assert ctx[0] == SP.bos and SP.mask in ctx  # 20 tokens at 0.4: a mask is all but certain
+        body = list(range(20, 40))[::-1] if direction == "r2l" else list(range(20, 40))
+        assert seq[ctx_len:] == [*body, SP.eos]  # the *full* sentence is generated (footnote 2)
+        assert labels[:ctx_len] == [IGNORE_INDEX] * ctx_len  # no loss on the masked context
+        assert labels[ctx_len:] == [*body, SP.eos]
+        kept = [t for t in ctx[1:-1] if t != SP.mask]
+        assert kept == [t for t, d in zip(range(20, 40), decisions) if not d]  # context in reading order
+
+
+# ---------------------------------------------------------------- the command
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    from textebm.data.layout import write_dataset
+
+    words = "the a cat dog sat ran on under mat log big small red blue and then".split()
+    g = torch.Generator().manual_seed(0)
+
+    def sentence():
+        n = int(torch.randint(4, 10, (1,), generator=g))
+        return " ".join(words[int(i)] for i in torch.randint(0, len(words), (n,), generator=g))
+
+    d = tmp_path_factory.mktemp("lm") / "data"
+    write_dataset(d, {s: [{"text": sentence()} for _ in range(n)] for s, n in
+                      (("train", 120), ("dev", 20), ("test", 20))}, {"name": "toy"})
+    return d
+
+
+TINY = ["--layers", "1", "--width", "32", "--heads", "2", "--context", "64", "--vocab-size", "300",
+        "--batch-size", "16", "--no-progress", "--precision", "fp32"]
+
+
+@pytest.mark.parametrize("objective,direction", [("causal", "l2r"), ("causal", "r2l"), ("infill", "l2r")])
+def test_lm_train_writes_a_loadable_model_and_learns(data, tmp_path, objective, direction):
+    from textebm.lm.model import load_lm
+
+    run = tmp_path / "run"
+    assert main(["lm", "train", "--data", str(data), "--out", str(run), "--objective", objective,
+                 "--direction", direction, "--epochs", "6", "--lr", "3e-3", *TINY]) == 0
+    m = json.loads((run / "metrics.json").read_text())
+    hist = m["train"]["history"]
+    assert m["completed"] and hist[-1]["loss"] < hist[0]["loss"] - 0.5
+    # 16 word types: a model that learned anything is far better than uniform over 300 tokens.
+    assert 1 < m["eval"]["dev_perplexity"] < 60
+    meta = json.loads((run / "model" / "textebm_lm.json").read_text())
+    assert (meta["objective"], meta["direction"]) == (objective, direction)
+    assert meta["mask_ratio"] == (0.4 if objective == "infill" else None)
+    model, tok, lmeta = load_lm(run / "model")
+    assert (lmeta.mask_token is not None) == (objective == "infill")
+    assert json.loads((run / "config.json").read_text())["objective"] == objective
+
+
+def test_lm_train_bad_settings_exit_2(data, tmp_path, capsys):
+    assert main(["lm", "train", "--data", str(data), "--out", str(tmp_path / "r"), "--objective", "infill",
+                 "--mask-ratio", "1.5", *TINY]) == 2
+    assert "--mask-ratio" in capsys.readouterr().err
+    assert main(["lm", "train", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "r2"), *TINY]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_infill_lm_resumed_after_a_kill_equals_an_uninterrupted_run(data, tmp_path):
+    """Infill masks are drawn from the global RNG; the checkpoint restores it, so a killed and
+    resumed run sees the same masks and ends with bitwise the same weights."""
+    args = [sys.executable, "-m", "textebm", "lm", "train", "--data", str(data), "--objective", "infill",
+            "--epochs", "2", "--checkpoint-every", "4", *TINY]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    full = subprocess.run([*args, "--out", str(tmp_path / "full")], capture_output=True, text=True, env=env)
+    assert full.returncode == 0, full.stderr
+    cut = subprocess.run([*args, "--out", str(tmp_path / "cut")], capture_output=True, text=True,
+                         env={**env, "TEXTEBM_KILL_AT_STEP": "10"})
+    assert cut.returncode == 137 and not (tmp_path / "cut" / "model").exists()
+    assert json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())["step"] == 8
+    resumed = subprocess.run([*args, "--out", str(tmp_path / "cut"), "--resume"], capture_output=True,
+                             text=True, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "cut" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
