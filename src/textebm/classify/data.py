@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from textebm.data.batching import right_pad
 from textebm.errors import InputError, TextebmError
 
 
@@ -87,21 +88,11 @@ def attach_noise(examples: list[Encoded], rows: list[dict], noise_rows: list[dic
                          "--mode infill --split train`")
 
 
-def pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)  # (B, T)
-    mask = torch.zeros((len(seqs), T), dtype=torch.long)  # (B, T)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, :len(s)] = 1
-    return ids, mask
-
-
 def batch_inputs(items: list[tuple[list[int], list[int] | None]], pad_id: int) -> dict:
-    ids, mask = pad([i for i, _ in items], pad_id)
+    ids, mask = right_pad([i for i, _ in items], pad_id)
     out = {"input_ids": ids, "attention_mask": mask}
     if items and items[0][1] is not None:
-        out["token_type_ids"], _ = pad([t for _, t in items], 0)
+        out["token_type_ids"], _ = right_pad([t for _, t in items], 0)
     return out
 
 

@@ -36,6 +36,7 @@ from typing import Sequence
 
 import torch
 
+from textebm.data.batching import left_pad
 from textebm.errors import InputError, TextebmError
 from textebm.lm.format import SpecialIds, infill_context, mask_tokens
 
@@ -95,17 +96,6 @@ def sample_top_k(logits: torch.Tensor, k: int, temperature: float, uniforms: tor
     target = (uniforms.double() * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
     choice = torch.searchsorted(cdf, target, right=True).clamp(max=idx.shape[-1] - 1)  # (B, 1)
     return idx.gather(-1, choice).squeeze(-1), logq.gather(-1, choice).squeeze(-1).float()
-
-
-def left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask), both (B, T), sequences aligned on the right."""
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad, dtype=torch.long)  # (B, T)
-    mask = torch.zeros((len(seqs), T), dtype=torch.long)  # (B, T)
-    for b, s in enumerate(seqs):
-        ids[b, T - len(s):] = torch.tensor(s, dtype=torch.long)
-        mask[b, T - len(s):] = 1
-    return ids, mask
 
 
 def positions(mask: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from textebm.data.batching import right_pad
 from textebm.errors import TextebmError
 from textebm.lm.format import causal_example
 
@@ -89,17 +90,6 @@ def next_token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Te
     logits = logits[:, :-1].float()  # (B, T-1, V): position t predicts token t+1
     target = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
     return logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (B, T-1)
-
-
-def right_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask), both (B, T), sequences aligned on the left."""
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad, dtype=torch.long)  # (B, T)
-    mask = torch.zeros((len(seqs), T), dtype=torch.long)  # (B, T)
-    for b, s in enumerate(seqs):
-        ids[b, :len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[b, :len(s)] = 1
-    return ids, mask
 
 
 @torch.inference_mode()

@@ -92,6 +92,7 @@ class LMBatcher:
         self.sp, self.objective, self.direction, self.mask_ratio = sp, objective, direction, mask_ratio
 
     def __call__(self, items: list[list[int]], generator: torch.Generator | None = None) -> dict:
+        from textebm.data.batching import right_pad
         from textebm.lm.format import IGNORE_INDEX, causal_example, infill_example
 
         if generator is None:  # drawn from the global RNG, which checkpoints save and restore
@@ -103,14 +104,8 @@ class LMBatcher:
             else:
                 seq, lab = causal_example(ids, self.sp, self.direction)
             seqs.append((seq, lab))
-        T = max(len(s) for s, _ in seqs)
-        input_ids = torch.full((len(seqs), T), self.sp.pad, dtype=torch.long)  # (B, T)
-        labels = torch.full((len(seqs), T), IGNORE_INDEX, dtype=torch.long)  # (B, T)
-        attn = torch.zeros((len(seqs), T), dtype=torch.long)  # (B, T)
-        for i, (s, lab) in enumerate(seqs):
-            input_ids[i, :len(s)] = torch.tensor(s)
-            labels[i, :len(lab)] = torch.tensor(lab)
-            attn[i, :len(s)] = 1
+        input_ids, attn = right_pad([s for s, _ in seqs], self.sp.pad)  # (B, T), (B, T)
+        labels, _ = right_pad([lab for _, lab in seqs], IGNORE_INDEX)  # (B, T)
         return {"input_ids": input_ids, "labels": labels, "attention_mask": attn}
 
 
