@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,46 +17,6 @@ import torch
 from textebm.classify.data import Collator, Encoded, noise_plan
 from textebm.cli import main
 from textebm.train import BucketBatchSampler
-
-POS = ["great", "wonderful", "moving", "funny", "brilliant", "charming", "smart"]
-NEG = ["dull", "awful", "boring", "clumsy", "tedious", "bland", "messy"]
-FILL = ["the", "film", "story", "cast", "is", "a", "truly", "and", "plot", "really", "with", "ending"]
-
-
-def _sentence(rng: random.Random, label: str) -> str:
-    words = rng.sample(FILL, rng.randint(2, 8)) + [rng.choice(POS if label == "positive" else NEG)]
-    rng.shuffle(words)
-    return " ".join(words)
-
-
-@pytest.fixture(scope="module")
-def fixture_dir(tmp_path_factory) -> Path:
-    """A labelled dataset, a word-shuffle noise file for its training split, and a tiny encoder."""
-    from textebm.data.layout import write_dataset
-    from textebm.models.build import SmallLMConfig, build_encoder
-    from textebm.tokenizer import train_tokenizer
-
-    root = tmp_path_factory.mktemp("classify")
-    rng = random.Random(0)
-    splits = {s: [{"text": _sentence(rng, lab), "label": lab}
-                  for lab in ["positive", "negative"] * (n // 2)]
-              for s, n in (("train", 96), ("dev", 64), ("test", 16))}
-    write_dataset(root / "data", splits, {"name": "toy-sentiment"})
-    with open(root / "noise.jsonl", "w") as f:
-        for line in (root / "data" / "train.jsonl").read_text().splitlines():
-            row = json.loads(line)
-            for j in range(2):
-                words = row["text"].split()
-                rng.shuffle(words)
-                f.write(json.dumps({"id": f"{row['id']}-n{j}", "source_id": row["id"],
-                                    "text": " ".join(words[: max(1, len(words) - j)])}) + "\n")
-    texts = [r["text"] for rows in splits.values() for r in rows]
-    tok = train_tokenizer(texts, vocab_size=200, kind="wordpiece")
-    enc = build_encoder(SmallLMConfig(layers=1, width=32, heads=2, context=64), tok, seed=0)
-    enc.save_pretrained(root / "encoder")
-    tok.save_pretrained(root / "encoder")
-    return root
-
 
 # ---------------------------------------------------------------- noise bucketing
 
@@ -120,7 +79,7 @@ def test_collator_falls_back_to_own_noise_for_an_unplanned_batch():
 
 
 @pytest.mark.parametrize("energy", ["scalar", "hidden", "sharp-hidden"])
-def test_separate_passes_equal_one_concatenated_pass(fixture_dir, energy):
+def test_separate_passes_equal_one_concatenated_pass(classify_fixture, energy):
     """The fast path (data and noise padded separately) gives the same loss and gradients as one
     pass over both padded together."""
     from transformers import AutoTokenizer
@@ -132,7 +91,7 @@ def test_separate_passes_equal_one_concatenated_pass(fixture_dir, energy):
 
     torch.manual_seed(0)
     spec = ClassifierSpec(labels=["negative", "positive"], energy=energy, dropout=0.0)
-    model, tok = build_classifier(fixture_dir / "encoder", spec)
+    model, tok = build_classifier(classify_fixture / "encoder", spec)
     model.train()
     short = ["great film", "dull", "a truly moving story"]
     long = ["the plot is really boring and the ending is tedious with a bland cast",
@@ -165,8 +124,8 @@ def _run(*argv: str) -> int:
     return main([str(a) for a in argv])
 
 
-def test_classify_train_and_eval_from_the_cli(fixture_dir, tmp_path, capsys):
-    d = fixture_dir
+def test_classify_train_and_eval_from_the_cli(classify_fixture, tmp_path, capsys):
+    d = classify_fixture
     common = ["--data", d / "data", "--encoder", d / "encoder", "--epochs", "10", "--batch-size", "16",
               "--lr", "3e-3", "--no-progress", "--precision", "fp32"]
     assert _run("classify", "train", "--out", tmp_path / "base", *common) == 0
@@ -194,8 +153,8 @@ def test_classify_train_and_eval_from_the_cli(fixture_dir, tmp_path, capsys):
     assert "Baseline" in capsys.readouterr().out
 
 
-def test_classify_bad_input_names_file_and_line(fixture_dir, tmp_path, capsys):
-    d = fixture_dir
+def test_classify_bad_input_names_file_and_line(classify_fixture, tmp_path, capsys):
+    d = classify_fixture
     bad = tmp_path / "noise.jsonl"
     bad.write_text('{"source_id": "train-000000", "text": "ok"}\n{"text": "no source"}\n')
     rc = _run("classify", "train", "--data", d / "data", "--encoder", d / "encoder", "--out", tmp_path / "r",
@@ -208,9 +167,9 @@ def test_classify_bad_input_names_file_and_line(fixture_dir, tmp_path, capsys):
     assert rc == 2 and "--noise" in capsys.readouterr().err
 
 
-def test_quickstart_end_to_end_on_a_fixture(fixture_dir, tmp_path, capsys):
+def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
     """The main job on the toy data with a tiny encoder and noise LM: all nine methods reported."""
-    d = fixture_dir
+    d = classify_fixture
     out = tmp_path / "qs"
     rc = _run("quickstart", "--out", out, "--data", d / "data", "--encoder", d / "encoder",
               "--train-limit", "0", "--epochs", "1", "--lm-epochs", "1", "--lm-layers", "1",

@@ -168,3 +168,28 @@ def test_two_processes_refuse_an_existing_run_with_one_message_each(tmp_path):
     assert res.returncode != 0
     assert res.stderr.count("exists and is not empty; pass --resume") == 2
     assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]  # nothing written
+
+
+def test_two_process_joint_ebm_training(classify_fixture, tmp_path):
+    """`classify train` with NCE under a 2-process launch: each process takes half the batches
+    with the noise batches the plan deals them, and the classifier is saved once and loads."""
+    d = classify_fixture
+    args = ["classify", "train", "--data", str(d / "data"), "--encoder", str(d / "encoder"),
+            "--energy", "hidden", "--noise", str(d / "noise.jsonl"), "--epochs", "2", "--batch-size", "16",
+            "--precision", "fp32", "--no-progress", "--eval-split", ""]
+    one = _run([sys.executable, "-m", "textebm", *args, "--out", str(tmp_path / "one")], None, tmp_path / "hf")
+    assert one.returncode == 0, one.stderr[-3000:]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", str(free_port()), "-m", "textebm", *args, "--out", str(tmp_path / "two")]
+    two = _run(cmd, None, tmp_path / "hf")
+    assert two.returncode == 0, two.stderr[-3000:]
+    m1, m2 = metrics(tmp_path / "one"), metrics(tmp_path / "two")
+    assert m2["completed"] and m2["train"]["processes"] == 2
+    assert m2["train"]["steps"] == m1["train"]["steps"] // 2 == 6  # 96 examples / 16 = 6 batches, 2 epochs
+    assert all("nce" in h and h["nce"] > 0 for h in m2["train"]["history"])
+    from textebm.classify.model import load_classifier
+
+    model, _ = load_classifier(tmp_path / "two")
+    assert model.spec.energy == "hidden"
+    assert all(torch.isfinite(p).all() for p in model.parameters())

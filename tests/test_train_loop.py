@@ -121,3 +121,21 @@ def test_optimizer_state_roundtrip_through_files():
     opt2.load_state_dict(sd)
     for k, v in opt.state_dict()["state"][0].items():
         assert torch.equal(torch.as_tensor(v), torch.as_tensor(opt2.state_dict()["state"][0][k]))
+
+
+@pytest.mark.parametrize("n", [96, 100, 1001])
+@pytest.mark.parametrize("processes", [2, 3])
+def test_sharded_bucket_batches_cover_every_example(n, processes):
+    """accelerate deals the batches to processes in rounds and drops a round whose last batch is
+    short; the sampler puts its one short batch last, so no example is lost."""
+    from accelerate.data_loader import BatchSamplerShard
+
+    s = BucketBatchSampler([(i * 7) % 41 for i in range(n)], 16, seed=3)
+    batches = list(s)
+    assert all(len(b) == 16 for b in batches[:-1])  # only the last may be short
+    seen = set()
+    for p in range(processes):
+        shard = list(BatchSamplerShard(s, processes, p, split_batches=False, even_batches=True))
+        assert len(shard) == -(-len(batches) // processes)
+        seen |= {i for b in shard for i in b}
+    assert seen == set(range(n))

@@ -85,7 +85,8 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     common = dict(seed=cfg.seed, precision=cfg.precision, progress=cfg.progress, resume=False)
     lm_dir = out / "noise-lm"
     lm_cfg = LMTrainConfig(out=str(lm_dir), data=str(data), objective="infill", mask_ratio=0.4,
-                           init=cfg.noise_lm, vocab_size=cfg.lm_vocab_size, layers=cfg.lm_layers, width=cfg.lm_width, heads=4,
+                           init=cfg.noise_lm, vocab_size=cfg.lm_vocab_size, layers=cfg.lm_layers,
+                           width=cfg.lm_width, heads=4,
                            epochs=cfg.lm_epochs, batch_size=32, lr=1e-3 if not cfg.noise_lm else 5e-5,
                            max_len=cfg.max_len, checkpoint_every=500, **common)
     step("noise-lm", _complete(lm_dir), lambda: lm_train(_resumable(lm_cfg)))

@@ -83,6 +83,9 @@ class BucketBatchSampler(Sampler[list[int]]):
     """Batches of similar length: shuffle, sort within windows of 50 batches, shuffle batches.
 
     Deterministic given (seed, epoch); padding waste stays small while batch order stays random.
+    The one batch shorter than `batch_size` (when the data do not divide) always comes last: under
+    several processes accelerate deals batches in rounds and drops a round whose last batch is
+    short, so a short batch in mid-epoch would silently lose a batch on every process.
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, shuffle: bool = True,
@@ -113,8 +116,11 @@ class BucketBatchSampler(Sampler[list[int]]):
         for start in range(0, n, span):
             chunk = sorted(perm[start:start + span], key=lambda i: self.lengths[i])
             batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
-        for j in torch.randperm(len(batches), generator=g).tolist():
-            yield batches[j]
+        full = [b for b in batches if len(b) == self.batch_size]
+        short = [b for b in batches if len(b) < self.batch_size]  # at most one: spans divide by batch_size
+        for j in torch.randperm(len(full), generator=g).tolist():
+            yield full[j]
+        yield from short
 
 
 def make_accelerator(opts: TrainOptions):
@@ -185,15 +191,6 @@ def check_run_dir(opts: TrainOptions, config: dict) -> None:
         raise TextebmError(f"{run} exists and is not empty; pass --resume to continue it or pick another --out")
 
 
-def prepare_run_dir(opts: TrainOptions, config: dict) -> Path:
-    """Check RUN (see `check_run_dir`), then create it and write config.json for a new run."""
-    run = Path(opts.out)
-    check_run_dir(opts, config)
-    if not opts.resume:
-        run.mkdir(parents=True, exist_ok=True)
-        write_json(run / "config.json", config)
-    return run
-
 
 def train(
     opts: TrainOptions,
@@ -222,8 +219,9 @@ def train(
     run = Path(opts.out)
     check_run_dir(opts, config)  # every process, before anything is written
     accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        prepare_run_dir(opts, config)
+    if accelerator.is_main_process and not opts.resume:
+        run.mkdir(parents=True, exist_ok=True)
+        write_json(run / "config.json", config)
     accelerator.wait_for_everyone()
     if opts.resume and _completed(run):
         log.info("%s already finished; nothing to resume", run)

@@ -1,4 +1,4 @@
-"""Examples and noise for classifier training: label vocabulary, tokenisation, noise pairing.
+"""Examples and noise for classifier training: label vocabulary, tokenisation, noise batches.
 
 Noise for NCE comes from `textebm lm sample --mode infill` on the same training split: every
 noise line names its `source_id`. In epoch e the noise pool holds K samples of every training
@@ -17,9 +17,9 @@ The plan depends only on (seed, epoch, data batch), so a resumed run draws the s
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -101,8 +101,8 @@ def noise_plan(data_batches: Sequence[Sequence[int]], examples: list[Encoded], n
     """Noise indices for each data batch of one epoch, keyed by the batch's example indices.
 
     The pool is K noise samples per example (see the module doc); it is shuffled, sorted by
-    length within windows of `window` batches, cut into pieces of K x the data batch sizes, and
-    the pieces are dealt to the data batches in a seeded random order (equal sizes among equals).
+    length within windows of `window` batches and cut into pieces of K x the data batch sizes;
+    each data batch then gets a piece of its size, drawn in a seeded random order.
     """
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 500_009)
     pool = [ex.noise[(epoch * k + j) % len(ex.noise)] for ex in examples for j in range(k)]

@@ -75,7 +75,6 @@ class EBMClassifier(nn.Module):
 def build_classifier(encoder_path: str | Path, spec: ClassifierSpec):
     """(EBMClassifier, tokenizer) from a pretrained HF encoder folder."""
     from transformers import AutoModel, AutoTokenizer
-
     from transformers.utils import logging as hf_logging
 
     tok = AutoTokenizer.from_pretrained(encoder_path, local_files_only=True)

@@ -1,0 +1,48 @@
+"""Shared fixtures: a tiny labelled dataset with noise and a tiny encoder, for classifier tests."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+POS = ["great", "wonderful", "moving", "funny", "brilliant", "charming", "smart"]
+NEG = ["dull", "awful", "boring", "clumsy", "tedious", "bland", "messy"]
+FILL = ["the", "film", "story", "cast", "is", "a", "truly", "and", "plot", "really", "with", "ending"]
+
+
+def _sentence(rng: random.Random, label: str) -> str:
+    words = rng.sample(FILL, rng.randint(2, 8)) + [rng.choice(POS if label == "positive" else NEG)]
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+@pytest.fixture(scope="module")
+def classify_fixture(tmp_path_factory) -> Path:
+    """A labelled dataset, a word-shuffle noise file for its training split, and a tiny encoder."""
+    from textebm.data.layout import write_dataset
+    from textebm.models.build import SmallLMConfig, build_encoder
+    from textebm.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("classify")
+    rng = random.Random(0)
+    splits = {s: [{"text": _sentence(rng, lab), "label": lab}
+                  for lab in ["positive", "negative"] * (n // 2)]
+              for s, n in (("train", 96), ("dev", 64), ("test", 16))}
+    write_dataset(root / "data", splits, {"name": "toy-sentiment"})
+    with open(root / "noise.jsonl", "w") as f:
+        for line in (root / "data" / "train.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            for j in range(2):
+                words = row["text"].split()
+                rng.shuffle(words)
+                f.write(json.dumps({"id": f"{row['id']}-n{j}", "source_id": row["id"],
+                                    "text": " ".join(words[: max(1, len(words) - j)])}) + "\n")
+    texts = [r["text"] for rows in splits.values() for r in rows]
+    tok = train_tokenizer(texts, vocab_size=200, kind="wordpiece")
+    enc = build_encoder(SmallLMConfig(layers=1, width=32, heads=2, context=64), tok, seed=0)
+    enc.save_pretrained(root / "encoder")
+    tok.save_pretrained(root / "encoder")
+    return root
