@@ -182,6 +182,8 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
         assert set(m) >= {"accuracy", "ece_classwise", "ece_toplabel", "nll", "brier"}, name
         assert all(np.isfinite(v) for v in m.values()), name
     assert res["wall_seconds"] > 0 and res["settings"]["train_examples"] == 96
+    assert set(res["diagnostics"]["nce_accuracy"]) == {"ebm-scalar", "ebm-hidden", "ebm-sharp-hidden"}
+    assert all(0 <= a <= 1 for a in res["diagnostics"]["nce_accuracy"].values())
     noise = [json.loads(line) for line in (out / "noise.jsonl").read_text().splitlines()]
     assert len(noise) == 96 and all(n["mode"] == "infill" and n["top_k"] == 20 for n in noise)
     report = (out / "report.md").read_text()
