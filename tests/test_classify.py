@@ -18,6 +18,8 @@ from textebm.classify.data import Collator, Encoded, noise_plan
 from textebm.cli import main
 from textebm.train import BucketBatchSampler
 
+from conftest import _sentence
+
 # ---------------------------------------------------------------- noise bucketing
 
 
@@ -198,3 +200,45 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
                 "--lm-width", "32", "--lm-vocab-size", "300", "--batch-size", "16", "--no-progress") == 0
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert json.loads((out / "results.json").read_text())["methods"] == res["methods"]
+
+
+def test_sentence_pairs_use_the_encoders_pair_input(tmp_path):
+    """A `text_pair` is encoded as the encoder's pair input: [CLS] a [SEP] b [SEP] with segment ids
+    0 then 1, which reach the encoder as token_type_ids; train and eval run end to end on pairs."""
+    from tokenizers.processors import TemplateProcessing
+
+    from textebm.classify.data import batch_inputs, encode
+    from textebm.data.layout import write_dataset
+    from textebm.models.build import SmallLMConfig, build_encoder
+    from textebm.tokenizer import train_tokenizer
+
+    rng = random.Random(5)
+    rows = []
+    for i in range(64):
+        a, b = rng.choice(["positive", "negative"]), rng.choice(["positive", "negative"])
+        rows.append({"text": _sentence(rng, a), "text_pair": _sentence(rng, b),
+                     "label": "same" if a == b else "different"})
+    write_dataset(tmp_path / "pairs", {"train": rows[:40], "dev": rows[40:60], "test": rows[60:]}, {"name": "pairs"})
+    tok = train_tokenizer([r[f] for r in rows for f in ("text", "text_pair")], vocab_size=200, kind="wordpiece")
+    cls, sep = tok.convert_tokens_to_ids("<s>"), tok.convert_tokens_to_ids("<sep>")
+    tok._tokenizer.post_processor = TemplateProcessing(  # BERT's layout, as a pretrained encoder has it
+        single="<s> $A <sep>", pair="<s> $A <sep> $B:1 <sep>:1", special_tokens=[("<s>", cls), ("<sep>", sep)])
+    tok.model_input_names = ["input_ids", "token_type_ids", "attention_mask"]  # as BERT's tokenizer declares
+    tok.init_kwargs["model_input_names"] = tok.model_input_names
+    enc_dir = tmp_path / "encoder"
+    build_encoder(SmallLMConfig(layers=1, width=32, heads=2, context=64), tok).save_pretrained(enc_dir)
+    tok.save_pretrained(enc_dir)
+
+    (ids, types), = encode(tok, [{"text": "great film", "text_pair": "dull plot"}], 64)
+    n_a = len(tok("great film", add_special_tokens=False)["input_ids"])
+    n_b = len(tok("dull plot", add_special_tokens=False)["input_ids"])
+    assert ids[0] == cls and ids[n_a + 1] == sep and ids[-1] == sep and len(ids) == n_a + n_b + 3
+    assert types == [0] * (n_a + 2) + [1] * (n_b + 1)
+    assert batch_inputs([(ids, types)], 0)["token_type_ids"].tolist() == [types]
+
+    assert _run("classify", "train", "--data", tmp_path / "pairs", "--encoder", enc_dir, "--out", tmp_path / "run",
+                "--epochs", "2", "--batch-size", "8", "--no-progress", "--precision", "fp32") == 0
+    assert _run("classify", "eval", "--model", tmp_path / "run", "--data", tmp_path / "pairs",
+                "--out", tmp_path / "report", "--no-calibrators") == 0
+    m = json.loads((tmp_path / "report" / "metrics.json").read_text())["methods"]["baseline"]
+    assert 0 <= m["accuracy"] <= 1 and np.isfinite(m["nll"])
