@@ -15,7 +15,7 @@ from textebm.assets import MODELS
 
 @dataclass
 class ListConfig:
-    pass
+    """No options."""
 
 
 def list_models(cfg: ListConfig) -> None:
