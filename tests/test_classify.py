@@ -84,8 +84,6 @@ def test_collator_falls_back_to_own_noise_for_an_unplanned_batch():
 def test_separate_passes_equal_one_concatenated_pass(classify_fixture, energy):
     """The fast path (data and noise padded separately) gives the same loss and gradients as one
     pass over both padded together."""
-    from transformers import AutoTokenizer
-
     from textebm.classify.data import batch_inputs
     from textebm.classify.model import ClassifierSpec, build_classifier
     from textebm.classify.train import joint_forward

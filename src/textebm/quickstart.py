@@ -16,13 +16,14 @@ joint EBM training pays off); `--full` uses paper-sized settings (all data, K=8)
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from textebm.io import read_json
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,10 @@ class QuickstartConfig:
 def quickstart(cfg: QuickstartConfig) -> dict:
     from textebm.classify.evaluate import ClassifyEvalConfig, evaluate_runs
     from textebm.classify.train import ClassifyTrainConfig, classify_train
-    from textebm.io import atomic_write, read_json, write_json
+    from textebm.io import atomic_write, write_json
     from textebm.lm.sampling import SampleConfig, sample_file
     from textebm.lm.train import LMTrainConfig, lm_train
+    from textebm.train import run_completed
 
     if cfg.full:
         cfg.train_limit, cfg.noise_ratio = 0, 8
@@ -89,7 +91,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
                            width=cfg.lm_width, heads=4,
                            epochs=cfg.lm_epochs, batch_size=32, lr=1e-3 if not cfg.noise_lm else 5e-5,
                            max_len=cfg.max_len, checkpoint_every=500, **common)
-    step("noise-lm", _complete(lm_dir), lambda: lm_train(_resumable(lm_cfg)))
+    step("noise-lm", run_completed(lm_dir), lambda: lm_train(_resumable(lm_cfg)))
 
     noise = out / "noise.jsonl"
     per_example = cfg.noise_ratio * math.ceil(cfg.epochs)
@@ -108,7 +110,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
                                 epochs=cfg.epochs, batch_size=cfg.batch_size, max_len=cfg.max_len,
                                 noise=str(noise) if kw["energy"] != "none" else "", noise_ratio=cfg.noise_ratio,
                                 eval_split="", checkpoint_every=100, **kw, **common)
-        step(f"train {name}", _complete(run), lambda c=c: classify_train(_resumable(c)))
+        step(f"train {name}", run_completed(run), lambda c=c: classify_train(_resumable(c)))
 
     ev_cfg = ClassifyEvalConfig(model=[str(out / "runs" / n) for n in runs], data=str(data),
                                 out=str(out / "eval"), bins=20, split="dev", seed=cfg.seed)
@@ -134,11 +136,6 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     return results
 
 
-def _complete(run: Path) -> bool:
-    m = run / "metrics.json"
-    return m.is_file() and json.loads(m.read_text()).get("completed", False)
-
-
 def _resumable(c):
     """Resume a half-finished run left by an interrupted quickstart, else start afresh."""
     run = Path(c.out)
@@ -151,12 +148,12 @@ def _resumable(c):
 
 def _final_nce_accuracy(run: Path) -> float:
     """Data-vs-noise accuracy of the NCE classifier over the last logged steps of an EBM run."""
-    history = json.loads((run / "metrics.json").read_text())["train"]["history"]
+    history = read_json(run / "metrics.json")["train"]["history"]
     return round(float(history[-1]["nce_acc"]), 4)
 
 
 def _lm_summary(lm_dir: Path) -> dict:
-    m = json.loads((lm_dir / "metrics.json").read_text())
+    m = read_json(lm_dir / "metrics.json")
     return {"train_seconds": m["train"]["wall_seconds"], **m.get("eval", {})}
 
 

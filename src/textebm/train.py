@@ -123,6 +123,12 @@ class BucketBatchSampler(Sampler[list[int]]):
         yield from short
 
 
+def batch_sampler(lengths: Sequence[int], opts: TrainOptions) -> BucketBatchSampler:
+    """The sampler `train` draws its batches from; commands that plan per-batch data (the noise
+    batches of `classify train`) build the same one to know those batches."""
+    return BucketBatchSampler(lengths, opts.batch_size, opts.seed)
+
+
 def make_accelerator(opts: TrainOptions):
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration
@@ -223,12 +229,12 @@ def train(
         run.mkdir(parents=True, exist_ok=True)
         write_json(run / "config.json", config)
     accelerator.wait_for_everyone()
-    if opts.resume and _completed(run):
+    if opts.resume and run_completed(run):
         log.info("%s already finished; nothing to resume", run)
         return read_json(run / "metrics.json")
 
     seed_everything(opts.seed)
-    sampler = BucketBatchSampler(lengths, opts.batch_size, opts.seed)
+    sampler = batch_sampler(lengths, opts)
     # The loader gets its own generator: drawing its base seed from the global RNG would shift
     # dropout's random stream between an uninterrupted and a resumed run.
     loader = DataLoader(list(range(len(dataset))), batch_sampler=sampler,
@@ -334,7 +340,8 @@ def train(
     return metrics
 
 
-def _completed(run: Path) -> bool:
+def run_completed(run: Path) -> bool:
+    """True when RUN finished: metrics.json says completed and model/ was written."""
     m = run / "metrics.json"
     return m.is_file() and bool(read_json(m).get("completed")) and (run / "model").is_dir()
 

@@ -134,6 +134,7 @@ class Collator:
                  examples: list[Encoded] | None = None, batches=None, seed: int = 0):
         self.pad_id, self.noise, self.k = pad_id, noise, k
         self.examples, self.batches, self.seed = examples, batches, seed
+        self.noise_lengths = [len(ids) for ids, _ in noise] if noise is not None else []
         self.epoch = 0
         self._plan: dict[tuple[int, ...], list[int]] | None = None
 
@@ -143,9 +144,8 @@ class Collator:
     def noise_indices(self, batch: list[Encoded]) -> list[int]:
         if self.batches is not None and self.examples is not None:
             if self._plan is None:
-                lengths = [len(ids) for ids, _ in self.noise]
-                self._plan = noise_plan(self.batches(self.epoch), self.examples, lengths, self.k,
-                                        self.seed, self.epoch)
+                self._plan = noise_plan(self.batches(self.epoch), self.examples, self.noise_lengths,
+                                        self.k, self.seed, self.epoch)
             picks = self._plan.get(tuple(e.index for e in batch))
             if picks is not None:
                 return picks

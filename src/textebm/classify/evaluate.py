@@ -8,7 +8,6 @@ data) or on the dev half (`-dev`, for reference).
 
 from __future__ import annotations
 
-import json
 import logging
 import warnings
 from dataclasses import dataclass, field
@@ -46,11 +45,12 @@ def run_predictions(run: str, data: str, split: str, batch_size: int) -> dict:
     from textebm.classify.train import predict
     from textebm.data.readers import load_split
     from textebm.errors import InputError
+    from textebm.io import read_json
 
     torch.set_flush_denormal(True)
     model, tok = load_classifier(run)
     cfg_file = Path(run) / "config.json"
-    limit = json.loads(cfg_file.read_text()).get("limit", 0) if cfg_file.is_file() else 0
+    limit = read_json(cfg_file).get("limit", 0) if cfg_file.is_file() else 0
     train_rows = load_split(data, "train")
     train_rows = train_rows[:limit] if limit else train_rows
     eval_rows = load_split(data, split)
@@ -68,9 +68,12 @@ def run_predictions(run: str, data: str, split: str, batch_size: int) -> dict:
 
 def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
     """Evaluate runs and calibrators on the test half; write metrics.json, report.md and plots."""
-    from textebm.calibration import ScalingBinning, TemperatureScaling, calibration_summary, halve_dev, softmax
+    import torch
+
+    from textebm.calibration import ScalingBinning, TemperatureScaling, calibration_summary, halve_dev
+    from textebm.energy import hidden_energy
     from textebm.errors import TextebmError
-    from textebm.io import atomic_dir, write_json
+    from textebm.io import atomic_dir
 
     methods: dict[str, dict] = {}
     arrays: dict[str, dict] = {}  # per method: probs/labels/energy on the test half, for plots
@@ -92,7 +95,7 @@ def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
                                   "dev_half": len(dev_idx), "test_half": len(test_idx)}
         energy = ev["energy"][test_idx]
         if np.isnan(energy).all():  # baseline / PosCal: the EBM hidden in the classifier (eq. 4)
-            energy = -_logsumexp(ev["logits"][test_idx])
+            energy = hidden_energy(torch.from_numpy(ev["logits"][test_idx])).numpy()
         methods[name] = calibration_summary(ev["probs"][test_idx], y_test, cfg.bins)
         arrays[name] = {"probs": ev["probs"][test_idx], "labels": y_test, "energy": energy}
         if not cfg.calibrators or name != calibrated:
@@ -144,7 +147,3 @@ def write_report_files(out: Path, result: dict, arrays: dict, bins: int) -> None
         if energies:
             f.write("\n![energy histogram](energy_histogram.png)\n\n![entropy vs energy](entropy_vs_energy.png)\n")
 
-
-def _logsumexp(x: np.ndarray) -> np.ndarray:
-    m = x.max(-1, keepdims=True)
-    return (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))[:, 0]

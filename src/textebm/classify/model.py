@@ -80,7 +80,7 @@ def build_classifier(encoder_path: str | Path, spec: ClassifierSpec):
     tok = AutoTokenizer.from_pretrained(encoder_path, local_files_only=True)
     # The pooler is dropped on purpose (textebm pools itself); its weights in the checkpoint would
     # otherwise fill the log with an "UNEXPECTED keys" report on every run.
-    kw = {"add_pooling_layer": False} if _is_bert(encoder_path) else {}
+    kw = _without_pooler(json.loads((Path(encoder_path) / "config.json").read_text())["model_type"])
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -92,9 +92,9 @@ def build_classifier(encoder_path: str | Path, spec: ClassifierSpec):
     return EBMClassifier(enc, spec), tok
 
 
-def _is_bert(path) -> bool:
-    cfg = json.loads((Path(path) / "config.json").read_text())
-    return cfg.get("model_type") in ("bert", "roberta", "xlm-roberta", "electra")
+def _without_pooler(model_type: str) -> dict:
+    """from_pretrained / from_config arguments that drop the pooler of BERT-like encoders."""
+    return {"add_pooling_layer": False} if model_type in ("bert", "roberta", "xlm-roberta", "electra") else {}
 
 
 def save_classifier(model: EBMClassifier, tokenizer, path: str | Path) -> None:
@@ -121,8 +121,7 @@ def load_classifier(path: str | Path):
         raise TextebmError(f"{path}: not a textebm classifier (no {SPEC_FILE}); train one with `textebm classify train`")
     spec = ClassifierSpec(**json.loads((path / SPEC_FILE).read_text()))
     config = AutoConfig.from_pretrained(path, local_files_only=True)
-    kw = {"add_pooling_layer": False} if config.model_type in ("bert", "roberta", "xlm-roberta", "electra") else {}
-    model = EBMClassifier(AutoModel.from_config(config, **kw), spec)
+    model = EBMClassifier(AutoModel.from_config(config, **_without_pooler(config.model_type)), spec)
     load_model(model, str(path / "model.safetensors"))
     model.eval()
     return model, AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -51,7 +51,7 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     from textebm.classify.model import ClassifierSpec, build_classifier, save_classifier
     from textebm.data.readers import load_split
     from textebm.errors import TextebmError
-    from textebm.train import BucketBatchSampler, options_dict, seed_everything, train
+    from textebm.train import batch_sampler, options_dict, seed_everything, train
 
     if cfg.energy != "none" and not cfg.noise:
         raise TextebmError(f"--energy {cfg.energy} needs --noise FILE.jsonl (make it with `textebm lm sample --mode infill`)")
@@ -76,7 +76,7 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     lengths = [len(e.ids) for e in examples]
 
     def epoch_batches(epoch: int) -> list[list[int]]:  # the batches `train` draws in that epoch
-        sampler = BucketBatchSampler(lengths, cfg.batch_size, cfg.seed)
+        sampler = batch_sampler(lengths, cfg)
         sampler.set_epoch(epoch)
         return list(sampler)
 

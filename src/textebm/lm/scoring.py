@@ -153,7 +153,7 @@ def _check_batch_size(n: int) -> None:
         raise TextebmError(f"--batch-size must be at least 1, got {n}")
 
 
-def _item_texts(rows: list[dict]) -> tuple[list[str], list[int | None]]:
+def item_texts(rows: list[dict]) -> tuple[list[str], list[int | None]]:
     """All texts to score (text, then text_pair where present) and, per row, the index of its pair."""
     texts = [r["text"] for r in rows]
     pair_at: list[int | None] = []
@@ -176,7 +176,7 @@ def score_file(cfg: ScoreConfig) -> Path:
     model, tokenizer, meta, folder = load_for_inference(cfg.model, cfg.precision)
     check_scorable(meta)
     rows = read_examples(cfg.input)
-    texts, pair_at = _item_texts(rows)
+    texts, pair_at = item_texts(rows)
     results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
     with atomic_write(cfg.out) as f:
         for i, row in enumerate(rows):
@@ -257,7 +257,7 @@ def eval_split(cfg: EvalConfig) -> dict:
     torch.set_flush_denormal(True)
     model, tokenizer, meta, folder = load_for_inference(cfg.model, cfg.precision)
     check_scorable(meta)
-    texts, _ = _item_texts(load_split(cfg.data, cfg.split))
+    texts, _ = item_texts(load_split(cfg.data, cfg.split))
     results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
     metrics = {"split": cfg.split, **perplexity_metrics(results, texts), "model": str(folder),
                "precision": cfg.precision}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -46,12 +45,10 @@ class LMTrainConfig(TrainOptions):
 
 
 def _texts(rows: list[dict]) -> list[str]:
-    out = []
-    for r in rows:
-        out.append(r["text"])
-        if r.get("text_pair"):
-            out.append(r["text_pair"])
-    return [t for t in out if t.strip()]
+    """Every text and text_pair of the rows, in order (an LM learns each as its own sequence)."""
+    from textebm.lm.scoring import item_texts
+
+    return [t for t in item_texts(rows)[0] if t.strip()]
 
 
 def build_lm(cfg: LMTrainConfig, train_texts: list[str]):
