@@ -71,7 +71,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
 def test_existing_run_refused_and_resume_with_other_settings_refused(tmp_path):
     assert run_toy(tmp_path / "r", "--epochs", "1").returncode == 0
     again = run_toy(tmp_path / "r", "--epochs", "1")
-    assert again.returncode == 2 and "--resume" in again.stderr
+    assert again.returncode == 2 and "--overwrite" in again.stderr and "Traceback" not in again.stderr
     other = run_toy(tmp_path / "r", "--resume", "--epochs", "2")
     assert other.returncode == 2 and "epochs" in other.stderr
 

@@ -42,28 +42,38 @@ StepFn = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, dict[str, float]]]
 class TrainOptions:
     """Options shared by every training command (the command's config extends this)."""
 
-    out: str = field(metadata={"help": "run directory (config.json, checkpoint/, metrics.json, model/)"})
-    seed: int = field(default=0, metadata={"help": "random seed (same seed, same numbers on CPU)"})
-    epochs: float = field(default=1.0, metadata={"help": "passes over the training data"})
-    max_steps: int = field(default=0, metadata={"help": "stop after this many optimizer steps (0: no limit)"})
-    batch_size: int = field(default=32, metadata={"help": "examples per batch and process"})
-    grad_accum: int = field(default=1, metadata={"help": "batches per optimizer step"})
-    lr: float = field(default=5e-5, metadata={"help": "peak learning rate (AdamW)"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    warmup: float = field(default=0.06, metadata={"help": "warm-up fraction of all steps"})
-    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm (0: off)"})
-    precision: str = field(default="bf16", metadata={"help": "bf16 autocast works on CPU too; fp16 needs CUDA",
-                                                     "choices": ["fp32", "bf16", "fp16"]})
-    checkpoint_every: int = field(default=200, metadata={"help": "save a checkpoint every N steps"})
-    log_every: int = field(default=20, metadata={"help": "record the loss every N steps"})
+    out: str = field(metadata={"help": "run folder (config.json, checkpoint/, metrics.json, model/)"})
+    seed: int = field(default=0, metadata={"help": "random seed (same seed, same numbers on CPU)", "min": 0})
+    epochs: float = field(default=1.0, metadata={"help": "passes over the training data", "gt": 0})
+    max_steps: int = field(default=0, metadata={"help": "stop after this many optimizer steps (0: no limit)",
+                                                "min": 0})
+    batch_size: int = field(default=32, metadata={"help": "examples per batch and process", "min": 1})
+    grad_accum: int = field(default=1, metadata={"help": "batches per optimizer step", "min": 1})
+    lr: float = field(default=5e-5, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay", "min": 0})
+    warmup: float = field(default=0.06, metadata={"help": "warm-up fraction of all steps", "min": 0, "lt": 1})
+    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm (0: off)", "min": 0})
+    precision: str = field(default="auto", metadata={
+        "help": "auto: bf16 where the hardware multiplies it natively (CUDA with bf16; a CPU with "
+                "avx512_bf16/amx_bf16, confirmed by a timed probe), else fp32; fp16 needs CUDA",
+        "choices": ["auto", "fp32", "bf16", "fp16"]})
+    checkpoint_every: int = field(default=200, metadata={"help": "save a checkpoint every N steps", "min": 1})
+    log_every: int = field(default=20, metadata={"help": "record the loss every N steps", "min": 1})
     resume: bool = field(default=False, metadata={"help": "continue the run in --out from its last checkpoint"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace an earlier run of the same command in --out (never files textebm did not write)"})
     keep_checkpoint: bool = field(default=False, metadata={"help": "keep RUN/checkpoint after success"})
-    threads: int = field(default=0, metadata={"help": "CPU threads (0: torch default)"})
+    threads: int = field(default=0, metadata={"help": "CPU threads (0: torch default)", "min": 0})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+
+    def check(self) -> None:
+        if self.resume and self.overwrite:
+            raise TextebmError("--resume and --overwrite contradict each other; pass one")
 
 
 # Options that may differ between a run and its resumption.
-RESUME_FREE = {"resume", "progress", "threads", "keep_checkpoint", "checkpoint_every"}
+RESUME_FREE = {"resume", "overwrite", "progress", "threads", "keep_checkpoint", "checkpoint_every",
+               "precision_choice"}
 
 
 def setup_torch(opts: TrainOptions) -> None:
@@ -129,15 +139,17 @@ def batch_sampler(lengths: Sequence[int], opts: TrainOptions) -> BucketBatchSamp
     return BucketBatchSampler(lengths, opts.batch_size, opts.seed)
 
 
-def make_accelerator(opts: TrainOptions):
+def make_accelerator(opts: TrainOptions, precision: str | None = None):
+    """An Accelerator for `precision` (fp32 | bf16 | fp16; default: `opts.precision` resolved)."""
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration
 
-    if opts.precision == "fp16" and not torch.cuda.is_available():
-        raise TextebmError("--precision fp16 needs a CUDA GPU; use bf16 on CPU")
+    from textebm.precision import resolve_precision
+
+    precision = precision or resolve_precision(opts.precision).precision
     _forget_previous_run()
     return Accelerator(
-        mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[opts.precision],
+        mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision],
         gradient_accumulation_steps=opts.grad_accum,
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=False),
     )
@@ -177,25 +189,79 @@ def make_optimizer(model: torch.nn.Module, opts: TrainOptions) -> torch.optim.Op
     return torch.optim.AdamW(groups, lr=opts.lr, fused=fused)
 
 
+RUN_ENTRIES = ["config.json", "checkpoint", "metrics.json", "model"]  # what a run folder holds
+
+
+def run_kind(opts: TrainOptions) -> str:
+    """The command a run folder belongs to (its output marker's kind), e.g. "lm train"."""
+    return getattr(opts, "COMMAND", "train")
+
+
 def check_run_dir(opts: TrainOptions, config: dict) -> None:
-    """Refuse a non-empty RUN without --resume, and a resumed run whose settings differ.
+    """Refuse a non-empty RUN without --resume / --overwrite, and a resumed run whose settings differ.
 
     Only reads: every process calls it before anything is written, so all of them stop with the
     same message instead of one erring and the others failing at the next barrier."""
+    from textebm.outputs import check_output_dir, read_marker
+
     run = Path(opts.out)
     cfg_file = run / "config.json"
     if opts.resume:
         if not cfg_file.is_file():
-            raise TextebmError(f"{run}: nothing to resume (no config.json)")
+            raise TextebmError(f"--out {run}: nothing to resume (no config.json)")
         old = read_json(cfg_file)
         diff = sorted(k for k in set(old) | set(config)
                       if k not in RESUME_FREE and old.get(k) != config.get(k))
         if diff:
-            raise TextebmError(f"{run}: --resume with different settings: "
-                               + ", ".join(f"{k}={old.get(k)!r}->{config.get(k)!r}" for k in diff))
-    elif run.exists() and any(run.iterdir()):
-        raise TextebmError(f"{run} exists and is not empty; pass --resume to continue it or pick another --out")
+            raise TextebmError(f"--out {run}: --resume with different settings: "
+                               + ", ".join(f"{k}={old.get(k)!r}->{config.get(k)!r}" for k in diff)
+                               + "; pass the run's settings, or --overwrite to start it again")
+        return
+    marker = read_marker(run)
+    if (not opts.overwrite and marker is not None and marker["kind"] == run_kind(opts) and cfg_file.is_file()
+            and not run_completed(run)):
+        raise TextebmError(f"--out {run}: holds an unfinished run; pass --resume to continue it, --overwrite "
+                           "to start it again, or choose another folder")
+    check_output_dir(run, run_kind(opts), opts.overwrite)
 
+
+def start_run(run: Path, opts: TrainOptions, config: dict) -> None:
+    """Write the run's marker and config.json (main process, fresh start). With --overwrite, the
+    entries of the earlier run are removed first; files textebm did not write stay."""
+    from textebm.outputs import read_marker, remove, write_marker
+
+    if opts.overwrite and (old := read_marker(run)) is not None:
+        for name in old.get("entries", []):
+            remove(run / name)
+    run.mkdir(parents=True, exist_ok=True)
+    write_marker(run, run_kind(opts), RUN_ENTRIES)
+    write_json(run / "config.json", config)
+
+
+def abandon_failed_start(run: Path, created: bool) -> None:
+    """After a failure before the first checkpoint, remove what this run wrote (nothing there
+    could be resumed), so the same command can simply be run again."""
+    from textebm.outputs import MARKER, remove
+
+    if (run / "checkpoint" / "state.json").is_file() or (run / "model").exists():
+        return
+    for name in [*RUN_ENTRIES, MARKER]:
+        remove(run / name)
+    if created and run.is_dir() and not any(run.iterdir()):
+        run.rmdir()
+
+
+def run_precision(opts: TrainOptions, run: Path):
+    """`--precision` resolved for this machine; a resumed run keeps the precision it started with."""
+    from textebm.precision import PrecisionChoice, resolve_precision
+
+    if opts.resume and (run / "config.json").is_file():
+        old = read_json(run / "config.json").get("precision_choice")
+        if isinstance(old, dict) and old.get("requested") == opts.precision:
+            choice = resolve_precision(old["precision"])
+            return PrecisionChoice(**{**choice.as_dict(), "requested": opts.precision,
+                                      "reason": f"{old['precision']}: as when the run started ({old.get('reason')})"})
+    return resolve_precision(opts.precision)
 
 
 def train(
@@ -221,17 +287,33 @@ def train(
     (buffers) so that checkpoints carry it.
     """
     setup_torch(opts)
-    accelerator = accelerator or make_accelerator(opts)
     run = Path(opts.out)
+    choice = run_precision(opts, run)
+    config = {**config, "precision_choice": choice.as_dict()}
     check_run_dir(opts, config)  # every process, before anything is written
+    accelerator = accelerator or make_accelerator(opts, choice.precision)
+    if accelerator.is_main_process:
+        log.info("precision %s", choice.reason)
     accelerator.wait_for_everyone()
+    created = not run.exists()
     if accelerator.is_main_process and not opts.resume:
-        run.mkdir(parents=True, exist_ok=True)
-        write_json(run / "config.json", config)
+        start_run(run, opts, config)
     accelerator.wait_for_everyone()
     if opts.resume and run_completed(run):
         log.info("%s already finished; nothing to resume", run)
         return read_json(run / "metrics.json")
+    try:
+        return _train(opts, choice, model, dataset, lengths, collate, step_fn, save_model, evaluate,
+                      accelerator, on_epoch_start, on_epoch_end)
+    except BaseException:
+        if accelerator.is_main_process and not opts.resume:
+            abandon_failed_start(run, created)
+        raise
+
+
+def _train(opts, choice, model, dataset, lengths, collate, step_fn, save_model, evaluate, accelerator,
+           on_epoch_start, on_epoch_end) -> dict:
+    run = Path(opts.out)
 
     seed_everything(opts.seed)
     sampler = batch_sampler(lengths, opts)
@@ -322,16 +404,21 @@ def train(
     metrics: dict[str, Any] = {"train": {"steps": step, "epochs_completed": epoch + batch_in_epoch / max(1, len(loader)),
                                          "wall_seconds": round(wall, 2), "history": history,
                                          "processes": accelerator.num_processes,
-                                         "precision": opts.precision}}
+                                         "precision": choice.precision},
+                               "precision_choice": choice.as_dict()}
     if history:
         metrics["train"]["final_loss"] = history[-1]["loss"]
+    # The model is saved before evaluation, so an error there cannot throw away a finished training.
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        with atomic_dir(run / "model") as tmp:
+            save_model(accelerator.unwrap_model(model), tmp)
+        write_json(run / "metrics.json", metrics)
     if evaluate is not None:
         with torch.no_grad(), accelerator.autocast():
             metrics["eval"] = evaluate(accelerator.unwrap_model(model))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        with atomic_dir(run / "model") as tmp:
-            save_model(accelerator.unwrap_model(model), tmp)
         metrics["completed"] = True
         write_json(run / "metrics.json", metrics)
         if not opts.keep_checkpoint:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(kw_only=True)
 class ClassifyTrainConfig(TrainOptions):
+    COMMAND: ClassVar[str] = "classify train"
     data: str = field(metadata={"help": "dataset directory with train.jsonl (text, [text_pair], label)"})
     encoder: str = field(default="minilm-l6", metadata={"help": "pretrained encoder: HF folder or models-fetch id"})
     energy: str = field(default="none", metadata={"help": "energy variant of sec. 2.2 (none: plain fine-tuning)",

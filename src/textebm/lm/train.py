@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(kw_only=True)
 class LMTrainConfig(TrainOptions):
+    COMMAND: ClassVar[str] = "lm train"
     data: str = field(metadata={"help": "dataset directory (train.jsonl, dev.jsonl) or a data file"})
     objective: str = field(default="causal", metadata={"help": "causal LM or paper a's infill objective",
                                                        "choices": ["causal", "infill"]})

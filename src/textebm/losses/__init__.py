@@ -1,10 +1,11 @@
 """Training objectives as pure functions of tensors (energies, logits), one per module.
 
-- `nce`: residual noise-contrastive estimation, eq. (7) of He et al. (2021).
+- `nce`: noise-contrastive estimation: `nce_core` over log-scores, noise log-probabilities, priors
+  and a mask (per sequence or per token); `nce_loss` is eq. (7) of He et al. (2021) on top of it.
 - `poscal`: PosCal calibration penalty (Jung et al. 2020).
 """
 
-from textebm.losses.nce import NCEOutput, nce_loss
+from textebm.losses.nce import NCEOutput, nce_core, nce_loss
 from textebm.losses.poscal import PosCalStats, poscal_penalty
 
-__all__ = ["NCEOutput", "nce_loss", "PosCalStats", "poscal_penalty"]
+__all__ = ["NCEOutput", "nce_core", "nce_loss", "PosCalStats", "poscal_penalty"]

@@ -1,0 +1,134 @@
+"""Choose the numeric precision for the hardware at hand (`--precision auto`, the default).
+
+bf16 is a large win only where the hardware multiplies bfloat16 natively: CUDA GPUs with bf16
+support, and CPUs with AVX512-BF16 or AMX (about 4x fp32 for matrix work). On a CPU without them
+(AVX2 only, many laptops and older AMD servers) torch emulates bf16 and a bf16 matrix product was
+measured 40x *slower* than fp32. So `auto` picks:
+
+- CUDA: bf16 when `torch.cuda.is_bf16_supported()`, else fp32;
+- CPU: bf16 only when /proc/cpuinfo lists `avx512_bf16` or `amx_bf16` AND a short timed probe
+  (a 256 x 256 matrix product in both precisions, a few milliseconds) finds bf16 at least 1.5x
+  faster than fp32; fp32 otherwise.
+
+An explicit `--precision bf16` on a CPU where the probe finds bf16 slower is honoured with a
+warning giving the measured slowdown; `fp16` needs CUDA. The choice and its reason are logged at
+start and recorded (`PrecisionChoice.as_dict`) in config.json, metrics.json and reports. Metrics
+are always computed in fp32 or better, whatever precision the model ran in.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from textebm.errors import TextebmError
+
+log = logging.getLogger(__name__)
+
+CHOICES = ("auto", "fp32", "bf16", "fp16")
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+MIN_SPEEDUP = 1.5  # bf16 must be this much faster than fp32 in the probe for `auto` to pick it
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    precision: str  # fp32 | bf16 | fp16: what runs
+    requested: str  # what the user asked for (auto | fp32 | bf16 | fp16)
+    device: str  # cpu | cuda
+    reason: str  # one sentence, for the log and the report
+    cpu_capability: str  # torch.backends.cpu.get_cpu_capability()
+    fp32_gflops: float | None = None  # probe results (CPU only, when probed)
+    bf16_gflops: float | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.precision]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def cpu_flags() -> set[str]:
+    """CPU feature flags from /proc/cpuinfo (Linux); empty where unreadable."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in info.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[1].split()) if ":" in line else set()
+
+
+def cpu_capability() -> str:
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # noqa: BLE001 - older torch
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def matmul_probe(n: int = 256, budget_s: float = 0.5) -> tuple[float, float]:
+    """(fp32, bf16) GFLOP/s of an n x n matrix product on this CPU, a few repetitions each.
+
+    Stops early once a precision has used `budget_s`, so an emulating CPU costs well under a
+    second. Cached for the process."""
+    out = []
+    for dtype in (torch.float32, torch.bfloat16):
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(n, n, generator=g).to(dtype)
+        b = torch.randn(n, n, generator=g).to(dtype)
+        a @ b  # warm-up
+        reps, start = 0, time.perf_counter()
+        while reps < 8 and (reps == 0 or time.perf_counter() - start < budget_s):
+            a @ b
+            reps += 1
+        out.append(2 * n**3 * reps / (time.perf_counter() - start) / 1e9)
+    return out[0], out[1]
+
+
+def resolve_precision(requested: str = "auto", device: str | None = None) -> PrecisionChoice:
+    """The precision to run in, with its reason (see the module doc)."""
+    if requested not in CHOICES:
+        raise TextebmError(f"--precision must be one of {', '.join(CHOICES)}, got {requested!r}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cap = cpu_capability()
+    if device == "cuda":
+        bf16_ok = torch.cuda.is_bf16_supported()
+        if requested == "auto":
+            prec = "bf16" if bf16_ok else "fp32"
+            why = "CUDA GPU with bf16 support" if bf16_ok else "CUDA GPU without bf16 support"
+            return PrecisionChoice(prec, requested, device, f"{prec}: {why}", cap)
+        return PrecisionChoice(requested, requested, device, f"{requested}: asked for (CUDA)", cap)
+    if requested == "fp16":
+        raise TextebmError("--precision fp16 needs a CUDA GPU; on a CPU use auto, fp32 or bf16")
+    if requested == "fp32":
+        return PrecisionChoice("fp32", requested, device, "fp32: asked for", cap)
+    native = sorted(set(BF16_FLAGS) & cpu_flags())
+    fp32_gf, bf16_gf = matmul_probe()
+    speedup = bf16_gf / fp32_gf
+    measured = f"probe: bf16 {bf16_gf:.0f} vs fp32 {fp32_gf:.0f} GFLOP/s"
+    if requested == "bf16":
+        if not native or speedup < 1.0:
+            pace = f"{1 / speedup:.0f}x slower" if speedup < 1.0 else f"only {speedup:.1f}x faster"
+            log.warning("--precision bf16 on a CPU without native bf16 (%s, %s; %s): matrix products run %s "
+                        "than in fp32 here; --precision auto would pick fp32", cap,
+                        "flags " + "/".join(native) if native else "no avx512_bf16/amx_bf16", measured, pace)
+        return PrecisionChoice("bf16", requested, device, f"bf16: asked for ({measured})", cap, fp32_gf, bf16_gf)
+    if native and speedup >= MIN_SPEEDUP:
+        why = f"bf16: CPU {cap} with native {'/'.join(native)}; {measured}"
+        return PrecisionChoice("bf16", requested, device, why, cap, fp32_gf, bf16_gf)
+    if native:
+        why = f"fp32: CPU {cap} lists {'/'.join(native)} but bf16 was not {MIN_SPEEDUP}x faster ({measured})"
+    else:
+        why = f"fp32: CPU {cap} has no native bf16 (no avx512_bf16/amx_bf16; {measured})"
+    return PrecisionChoice("fp32", requested, device, why, cap, fp32_gf, bf16_gf)
+
+
+def inference_device() -> torch.device:
+    """Where inference and evaluation run: the GPU when there is one, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
