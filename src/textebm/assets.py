@@ -91,12 +91,16 @@ def is_cached(model_id: str) -> bool:
     return recorded == list(MODELS[model_id].packages)
 
 
-def fetch_model(model_id: str, out: str | Path | None = None, force: bool = False) -> Path:
+def fetch_model(model_id: str, out: str | Path | None = None, force: bool = False, overwrite: bool = False) -> Path:
     """Make sure the converted folder of `model_id` is in the cache (converting it unless already
     there, or when `force`); with `out`, also copy it there. Returns the folder written
     (`out`, or the cache folder)."""
+    from textebm.outputs import check_output_dir, output_dir
+
     if model_id not in MODELS:
         raise TextebmError(f"unknown model id {model_id!r}; known: {', '.join(MODELS)}")
+    if out is not None:
+        check_output_dir(out, "models fetch", overwrite)  # before the download
     cached = model_cache(model_id)
     if force or not is_cached(model_id):
         log.info("%s: converting %s into a Hugging Face folder (once)", model_id, " ".join(MODELS[model_id].packages))
@@ -113,10 +117,7 @@ def fetch_model(model_id: str, out: str | Path | None = None, force: bool = Fals
     if out is None:
         return cached
     out = Path(out)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "config.json").is_file())):
-        raise TextebmError(f"{out}: exists and is not a model folder; refusing to replace it")
-    with atomic_dir(out) as tmp:
-        tmp.chmod(0o755)
+    with output_dir(out, "models fetch", overwrite) as tmp:
         shutil.copytree(cached, tmp, dirs_exist_ok=True)
     return out
 

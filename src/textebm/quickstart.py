@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,26 +30,83 @@ METHODS = ["baseline", "poscal", "ebm-scalar", "ebm-hidden", "ebm-sharp-hidden",
            "tscal-train", "tscal-dev", "scalbin-train", "scalbin-dev"]
 
 
+# Settings sized to keep the quickstart within its budget (20 minutes plus set-up on a 2-core
+# CPU) in the precision it runs in; see docs/classify.md for what the fp32 cut costs.
+PRESETS = {"bf16": {"train_limit": 3000, "lm_epochs": 2.0}, "fp32": {"train_limit": 1200, "lm_epochs": 1.0}}
+
+# Seconds per unit of work measured on a 2-core CPU with native bf16 (AVX512-BF16), for the
+# start-of-run estimate: noise-LM step (batch 32), sampled sequence, classifier step (batch 32,
+# baseline / PosCal / joint EBM K=1) and predicted example in evaluation (which runs in fp32), by
+# precision. The fp32 figures
+# stand for a CPU without native bf16 too: there fp32 runs at about the same speed (ASSETS.md).
+STEP_SECONDS = {
+    "bf16": {"lm": 0.38, "sample": 0.0117, "baseline": 0.25, "poscal": 0.30, "ebm": 0.45, "eval": 0.006},
+    "fp32": {"lm": 0.40, "sample": 0.020, "baseline": 0.95, "poscal": 1.10, "ebm": 1.75, "eval": 0.006},
+}
+QUICKSTART_KIND = "quickstart"
+
+
 @dataclass
 class QuickstartConfig:
-    out: str = field(default="runs/quickstart", metadata={"help": "output directory"})
+    out: str = field(default="runs/quickstart", metadata={"help": "output folder (an interrupted quickstart "
+                                                                  "continues in it)"})
     full: bool = field(default=False, metadata={"help": "paper-sized settings: all data, K=8 (hours on a CPU)"})
-    data: str = field(default="", metadata={"help": "use this prepared dataset instead of rt-polarity"})
+    data: str = field(default="", metadata={"help": "use this prepared dataset folder instead of rt-polarity"})
     encoder: str = field(default="minilm-l6", metadata={"help": "pretrained encoder (HF folder or id)"})
     noise_lm: str = field(default="", metadata={"help": "start the infill noise LM from this model "
                                                         "(e.g. smollm2-135m); default: a small LM from scratch"})
-    train_limit: int = field(default=3000, metadata={"help": "training examples for the classifiers (0: all)"})
-    epochs: float = field(default=3.0, metadata={"help": "classifier epochs (paper: 3)"})
-    noise_ratio: int = field(default=1, metadata={"help": "K noise samples per data sample"})
-    lm_epochs: float = field(default=2.0, metadata={"help": "noise LM epochs (over the whole training split)"})
-    lm_layers: int = field(default=4, metadata={"help": "noise LM layers (from scratch)"})
-    lm_width: int = field(default=256, metadata={"help": "noise LM width (from scratch)"})
-    lm_vocab_size: int = field(default=8000, metadata={"help": "noise LM tokenizer vocabulary (from scratch)"})
-    batch_size: int = field(default=32, metadata={"help": "classifier batch size"})
-    max_len: int = field(default=64, metadata={"help": "classifier max tokens"})
-    seed: int = field(default=0, metadata={"help": "random seed"})
-    precision: str = field(default="bf16", metadata={"help": "training precision", "choices": ["fp32", "bf16", "fp16"]})
+    train_limit: int | None = field(default=None, metadata={
+        "help": "training examples for the classifiers (0: all; default: 3000 in bf16, 1200 in fp32)", "min": 0})
+    epochs: float = field(default=3.0, metadata={"help": "classifier epochs", "gt": 0})
+    noise_ratio: int = field(default=1, metadata={"help": "K noise samples per data sample", "min": 1})
+    lm_epochs: float | None = field(default=None, metadata={
+        "help": "noise LM epochs over the whole training split (default: 2 in bf16, 1 in fp32)", "gt": 0})
+    lm_layers: int = field(default=4, metadata={"help": "noise LM layers (from scratch)", "min": 1})
+    lm_width: int = field(default=256, metadata={"help": "noise LM width (from scratch)", "min": 8})
+    lm_vocab_size: int = field(default=8000, metadata={"help": "noise LM tokenizer vocabulary (from scratch)",
+                                                       "min": 64})
+    batch_size: int = field(default=32, metadata={"help": "classifier batch size", "min": 1})
+    max_len: int = field(default=64, metadata={"help": "classifier max tokens", "min": 2})
+    seed: int = field(default=0, metadata={"help": "random seed", "min": 0})
+    precision: str = field(default="auto", metadata={
+        "help": "auto: bf16 where the hardware multiplies it natively, else fp32 (see docs/training.md)",
+        "choices": ["auto", "fp32", "bf16", "fp16"]})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    def check(self) -> None:
+        from textebm.cli.args import refuse_unused
+
+        if self.full:
+            refuse_unused(self, ["train_limit", "noise_ratio"], "with --full (it sets all data and K=8)")
+        if self.noise_lm:
+            refuse_unused(self, ["lm_layers", "lm_width", "lm_vocab_size"],
+                          "with --noise-lm (the model's own size and tokenizer are used)")
+
+
+def settle(cfg: QuickstartConfig, precision: str) -> QuickstartConfig:
+    """Fill the settings left to the preset of `precision` (and --full's)."""
+    preset = PRESETS["bf16" if precision in ("bf16", "fp16") else "fp32"]
+    if cfg.full:
+        cfg.train_limit, cfg.noise_ratio = 0, 8
+    if cfg.train_limit is None:
+        cfg.train_limit = preset["train_limit"]
+    if cfg.lm_epochs is None:
+        cfg.lm_epochs = preset["lm_epochs"]
+    return cfg
+
+
+def estimate_seconds(precision: str, lm_sentences: int, train_examples: int, eval_examples: int,
+                     cfg: QuickstartConfig) -> dict[str, float]:
+    """Expected seconds per step of the pipeline on a 2-core CPU (STEP_SECONDS)."""
+    c = STEP_SECONDS["bf16" if precision in ("bf16", "fp16") else "fp32"]
+    lm_steps = math.ceil(lm_sentences / 32) * cfg.lm_epochs
+    steps = math.ceil(train_examples / cfg.batch_size) * cfg.epochs
+    k = cfg.noise_ratio
+    return {"noise-lm": lm_steps * c["lm"],
+            "noise": train_examples * k * math.ceil(cfg.epochs) * c["sample"],
+            "baselines": steps * (c["baseline"] + c["poscal"]),
+            "ebms": 3 * steps * (c["baseline"] + k * (c["ebm"] - c["baseline"])),
+            "eval": 5 * (train_examples + eval_examples) * c["eval"]}
 
 
 def quickstart(cfg: QuickstartConfig) -> dict:
@@ -61,10 +117,17 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     from textebm.lm.train import LMTrainConfig, lm_train
     from textebm.train import run_completed
 
-    if cfg.full:
-        cfg.train_limit, cfg.noise_ratio = 0, 8
+    from textebm.outputs import check_output_dir, write_marker
+    from textebm.precision import resolve_precision
+
     out = Path(cfg.out)
+    check_output_dir(out, QUICKSTART_KIND, overwrite=True)  # a quickstart folder continues; nothing else is touched
+    choice = resolve_precision(cfg.precision)
+    cfg = settle(cfg, choice.precision)
+    log.info("[quickstart] precision %s", choice.reason)
     out.mkdir(parents=True, exist_ok=True)
+    write_marker(out, QUICKSTART_KIND, ["data", "noise-lm", "noise.jsonl", "runs", "eval", "results.json",
+                                        "report.md"])
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
 
@@ -83,8 +146,14 @@ def quickstart(cfg: QuickstartConfig) -> dict:
         from textebm.data.recipes import prepare
 
         step("data", (data / "dataset.json").is_file(), lambda: prepare("rt-polarity", data, seed=cfg.seed))
+    info = read_json(data / "dataset.json") if (data / "dataset.json").is_file() else {}
+    n_train = info.get("splits", {}).get("train", 10_000)
+    n_eval = info.get("splits", {}).get("dev", 1_280)
+    est = estimate_seconds(choice.precision, n_train, min(n_train, cfg.train_limit or n_train), n_eval, cfg)
+    log.info("[quickstart] expected duration on a 2-core CPU in %s: about %.0f minutes (%s)", choice.precision,
+             sum(est.values()) / 60, ", ".join(f"{k} {v / 60:.1f}" for k, v in est.items()))
 
-    common = dict(seed=cfg.seed, precision=cfg.precision, progress=cfg.progress, resume=False)
+    common = dict(seed=cfg.seed, precision=choice.precision, progress=cfg.progress, resume=False)
     lm_dir = out / "noise-lm"
     lm_cfg = LMTrainConfig(out=str(lm_dir), data=str(data), objective="infill", mask_ratio=0.4,
                            init=cfg.noise_lm, vocab_size=cfg.lm_vocab_size, layers=cfg.lm_layers,
@@ -97,7 +166,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     per_example = cfg.noise_ratio * math.ceil(cfg.epochs)
     sample_cfg = SampleConfig(model=str(lm_dir / "model"), data=str(data), split="train", mode="infill",
                               top_k=20, per_example=per_example, mask_ratio=0.4, out=str(noise),
-                              limit=cfg.train_limit, seed=cfg.seed, precision=cfg.precision,
+                              limit=cfg.train_limit, seed=cfg.seed, precision=choice.precision,
                               progress=cfg.progress)
     step("noise", noise.is_file(), lambda: sample_file(sample_cfg))
 
@@ -123,7 +192,9 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     settings = {**asdict(cfg), "train_examples": result["settings"]["runs"]["baseline"]["train_examples"],
                 "dev_half": result["settings"]["runs"]["baseline"]["dev_half"],
                 "test_half": result["settings"]["runs"]["baseline"]["test_half"],
-                "noise_per_example": per_example, "noise_lm": _lm_summary(lm_dir)}
+                "noise_per_example": per_example, "noise_lm": _lm_summary(lm_dir),
+                "dataset": info.get("name", data.name), "labels": info.get("labels", []),
+                "precision_choice": choice.as_dict(), "expected_seconds": round(sum(est.values()))}
     results = {"methods": {m: result["methods"][m] for m in METHODS},
                "wall_seconds": round(sum(timings.values()), 1), "timings": timings, "settings": settings,
                "diagnostics": {"nce_accuracy": {n: _final_nce_accuracy(out / "runs" / n) for n in runs
@@ -137,12 +208,13 @@ def quickstart(cfg: QuickstartConfig) -> dict:
 
 
 def _resumable(c):
-    """Resume a half-finished run left by an interrupted quickstart, else start afresh."""
+    """Resume a half-finished run left by an interrupted quickstart, else start it afresh (the
+    run is the quickstart's own, so --overwrite replaces only what textebm wrote there)."""
     run = Path(c.out)
     if (run / "checkpoint" / "state.json").is_file():
         c.resume = True
     elif run.exists():
-        shutil.rmtree(run)
+        c.overwrite = True
     return c
 
 
@@ -178,8 +250,9 @@ def render_report(results: dict, out: Path) -> str:
     lines = [
         "# textebm quickstart: joint EBM training for calibration (He et al. 2021)",
         "",
-        f"rt-polarity sentiment, encoder `{s['encoder']}`, {s['train_examples']} training examples, "
-        f"{s['epochs']:g} epochs, noise ratio K={s['noise_ratio']}, precision {s['precision']}, seed {s['seed']}. "
+        f"Dataset `{s['dataset']}` (classes: {', '.join(s['labels'])}), encoder `{s['encoder']}`, "
+        f"{s['train_examples']} training examples, {s['epochs']:g} epochs, noise ratio K={s['noise_ratio']}, "
+        f"seed {s['seed']}; precision {s['precision_choice']['reason']}. "
         f"Numbers on the test half ({s['test_half']} examples) of the dev split; calibrators fit on the "
         f"training set (-train) or the dev half ({s['dev_half']} examples, -dev). ECE with 20 bins; "
         "class-wise ECE is the paper's eq. (15), top-label ECE the usual max-probability ECE.",

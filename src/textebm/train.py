@@ -192,16 +192,30 @@ def make_optimizer(model: torch.nn.Module, opts: TrainOptions) -> torch.optim.Op
 RUN_ENTRIES = ["config.json", "checkpoint", "metrics.json", "model"]  # what a run folder holds
 
 
+def eval_split_of(cfg) -> str:
+    """The split a training command evaluates on: `cfg.eval_split`, except that the default "dev"
+    is skipped (with a note) when --data is a single file, which holds the train split only; an
+    --eval-split the user set explicitly is refused there by the reader."""
+    from textebm.cli.args import changed
+
+    if cfg.eval_split and not Path(cfg.data).is_dir() and not changed(cfg, "eval_split"):
+        log.info("--data %s is a single file (the train split only): no %s evaluation", cfg.data, cfg.eval_split)
+        return ""
+    return cfg.eval_split
+
+
 def run_kind(opts: TrainOptions) -> str:
     """The command a run folder belongs to (its output marker's kind), e.g. "lm train"."""
     return getattr(opts, "COMMAND", "train")
 
 
-def check_run_dir(opts: TrainOptions, config: dict) -> None:
+def check_run_dir(opts: TrainOptions, config: dict | None) -> None:
     """Refuse a non-empty RUN without --resume / --overwrite, and a resumed run whose settings differ.
 
     Only reads: every process calls it before anything is written, so all of them stop with the
-    same message instead of one erring and the others failing at the next barrier."""
+    same message instead of one erring and the others failing at the next barrier. Commands call
+    it with `config=None` before their own work (data, tokenizer, model), so a bad --out fails at
+    once; `train` calls it again with the full config."""
     from textebm.outputs import check_output_dir, read_marker
 
     run = Path(opts.out)
@@ -209,6 +223,8 @@ def check_run_dir(opts: TrainOptions, config: dict) -> None:
     if opts.resume:
         if not cfg_file.is_file():
             raise TextebmError(f"--out {run}: nothing to resume (no config.json)")
+        if config is None:
+            return
         old = read_json(cfg_file)
         diff = sorted(k for k in set(old) | set(config)
                       if k not in RESUME_FREE and old.get(k) != config.get(k))

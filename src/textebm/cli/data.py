@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from textebm.data.recipes import RECIPES
+
 
 @dataclass
 class ListConfig:
@@ -18,20 +20,21 @@ class ListConfig:
 @dataclass
 class PrepareConfig:
     name: str = field(metadata={"help": "dataset name (see `textebm data list`)",
-                                "positional": True})
-    out: Path = field(metadata={"help": "output directory (replaced as a whole)"})
+                                "positional": True, "choices": list(RECIPES)})
+    out: Path = field(metadata={"help": "output folder (new or empty; see --overwrite)"})
     seed: int = field(default=0, metadata={"help": "seed of the train/dev/test split where the "
-                                                   "source has none"})
+                                                   "source has none", "min": 0})
+    overwrite: bool = field(default=False, metadata={"help": "replace an earlier dataset in --out"})
 
 
 @dataclass
 class ConvertConfig:
     input: Path = field(metadata={"help": "training file (.jsonl, .csv, .tsv or .txt); also the "
                                           "source of dev/test when those are not given"})
-    out: Path = field(metadata={"help": "output directory (replaced as a whole)"})
+    out: Path = field(metadata={"help": "output folder (new or empty; see --overwrite)"})
     dev: Path | None = field(default=None, metadata={"help": "dev file"})
     test: Path | None = field(default=None, metadata={"help": "test file"})
-    seed: int = field(default=0, metadata={"help": "seed of the split made from --input"})
+    seed: int = field(default=0, metadata={"help": "seed of the split made from --input", "min": 0})
     text_field: str | None = field(default=None, metadata={
         "help": "text column / key (default: auto-detected: text, sentence1, question1, "
                 "question, sentence, ...)"})
@@ -41,6 +44,7 @@ class ConvertConfig:
                 "is_duplicate, score)"})
     id_field: str | None = field(default=None, metadata={
         "help": "id column / key, kept as source_id (default: id, idx, index, guid if present)"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an earlier dataset in --out"})
 
 
 def list_datasets(cfg: ListConfig) -> None:
@@ -58,7 +62,7 @@ def prepare_dataset(cfg: PrepareConfig) -> None:
     """Download a named dataset (once) and write it to --out in the standard layout."""
     from textebm.data.recipes import prepare
 
-    info = prepare(cfg.name, cfg.out, seed=cfg.seed)
+    info = prepare(cfg.name, cfg.out, seed=cfg.seed, overwrite=cfg.overwrite)
     _report(cfg.out, info)
 
 
@@ -68,7 +72,8 @@ def convert_files(cfg: ConvertConfig) -> None:
 
     info = convert(cfg.input, cfg.out, dev=cfg.dev, test=cfg.test, seed=cfg.seed,
                    text_field=cfg.text_field, pair_field=cfg.pair_field,
-                   label_field=cfg.label_field, id_field=cfg.id_field)
+                   label_field=cfg.label_field, id_field=cfg.id_field,
+                   overwrite=cfg.overwrite)
     _report(cfg.out, info)
 
 

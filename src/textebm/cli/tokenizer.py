@@ -16,11 +16,12 @@ from textebm.tokenizer import KINDS
 class TrainConfig:
     data: Path = field(metadata={"help": "dataset folder holding train.jsonl (or a .jsonl file); "
                                          "trains on its `text` and `text_pair` fields"})
-    vocab_size: int = field(metadata={"help": "vocabulary size, special tokens included"})
+    vocab_size: int = field(metadata={"help": "vocabulary size, special tokens included", "min": 64})
     out: Path = field(metadata={"help": "output folder"})
     kind: str = field(default="bpe", metadata={"choices": list(KINDS),
                                                "help": "byte-level BPE (GPT-2 style) or WordPiece (BERT style)"})
     lowercase: bool = field(default=False, metadata={"help": "lowercase text before tokenizing"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an earlier tokenizer in --out"})
 
 
 def train(cfg: TrainConfig) -> None:
@@ -28,18 +29,15 @@ def train(cfg: TrainConfig) -> None:
     import logging
 
     from textebm.errors import TextebmError
-    from textebm.io import atomic_dir
+    from textebm.outputs import check_output_dir, output_dir
     from textebm.tokenizer import train_jsonl
 
     path = cfg.data / "train.jsonl" if cfg.data.is_dir() else cfg.data
     if not path.is_file():
         raise TextebmError(f"{path}: not found; prepare a dataset with `textebm data prepare`")
-    out = cfg.out
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "tokenizer.json").is_file())):
-        raise TextebmError(f"{out}: exists and is not a tokenizer folder; refusing to replace it")
+    check_output_dir(cfg.out, "tokenizer train", cfg.overwrite)  # before the work
     tokenizer = train_jsonl(path, cfg.vocab_size, cfg.kind, cfg.lowercase)
-    with atomic_dir(cfg.out) as tmp:
-        tmp.chmod(0o755)
+    with output_dir(cfg.out, "tokenizer train", cfg.overwrite) as tmp:
         tokenizer.save_pretrained(tmp)
     logging.getLogger(__name__).info("wrote a %s tokenizer with %d entries to %s", cfg.kind, len(tokenizer), cfg.out)
 

@@ -19,6 +19,7 @@ def convert(
     pair_field: str | None = None,
     label_field: str | None = None,
     id_field: str | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Read `input` (and `dev` / `test` when given) and write `out` in the standard layout.
 
@@ -26,6 +27,10 @@ def convert(
     `input` is given, 90/10 when one of dev / test is missing. Every file is read and checked
     before anything is written; a file's own ids are kept as `source_id`. Returns dataset.json.
     """
+    from textebm.data.layout import DATASET_KIND
+    from textebm.outputs import check_output_dir
+
+    check_output_dir(out, DATASET_KIND, overwrite)  # before reading anything
     fields = dict(text_field=text_field, pair_field=pair_field, label_field=label_field,
                   id_field=id_field)
     files = {"train": Path(input), "dev": dev and Path(dev), "test": test and Path(test)}
@@ -47,7 +52,7 @@ def convert(
                  f"seeded split of the input for {' and '.join(missing)}",
         "seed": seed,
     }
-    return write_dataset(out, splits, meta)
+    return write_dataset(out, splits, meta, overwrite)
 
 
 def _rename_id(ex: dict[str, Any]) -> dict[str, Any]:

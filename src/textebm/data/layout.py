@@ -7,19 +7,19 @@ A dataset is a directory:
     DIR/dataset.json                                 name, source, seed, sizes, labels, licence
 
 Ids are `{split}-{index:06d}` in file order, so they are stable for a given source and seed.
-The directory is written as a whole (`atomic_dir`): a failure leaves no partial output.
+The folder is written as a whole (`textebm.outputs.output_dir`): a failure leaves no partial output,
+and an existing folder is replaced only with --overwrite and only when textebm wrote it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from textebm.errors import InputError, TextebmError
-from textebm.io import atomic_dir
+from textebm.outputs import output_dir
 
 SPLITS = ("train", "dev", "test")
 DEFAULT_FRACTIONS = {"train": 0.8, "dev": 0.1, "test": 0.1}
@@ -84,20 +84,11 @@ def label_set(splits: Mapping[str, Sequence[dict]]) -> list[str]:
     return sorted({ex["label"] for rows in splits.values() for ex in rows if "label" in ex})
 
 
-def check_out_dir(out: Path) -> None:
-    """Refuse to replace anything but an earlier dataset directory (or an empty one)."""
-    if out.is_file():
-        raise TextebmError(f"{out} is a file; --out must be a directory")
-    if out.is_dir():
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in LAYOUT_FILES)
-        if foreign:
-            raise TextebmError(f"refusing to replace {out}: it holds files that are not part of "
-                               f"a dataset ({', '.join(foreign[:5])}); choose a new or empty "
-                               "directory")
+DATASET_KIND = "dataset"  # the output marker's kind of a dataset folder (textebm.outputs)
 
 
-def write_dataset(out: str | Path, splits: Mapping[str, Sequence[dict]], meta: dict[str, Any]
-                  ) -> dict[str, Any]:
+def write_dataset(out: str | Path, splits: Mapping[str, Sequence[dict]], meta: dict[str, Any],
+                  overwrite: bool = False) -> dict[str, Any]:
     """Write the standard layout to `out` as a whole and return the `dataset.json` contents.
 
     `splits` maps each of train/dev/test to its examples (ids are assigned here); `meta` is
@@ -111,10 +102,8 @@ def write_dataset(out: str | Path, splits: Mapping[str, Sequence[dict]], meta: d
         for ex in splits[s]:
             if not isinstance(ex.get("text"), str) or not ex["text"].strip():
                 raise InputError(out / f"{s}.jsonl", f"example without text: {str(ex)[:80]}")
-    check_out_dir(out)
     info = {**meta, "splits": {s: len(splits[s]) for s in SPLITS}, "labels": label_set(splits)}
-    with atomic_dir(out) as tmp:
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a dataset is an ordinary directory
+    with output_dir(out, DATASET_KIND, overwrite) as tmp:
         for s in SPLITS:
             with open(tmp / f"{s}.jsonl", "w", encoding="utf-8") as f:
                 for row in with_ids(s, splits[s]):

@@ -101,6 +101,13 @@ def load_split(data: str | Path, split: str = "train") -> list[dict[str, Any]]:
             raise InputError(f, "file not found; a dataset directory holds train.jsonl, dev.jsonl "
                                 "and test.jsonl (see `textebm data prepare` / `convert`)")
         return read_examples(f)
+    if not data.exists():
+        raise InputError(data, "not found: expected a dataset folder (train.jsonl, dev.jsonl, test.jsonl; "
+                               "see `textebm data prepare` / `convert`) or a data file")
+    if split != "train":
+        raise InputError(data, f"a single file is read as the train split only, so split {split!r} does not "
+                               "exist here; make a dataset folder with dev and test splits: `textebm data "
+                               f"convert --input {data} --out DIR` (a seeded split of the file)")
     return read_examples(data)
 
 

@@ -109,9 +109,13 @@ def get_recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
-def prepare(name: str, out: str | Path, seed: int = 0) -> dict[str, Any]:
+def prepare(name: str, out: str | Path, seed: int = 0, overwrite: bool = False) -> dict[str, Any]:
     """Download (once), parse and write dataset `name` to `out`; returns dataset.json."""
+    from textebm.data.layout import DATASET_KIND
+    from textebm.outputs import check_output_dir
+
     recipe = get_recipe(name)
+    check_output_dir(out, DATASET_KIND, overwrite)  # before the download
     archive = recipe.fetch()
     splits = recipe.build(archive, seed)
     meta = {
@@ -124,4 +128,4 @@ def prepare(name: str, out: str | Path, seed: int = 0) -> dict[str, Any]:
         "split": recipe.split,
         "seed": seed,
     }
-    return write_dataset(out, splits, meta)
+    return write_dataset(out, splits, meta, overwrite)

@@ -30,20 +30,37 @@ class LMTrainConfig(TrainOptions):
     data: str = field(metadata={"help": "dataset directory (train.jsonl, dev.jsonl) or a data file"})
     objective: str = field(default="causal", metadata={"help": "causal LM or paper a's infill objective",
                                                        "choices": ["causal", "infill"]})
-    mask_ratio: float = field(default=0.4, metadata={"help": "infill: probability of masking each token (M)"})
+    mask_ratio: float = field(default=0.4, metadata={"help": "infill: probability of masking each token (M)",
+                                                      "gt": 0, "lt": 1})
     direction: str = field(default="l2r", metadata={"help": "token order; r2l trains on reversed text",
                                                     "choices": ["l2r", "r2l"]})
     init: str = field(default="", metadata={"help": "start from this model (HF folder or models-fetch id)"})
     tokenizer: str = field(default="", metadata={"help": "tokenizer folder for a model from scratch "
                                                          "(default: train one on the data)"})
-    vocab_size: int = field(default=8000, metadata={"help": "vocabulary of a tokenizer trained on the data"})
-    layers: int = field(default=4, metadata={"help": "from scratch: transformer layers"})
-    width: int = field(default=256, metadata={"help": "from scratch: hidden size"})
-    heads: int = field(default=4, metadata={"help": "from scratch: attention heads"})
-    context: int = field(default=256, metadata={"help": "from scratch: maximum positions"})
-    max_len: int = field(default=128, metadata={"help": "truncate texts to this many tokens"})
+    vocab_size: int = field(default=8000, metadata={"help": "vocabulary of a tokenizer trained on the data",
+                                                        "min": 64})
+    layers: int = field(default=4, metadata={"help": "from scratch: transformer layers", "min": 1})
+    width: int = field(default=256, metadata={"help": "from scratch: hidden size", "min": 8})
+    heads: int = field(default=4, metadata={"help": "from scratch: attention heads", "min": 1})
+    context: int = field(default=256, metadata={"help": "from scratch: maximum positions", "min": 8})
+    max_len: int = field(default=128, metadata={"help": "truncate texts to this many tokens", "min": 1})
     eval_split: str = field(default="dev", metadata={"help": "split for the final perplexity ('' to skip)"})
-    lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)"})
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
+
+    def check(self) -> None:
+        from textebm.cli.args import refuse_unused
+        from textebm.errors import TextebmError
+
+        super().check()
+        if self.objective != "infill":
+            refuse_unused(self, ["mask_ratio"], "with --objective causal")
+        if self.init:
+            refuse_unused(self, ["tokenizer", "vocab_size", "layers", "width", "heads", "context"],
+                          "with --init (the model's own size and tokenizer are used)")
+        elif self.tokenizer:
+            refuse_unused(self, ["vocab_size"], "with --tokenizer (its vocabulary is used)")
+        if not self.init and self.width % self.heads:
+            raise TextebmError(f"--width {self.width} must be divisible by --heads {self.heads}")
 
 
 def _texts(rows: list[dict]) -> list[str]:
@@ -123,10 +140,12 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     from textebm.data.readers import load_split
     from textebm.errors import TextebmError
     from textebm.lm.model import save_lm, special_ids
-    from textebm.train import options_dict, seed_everything, train
+    from textebm.train import check_run_dir, eval_split_of, options_dict, seed_everything, train
 
     if cfg.objective == "infill" and not 0.0 < cfg.mask_ratio < 1.0:
         raise TextebmError(f"--mask-ratio must be in (0, 1), got {cfg.mask_ratio}")
+    check_run_dir(cfg, None)  # a bad --out fails before the tokenizer and the model are built
+    eval_split = eval_split_of(cfg)
     seed_everything(cfg.seed)
     train_texts = _texts(load_split(cfg.data, "train"))
     if not train_texts:
@@ -145,11 +164,11 @@ def lm_train(cfg: LMTrainConfig) -> dict:
         return nll / n, {"tokens": float(n)}
 
     evaluate = None
-    if cfg.eval_split:
-        eval_ids = [ids for ids in encode(_texts(load_split(cfg.data, cfg.eval_split))) if ids]
+    if eval_split:
+        eval_ids = [ids for ids in encode(_texts(load_split(cfg.data, eval_split))) if ids]
 
         def evaluate(m):
-            return evaluate_lm(m, batcher, eval_ids, cfg.batch_size, cfg.seed, cfg.eval_split)
+            return evaluate_lm(m, batcher, eval_ids, cfg.batch_size, cfg.seed, eval_split)
 
     config = {**options_dict(cfg), "parameters": n_params, "vocab_size": len(tokenizer)}
     return train(cfg, config, model, train_ids, [len(x) for x in train_ids], batcher, step_fn,
