@@ -150,6 +150,7 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     train_texts = _texts(load_split(cfg.data, "train"))
     if not train_texts:
         raise TextebmError(f"{cfg.data}: the training split has no texts")
+    eval_texts = _texts(load_split(cfg.data, eval_split)) if eval_split else []  # read before any work
     model, tokenizer, meta = build_lm(cfg, train_texts)
     sp = special_ids(tokenizer, meta)
     limit = min(cfg.max_len, model.config.max_position_embeddings // (2 if cfg.objective == "infill" else 1) - 3)
@@ -165,7 +166,7 @@ def lm_train(cfg: LMTrainConfig) -> dict:
 
     evaluate = None
     if eval_split:
-        eval_ids = [ids for ids in encode(_texts(load_split(cfg.data, eval_split))) if ids]
+        eval_ids = [ids for ids in encode(eval_texts) if ids]
 
         def evaluate(m):
             return evaluate_lm(m, batcher, eval_ids, cfg.batch_size, cfg.seed, eval_split)

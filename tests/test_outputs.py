@@ -1,0 +1,83 @@
+"""The one rule for outputs (textebm.outputs): refuse what textebm did not write, replace only its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from textebm.errors import TextebmError
+from textebm.outputs import MARKER, check_output_dir, check_output_file, output_dir, read_marker
+
+
+def _write(tmp: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_text(text)
+
+
+def test_new_folder_is_written_whole_with_a_marker(tmp_path):
+    out = tmp_path / "report"
+    with output_dir(out, "classify eval", overwrite=False) as tmp:
+        _write(tmp, {"metrics.json": "{}", "plots/a.png": "png"})
+    assert (out / "metrics.json").read_text() == "{}" and (out / "plots" / "a.png").is_file()
+    marker = read_marker(out)
+    assert marker["kind"] == "classify eval" and marker["entries"] == ["metrics.json", "plots"]
+    assert [p.name for p in tmp_path.iterdir()] == ["report"]  # no temporary left beside it
+
+
+def test_existing_output_needs_overwrite_and_keeps_the_users_files(tmp_path):
+    out = tmp_path / "report"
+    with output_dir(out, "classify eval", overwrite=False) as tmp:
+        _write(tmp, {"metrics.json": "old", "old-only.png": "x"})
+    (out / "my-notes.txt").write_text("mine")
+    with pytest.raises(TextebmError, match="--overwrite"):
+        check_output_dir(out, "classify eval", overwrite=False)
+    with output_dir(out, "classify eval", overwrite=True) as tmp:
+        _write(tmp, {"metrics.json": "new"})
+    assert (out / "metrics.json").read_text() == "new"
+    assert not (out / "old-only.png").exists()  # textebm's own earlier file, no longer written
+    assert (out / "my-notes.txt").read_text() == "mine"  # never deleted: textebm did not write it
+    assert read_marker(out)["entries"] == ["metrics.json"]
+
+
+def test_foreign_and_other_kind_folders_are_never_touched(tmp_path):
+    foreign = tmp_path / "mine"
+    _write(foreign, {"thesis.tex": "years of work"})
+    for overwrite in (False, True):
+        with pytest.raises(TextebmError, match="not written by textebm"):
+            with output_dir(foreign, "classify eval", overwrite=overwrite) as tmp:
+                _write(tmp, {"metrics.json": "{}"})
+    assert [p.name for p in foreign.iterdir()] == ["thesis.tex"]
+    run = tmp_path / "run"
+    _write(run, {"config.json": "{}", "model/model.safetensors": "w", MARKER: json.dumps(
+        {"kind": "classify train", "entries": ["config.json", "model"]})})
+    with pytest.raises(TextebmError, match="classify train"):
+        check_output_dir(run, "classify eval", overwrite=True)
+    assert (run / "model" / "model.safetensors").read_text() == "w"
+
+
+def test_a_failure_leaves_the_earlier_output_as_it_was(tmp_path):
+    out = tmp_path / "report"
+    with output_dir(out, "x", overwrite=False) as tmp:
+        _write(tmp, {"a.json": "1"})
+    with pytest.raises(RuntimeError):
+        with output_dir(out, "x", overwrite=True) as tmp:
+            _write(tmp, {"a.json": "2"})
+            raise RuntimeError("bad input found half-way")
+    assert (out / "a.json").read_text() == "1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def test_files_need_overwrite_and_folders_are_refused(tmp_path):
+    f = tmp_path / "scores.jsonl"
+    check_output_file(f, overwrite=False)  # new: fine
+    f.write_text("x")
+    with pytest.raises(TextebmError, match="--overwrite"):
+        check_output_file(f, overwrite=False)
+    check_output_file(f, overwrite=True)
+    with pytest.raises(TextebmError, match="is a folder"):
+        check_output_file(tmp_path, overwrite=True)
+    with pytest.raises(TextebmError, match="is a file"):
+        check_output_dir(f, "x", overwrite=True)
