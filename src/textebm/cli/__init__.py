@@ -50,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0), or a bad option argparse caught (2, usage printed)
+        return int(e.code or 0)
     logging.basicConfig(level=logging.DEBUG if ns.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:

