@@ -1,6 +1,7 @@
 """The training loop under `accelerate launch` with 2 CPU processes (gloo): it trains, each process
 sees half the batches, only the main process writes, checkpoints carry every rank's RNG, and a
-killed 2-process run resumes to the same numbers as an uninterrupted one."""
+killed 2-process run resumes to the same numbers as an uninterrupted one, also with extra data
+streams (each process gets the batches of every stream that accelerate's sharding deals it)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+
+from textebm.outputs import MARKER
 
 HERE = Path(__file__).parent
 TOY = HERE / "toy_train.py"
@@ -97,7 +100,8 @@ def test_two_processes_train_and_save_once(two_proc, tmp_path):
 
     # the final model was saved exactly once, by rank 0 of 2, over gloo; no temp dirs left behind
     assert save_log.read_text().splitlines() == ["0 2 gloo"]
-    assert sorted(p.name for p in run.iterdir()) == ["checkpoint", "config.json", "metrics.json", "model"]
+    assert sorted(p.name for p in run.iterdir()) == sorted([MARKER, "checkpoint", "config.json", "metrics.json",
+                                                            "model"])
     assert sorted(p.name for p in (run / "model").iterdir()) == ["model.safetensors"]
     w = weights(run)
     assert w and all(v.isfinite().all() for v in w.values())
@@ -139,7 +143,7 @@ def test_two_processes_resume_after_kill_equals_uninterrupted(two_proc, tmp_path
     cut, save_log = tmp_path / "cut", tmp_path / "saves.log"
     args = ("--keep-checkpoint", "--save-log", str(save_log))
 
-    killed = launch2(cut, *args, env_extra={"TEXTEBM_KILL_AT_STEP": "12"})
+    killed = launch2(cut, *args, "--kill-at", "12")
     assert killed.returncode != 0
     state = json.loads((cut / "checkpoint" / "state.json").read_text())
     assert state["step"] == 10  # last checkpoint before the kill
@@ -158,6 +162,35 @@ def test_two_processes_resume_after_kill_equals_uninterrupted(two_proc, tmp_path
     assert mb["train"]["steps"] == 18 and mb["completed"] is True
 
 
+def test_two_processes_streams_are_sharded_aligned_and_resume_exactly(two_proc, tmp_path):
+    """The toy with a lockstep and a cycling stream on 2 processes: each rank gets, step by step,
+    the batches accelerate's sharding deals it from every stream (aligned rounds, the cycling
+    stream through its own epochs), the loss falls, and a killed run resumes to bitwise the
+    same weights as an uninterrupted one, drawing the same batches."""
+    import toy_train as toy
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    res = launch2(full, "--streams", "--batch-log", str(tmp_path / "full.log"))
+    assert res.returncode == 0, res.stderr[-4000:]
+    logged = {r: [json.loads(x) for x in (tmp_path / f"full.log.{r}").read_text().splitlines()] for r in (0, 1)}
+    for rank in (0, 1):
+        assert logged[rank] == toy.expected_batches(3, 2, rank)
+    h = metrics(full)["train"]["history"]
+    assert metrics(full)["train"]["steps"] == 18 and h[-1]["loss"] < 0.5 * h[0]["loss"]
+
+    killed = launch2(cut, "--streams", "--batch-log", str(tmp_path / "cut.log"), "--kill-at", "12")
+    assert killed.returncode != 0 and not (cut / "model").exists()
+    assert json.loads((cut / "checkpoint" / "state.json").read_text())["step"] == 10
+    resumed = launch2(cut, "--streams", "--batch-log", str(tmp_path / "cut.log"), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    a, b = weights(full), weights(cut)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert metrics(full)["train"]["history"] == metrics(cut)["train"]["history"]
+    for rank in (0, 1):
+        again = [json.loads(x) for x in (tmp_path / f"cut.log.{rank}").read_text().splitlines()]
+        assert again[:10] + again[12:] == logged[rank]
+
+
 def test_two_processes_refuse_an_existing_run_with_one_message_each(tmp_path):
     """Every process checks the run folder before anything is written, so both stop with the
     user-facing error (not one error and a gloo failure at the next barrier)."""
@@ -166,13 +199,14 @@ def test_two_processes_refuse_an_existing_run_with_one_message_each(tmp_path):
     (run / "notes.txt").write_text("mine")
     res = launch2(run)
     assert res.returncode != 0
-    assert res.stderr.count("exists and is not empty; pass --resume") == 2
+    assert res.stderr.count("exists, is not empty and was not written by textebm") == 2
     assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]  # nothing written
 
 
 def test_two_process_joint_ebm_training(classify_fixture, tmp_path):
-    """`classify train` with NCE under a 2-process launch: each process takes half the batches
-    with the noise batches the plan deals them, and the classifier is saved once and loads."""
+    """`classify train` with NCE under a 2-process launch: each process takes half the data
+    batches with the noise stream's batches sharded alongside, and the classifier is saved once
+    and loads."""
     d = classify_fixture
     args = ["classify", "train", "--data", str(d / "data"), "--encoder", str(d / "encoder"),
             "--energy", "hidden", "--noise", str(d / "noise.jsonl"), "--epochs", "2", "--batch-size", "16",

@@ -119,8 +119,8 @@ def test_infill_lm_resumed_after_a_kill_equals_an_uninterrupted_run(data, tmp_pa
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     full = subprocess.run([*args, "--out", str(tmp_path / "full")], capture_output=True, text=True, env=env)
     assert full.returncode == 0, full.stderr
-    cut = subprocess.run([*args, "--out", str(tmp_path / "cut")], capture_output=True, text=True,
-                         env={**env, "TEXTEBM_KILL_AT_STEP": "10"})
+    kill_at_10 = [sys.executable, str(Path(__file__).parent / "kill_at_step.py"), "10", *args[3:]]
+    cut = subprocess.run([*kill_at_10, "--out", str(tmp_path / "cut")], capture_output=True, text=True, env=env)
     assert cut.returncode == 137 and not (tmp_path / "cut" / "model").exists()
     assert json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())["step"] == 8
     resumed = subprocess.run([*args, "--out", str(tmp_path / "cut"), "--resume"], capture_output=True,

@@ -1,5 +1,7 @@
-"""The generic training loop: resume-after-kill equals an uninterrupted run, NaN stops the run,
-checkpoints are safetensors + JSON, config mismatch on resume is refused."""
+"""The generic training loop: resume-after-kill equals an uninterrupted run (also with extra data
+streams and parameter groups), NaN stops the run, checkpoints are safetensors + JSON, config
+mismatch on resume is refused; streams stay aligned when sharded, cycling streams run through
+their own epochs, a parameter group at lr 0 does not move."""
 
 from __future__ import annotations
 
@@ -12,8 +14,11 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+import toy_train as toy
 from textebm.checkpoint import optimizer_from_files, optimizer_to_files
-from textebm.train import BucketBatchSampler, linear_schedule
+from textebm.errors import TextebmError
+from textebm.train import (BucketBatchSampler, CycleBatchSampler, ParamGroup, Stream, TrainOptions, linear_schedule,
+                           make_optimizer, stream_sampler)
 
 HERE = Path(__file__).parent
 
@@ -31,7 +36,7 @@ def weights(run):
 def test_resume_after_kill_equals_uninterrupted(tmp_path):
     full = run_toy(tmp_path / "full")
     assert full.returncode == 0, full.stderr
-    killed = run_toy(tmp_path / "cut", env_extra={"TEXTEBM_KILL_AT_STEP": "17"})
+    killed = run_toy(tmp_path / "cut", "--kill-at", "17")
     assert killed.returncode == 137
     state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
     assert state["step"] == 15  # last checkpoint before the kill (every 5 steps)
@@ -139,3 +144,162 @@ def test_sharded_bucket_batches_cover_every_example(n, processes):
         assert len(shard) == -(-len(batches) // processes)
         seen |= {i for b in shard for i in b}
     assert seen == set(range(n))
+
+
+def same_weights(a_run, b_run):
+    a, b = weights(a_run), weights(b_run)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert (a[k] == b[k]).all(), k  # bitwise equal on CPU
+
+
+def history(run):
+    return json.loads((Path(run) / "metrics.json").read_text())["train"]["history"]
+
+
+def batch_log(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+# ---------------------------------------------------------------- data streams
+
+
+@pytest.mark.parametrize("n", [96, 100])
+@pytest.mark.parametrize("processes", [1, 2, 3])
+def test_lockstep_stream_covers_its_epoch_items_and_stays_aligned_when_sharded(n, processes):
+    """K items per main item at batch size K x B: as many batches as the main stream, its short
+    batch last; under accelerate's round-robin sharding every process gets main batch r and
+    stream batch r together, and both streams give each process equally many batches."""
+    from accelerate.data_loader import BatchSamplerShard
+
+    k, B = 3, 8
+    opts = TrainOptions(out="unused", batch_size=B, seed=4)
+    lengths = [(i * 7) % 41 + 1 for i in range(n)]
+    pool_lengths = [(i * 13) % 57 + 1 for i in range(n * 4)]  # 4 samples per main item
+
+    def items(e):  # samples (e*K + j) mod 4 of every item
+        return [4 * i + (e * k + j) % 4 for i in range(n) for j in range(k)]
+
+    main = BucketBatchSampler(lengths, B, opts.seed)
+    aux = stream_sampler(Stream(dataset=pool_lengths, lengths=pool_lengths, collate=list, batch_size=k * B,
+                                epoch_items=items), opts, len(main))
+    for e in (0, 1):
+        main.set_epoch(e)
+        aux.set_epoch(e)
+        mb, ab = list(main), list(aux)
+        assert len(mb) == len(ab) == -(-n // B)
+        assert sorted(i for b in ab for i in b) == sorted(items(e))  # each epoch item exactly once
+        assert all(len(b) == k * B for b in ab[:-1]) and len(ab[-1]) == k * len(mb[-1])
+        where_m = {tuple(b): r for r, b in enumerate(mb)}
+        where_a = {tuple(b): r for r, b in enumerate(ab)}
+        for p in range(processes):
+            ms = list(BatchSamplerShard(main, processes, p))
+            as_ = list(BatchSamplerShard(aux, processes, p))
+            assert len(ms) == len(as_) == len(BatchSamplerShard(main, processes, p))
+            # the round each batch came from (None: a batch accelerate completed from the first ones)
+            assert [where_m.get(tuple(b)) for b in ms] == [where_a.get(tuple(b)) for b in as_]
+    assert items(0) != items(1)  # the noise pool's pattern: other samples of each item every epoch
+    aux.set_epoch(2)
+    assert list(aux) != ab
+
+
+def test_lockstep_stream_of_another_size_is_refused(tmp_path):
+    import torch
+
+    from textebm.train import train
+
+    items = toy.data(16)
+    other = Stream(dataset=items, lengths=[len(i) for i, _ in items], collate=toy.collate, batch_size=4)
+    with pytest.raises(TextebmError, match="lockstep stream needs as many"):
+        train(toy.options(str(tmp_path / "r"), precision="fp32"), {}, toy.Toy(), items, [len(i) for i, _ in items],
+              toy.collate, lambda m, b: (torch.zeros(()), {}), save_model=lambda m, d: None,
+              streams={"other": other})
+    assert not (tmp_path / "r").exists()  # a failed start leaves nothing
+
+
+def test_cycling_stream_runs_through_its_own_epochs():
+    """51 items at batch size 8: 6 full batches an epoch (the short one dropped); with 12 main
+    batches an epoch, main epoch e reads its batches 12e .. 12e+11 of the stream's own epochs."""
+    unl = toy.streams()["unl"]
+    s = stream_sampler(unl, toy.options("unused"), 12)
+    assert isinstance(s, CycleBatchSampler) and len(s) == 12
+    seq = []
+    for e in range(3):
+        s.set_epoch(e)
+        seq += list(s)
+    assert len(seq) == 36 and all(len(b) == 8 for b in seq)
+    own_epochs = [sorted(i for b in seq[j:j + 6] for i in b) for j in range(0, 36, 6)]
+    assert all(len(set(ep)) == 48 and set(ep) <= set(range(51)) for ep in own_epochs)  # each once, 3 dropped
+    assert len({tuple(ep) for ep in own_epochs}) > 1  # another permutation each epoch
+    inner = BucketBatchSampler(unl.lengths, 8, toy.options("unused").seed + unl.seed_offset)
+    assert seq[12:18] == inner.batches(2)[:6]  # main epoch 1 starts the stream's epoch 2
+    s.set_epoch(1)
+    assert list(s) == seq[12:24]  # a resumed epoch draws the same batches
+
+
+def test_streams_train_and_resume_after_kill_equals_uninterrupted(tmp_path):
+    """The toy with a lockstep and a cycling stream: every step gets the batches the samplers
+    give, the loss falls, and a run killed mid-epoch (the cycling stream mid-way through its own
+    epoch) resumes to bitwise the same weights, drawing the same batches of every stream."""
+    full = run_toy(tmp_path / "full", "--streams", "--batch-log", tmp_path / "full.log")
+    assert full.returncode == 0, full.stderr
+    logged = batch_log(tmp_path / "full.log.0")
+    assert logged == toy.expected_batches(3)
+    h = history(tmp_path / "full")
+    assert h[-1]["loss"] < 0.3 * h[0]["loss"]
+
+    killed = run_toy(tmp_path / "cut", "--streams", "--batch-log", tmp_path / "cut.log", "--kill-at", "17")
+    assert killed.returncode == 137
+    assert json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())["step"] == 15
+    resumed = run_toy(tmp_path / "cut", "--streams", "--batch-log", tmp_path / "cut.log", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    same_weights(tmp_path / "full", tmp_path / "cut")
+    assert history(tmp_path / "full") == history(tmp_path / "cut")
+    cut = batch_log(tmp_path / "cut.log.0")
+    assert len(cut) == 17 + 21 and cut[:15] + cut[17:] == logged  # steps 16, 17 drawn again alike
+
+
+# ---------------------------------------------------------------- parameter groups
+
+
+def test_make_optimizer_groups_keep_decay_off_biases_and_refuse_bad_groups():
+    model = toy.Toy()
+    opts = TrainOptions(out="unused", lr=0.01, weight_decay=0.1)
+    opt = make_optimizer(model, opts, [ParamGroup(name="head", prefix="out.", lr=0.002)])
+    got = [(g["name"], g["lr"], g["weight_decay"], [p.shape for p in g["params"]]) for g in opt.param_groups]
+    assert got == [("", 0.01, 0.1, [(50, 16)]), ("", 0.01, 0.0, []),
+                   ("head", 0.002, 0.1, [(1, 16)]), ("head", 0.002, 0.0, [(1,)])]
+    assert opt.defaults["fused"]
+    plain = make_optimizer(model, opts)  # no groups: every parameter at --lr, as before
+    assert [len(g["params"]) for g in plain.param_groups] == [2, 1]
+    with pytest.raises(TextebmError, match="match no"):
+        make_optimizer(model, opts, [ParamGroup(name="x", prefix="nope.", lr=1.0)])
+    with pytest.raises(TextebmError, match="several"):
+        make_optimizer(model, opts, [ParamGroup(name="a", prefix="out", lr=1.0),
+                                     ParamGroup(name="b", prefix="out.w", lr=1.0)])
+
+
+def test_param_group_at_lr_0_stays_put_and_resume_is_exact(tmp_path):
+    """emb at twice the learning rate, out at 0: out keeps its initial weights, emb learns, the
+    loss falls, the schedule scales both groups alike, and a killed run resumes exactly."""
+    import torch
+
+    args = ("--group", "emb.=0.02", "--group", "out.=0")
+    full = run_toy(tmp_path / "full", *args)
+    assert full.returncode == 0, full.stderr
+    torch.manual_seed(0)  # as toy_train.main does before building the model
+    init = toy.Toy().state_dict()
+    w = weights(tmp_path / "full")
+    assert torch.equal(w["out.weight"], init["out.weight"]) and torch.equal(w["out.bias"], init["out.bias"])
+    assert (w["emb.weight"] - init["emb.weight"]).abs().max() > 1e-3
+    h = history(tmp_path / "full")
+    assert h[-1]["loss"] < 0.5 * h[0]["loss"]
+    assert all(x["lr_out"] == 0 and x["lr_emb"] == pytest.approx(2 * x["lr"]) for x in h)
+    assert h[0]["lr"] > h[-2]["lr"] > h[-1]["lr"] == 0  # decays to 0
+
+    killed = run_toy(tmp_path / "cut", *args, "--kill-at", "12")
+    assert killed.returncode == 137
+    resumed = run_toy(tmp_path / "cut", *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    same_weights(tmp_path / "full", tmp_path / "cut")
+    assert history(tmp_path / "full") == history(tmp_path / "cut")

@@ -1,15 +1,24 @@
 """A toy training run on the generic loop (run as a script by tests/test_train_loop.py).
 
-usage: python toy_train.py OUT [--resume] [--nan-at STEP] [--precision P] [--epochs E] [--lr LR]
-                           [--keep-checkpoint] [--save-log FILE]
+usage: python toy_train.py OUT [--resume] [--nan-at STEP] [--kill-at STEP] [--precision P]
+                           [--epochs E] [--lr LR] [--keep-checkpoint] [--save-log FILE]
+                           [--streams] [--batch-log FILE] [--group PREFIX=LR ...]
 
 Also run under `accelerate launch` by tests/test_distributed.py. --save-log FILE appends one line
-"RANK WORLD_SIZE BACKEND" to FILE each time the final model is saved.
+"RANK WORLD_SIZE BACKEND" to FILE each time the final model is saved. --kill-at STEP ends the
+process with status 137 right after optimizer step STEP (as a hard kill would), through
+`train(on_step_end=...)`.
+
+--streams adds two streams to the main one (see `streams`): "aux" in lockstep, "unl" cycling
+through its own epochs; every stream's squared error is part of the loss. --batch-log FILE then
+appends, per step, the item indices of each stream's batch to FILE.RANK as a JSON line.
+--group PREFIX=LR trains the parameters whose names start with PREFIX at peak learning rate LR.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -18,7 +27,7 @@ import torch
 from safetensors.torch import save_model
 
 from textebm.errors import TextebmError
-from textebm.train import TrainOptions, options_dict, train
+from textebm.train import ParamGroup, Stream, TrainOptions, options_dict, train
 
 
 class Toy(torch.nn.Module):
@@ -53,29 +62,94 @@ def collate(items):
     return ids, mask, torch.tensor([y for _, y in items])
 
 
+def indexed(items):
+    """(ids, y) items -> (ids, y, index) items, so a batch names the items it holds."""
+    return [(ids, y, i) for i, (ids, y) in enumerate(items)]
+
+
+def collate_indexed(items):
+    return (*collate([(ids, y) for ids, y, _ in items]), torch.tensor([i for _, _, i in items]))
+
+
+AUX_PER_ITEM, AUX_K = 3, 2  # aux holds 3 variants of each main item; an epoch uses 2 of each
+
+
+def aux_items(epoch: int, n: int = 96) -> list[int]:
+    """Variants (epoch*K + j) mod 3 of every main item: the NCE noise pool's pattern."""
+    return [AUX_PER_ITEM * i + (epoch * AUX_K + j) % AUX_PER_ITEM for i in range(n) for j in range(AUX_K)]
+
+
+def streams(batch_size: int = 8) -> dict[str, Stream]:
+    """"aux": K=2 items per main item at batch size 2 x 8, lockstep; "unl": 51 items at batch size
+    8 (6 full batches, its short batch dropped), cycling through its own epochs."""
+    aux = indexed(data(96 * AUX_PER_ITEM, seed=1))
+    unl = indexed(data(51, seed=2))
+    return {"aux": Stream(dataset=aux, lengths=[len(i) for i, _, _ in aux], collate=collate_indexed,
+                          batch_size=AUX_K * batch_size, epoch_items=aux_items),
+            "unl": Stream(dataset=unl, lengths=[len(i) for i, _, _ in unl], collate=collate_indexed,
+                          batch_size=batch_size, lockstep=False, seed_offset=2)}
+
+
+def options(out: str, **kw) -> TrainOptions:
+    return TrainOptions(out=out, batch_size=8, checkpoint_every=5, log_every=4, progress=False, seed=3, **kw)
+
+
+def expected_batches(epochs: int, processes: int = 1, rank: int = 0) -> list[dict[str, list[int]]]:
+    """What --streams --batch-log records on `rank`: each stream's sampler at each epoch, sharded
+    as accelerate shards it, one dict per step."""
+    from accelerate.data_loader import BatchSamplerShard
+
+    from textebm.train import batch_sampler, stream_sampler
+
+    opts = options("unused")
+    samplers = {"main": batch_sampler([len(i) for i, _ in data()], opts)}
+    samplers.update({n: stream_sampler(st, opts, len(samplers["main"])) for n, st in streams().items()})
+    steps = []
+    for epoch in range(epochs):
+        for s in samplers.values():
+            s.set_epoch(epoch)
+        shards = {n: list(BatchSamplerShard(s, processes, rank)) for n, s in samplers.items()}
+        steps += [dict(zip(shards, b)) for b in zip(*shards.values(), strict=True)]
+    return steps
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--nan-at", type=int, default=0)
+    p.add_argument("--kill-at", type=int, default=0)
     p.add_argument("--precision", default="fp32")
     p.add_argument("--epochs", type=float, default=3)
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--keep-checkpoint", action="store_true")
     p.add_argument("--save-log", default=None)
+    p.add_argument("--streams", action="store_true")
+    p.add_argument("--batch-log", default=None)
+    p.add_argument("--group", action="append", default=[])
     a = p.parse_args(argv)
-    opts = TrainOptions(out=a.out, epochs=a.epochs, batch_size=8, lr=a.lr, checkpoint_every=5,
-                        log_every=4, resume=a.resume, precision=a.precision, progress=False, seed=3,
-                        keep_checkpoint=a.keep_checkpoint)
+    opts = options(a.out, epochs=a.epochs, lr=a.lr, resume=a.resume, precision=a.precision,
+                   keep_checkpoint=a.keep_checkpoint)
+    groups = [ParamGroup(name=prefix.strip("."), prefix=prefix, lr=float(lr))
+              for prefix, lr in (g.split("=") for g in a.group)]
     torch.manual_seed(0)
     model = Toy()
     items = data()
     calls = {"n": 0}
 
+    def mse(m, batch):
+        ids, mask, y = batch[:3]
+        return ((m(ids, mask) - y) ** 2).mean()
+
     def step_fn(m, batch):
-        ids, mask, y = batch
         calls["n"] += 1
-        loss = ((m(ids, mask) - y) ** 2).mean()
+        if a.streams:
+            loss = sum(mse(m, b) for b in batch.values())
+            if a.batch_log:
+                with open(f"{a.batch_log}.{os.environ.get('RANK', '0')}", "a") as f:
+                    f.write(json.dumps({k: b[3].tolist() for k, b in batch.items()}) + "\n")
+        else:
+            loss = mse(m, batch)
         if a.nan_at and calls["n"] >= a.nan_at:
             loss = loss * float("nan")
         return loss, {}
@@ -88,10 +162,17 @@ def main(argv=None):
             with open(a.save_log, "a") as f:
                 f.write(f"{os.environ.get('RANK', '0')} {os.environ.get('WORLD_SIZE', '1')} {backend}\n")
 
+    def kill(step):
+        if step == a.kill_at:
+            os._exit(137)
+
+    main_items, main_collate = (indexed(items), collate_indexed) if a.streams else (items, collate)
     try:
-        train(opts, options_dict(opts), model, items, [len(i) for i, _ in items], collate, step_fn,
-              save_model=save,
-              evaluate=lambda m: {"mse": float(step_fn(m, collate(items))[0])})
+        train(opts, {**options_dict(opts), "streams": a.streams, "groups": a.group}, model, main_items,
+              [len(i[0]) for i in main_items], main_collate, step_fn, save_model=save,
+              evaluate=lambda m: {"mse": float(mse(m, collate(items)))},
+              streams=streams() if a.streams else None, param_groups=groups,
+              on_step_end=kill if a.kill_at else None)
     except TextebmError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

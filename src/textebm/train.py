@@ -11,6 +11,31 @@ clipping, progress, NaN checks, atomic checkpoints and exact resume, `config.jso
                          unless --keep-checkpoint
     RUN/metrics.json     training history, wall time, evaluation results
     RUN/model/           the final model, written by the command's `save_model` callback
+
+Data streams. `dataset`, `lengths` and `collate` are the main stream; epochs and steps count its
+batches. `streams={name: Stream(...)}` adds more, and `step_fn` then gets one dict per step,
+{"main": the main batch, name: that stream's batch, ...}. Every stream is bucketed by its own
+lengths (`BucketBatchSampler`, its own seed), sharded across processes by accelerate, and gives
+exactly one batch per main batch:
+
+    lockstep (default)  the stream's epoch is the main stream's, so it must have as many batches
+                        per epoch (e.g. K items per main item at batch size K x B). Both put their
+                        short batch last, so under accelerate's round-robin sharding every process
+                        gets batch j of each stream together.
+    cycling             (lockstep=False) the stream runs through its own epochs, whatever its size;
+                        it drops its short batch, so every batch it gives is full.
+
+`Stream.epoch_items(e)` chooses the items of the stream's epoch e (e.g. noise sample (e*K + j) mod
+n of every example). A stream's batches depend only on (seed, main epoch, batch in epoch), so a
+checkpoint needs no state of its own for them and a resumed run draws the same batches.
+
+Parameter groups. `param_groups=[ParamGroup(name, prefix, lr)]` trains the parameters whose names
+start with `prefix` at their own peak learning rate, the rest at `opts.lr`. Each group keeps
+weight decay off biases and norms; warm-up and decay scale every group alike; the history logs
+`lr_<name>` next to `lr`.
+
+`on_step_end(step)` runs on every process after each optimizer step (after logging and
+checkpointing), with the number of steps done; the tests use it to kill a run hard.
 """
 
 from __future__ import annotations
@@ -18,13 +43,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import random
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -96,47 +120,122 @@ class BucketBatchSampler(Sampler[list[int]]):
     The one batch shorter than `batch_size` (when the data do not divide) always comes last: under
     several processes accelerate deals batches in rounds and drops a round whose last batch is
     short, so a short batch in mid-epoch would silently lose a batch on every process.
+    `epoch_items(e)` (optional) gives the indices into `lengths` that make up epoch e (repeats
+    allowed, the same number every epoch); by default every index once.
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, shuffle: bool = True,
-                 window: int = 50):
+                 window: int = 50, epoch_items: Callable[[int], Sequence[int]] | None = None):
         self.lengths = list(lengths)
         self.batch_size = batch_size
         self.seed = seed
         self.shuffle = shuffle
         self.window = window
+        self.epoch_items = epoch_items
+        self.n_items = len(epoch_items(0)) if epoch_items is not None else len(self.lengths)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return math.ceil(len(self.lengths) / self.batch_size)
+        return math.ceil(self.n_items / self.batch_size)
 
     def __iter__(self):
-        n = len(self.lengths)
+        return iter(self.batches(self.epoch))
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """The batches of `epoch`, in order."""
+        pool = list(range(len(self.lengths))) if self.epoch_items is None else list(self.epoch_items(epoch))
+        if len(pool) != self.n_items:
+            raise TextebmError(f"epoch_items gave {len(pool)} items for epoch {epoch} and {self.n_items} "
+                               "for epoch 0; it must give the same number every epoch")
+        n, bs = len(pool), self.batch_size
         if not self.shuffle:
-            order = sorted(range(n), key=lambda i: self.lengths[i])
-            yield from (order[i:i + self.batch_size] for i in range(0, n, self.batch_size))
-            return
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = sorted(pool, key=lambda i: self.lengths[i])
+            return [order[i:i + bs] for i in range(0, n, bs)]
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         perm = torch.randperm(n, generator=g).tolist()
-        span = self.batch_size * self.window
+        span = bs * self.window
         batches = []
         for start in range(0, n, span):
-            chunk = sorted(perm[start:start + span], key=lambda i: self.lengths[i])
-            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
-        full = [b for b in batches if len(b) == self.batch_size]
-        short = [b for b in batches if len(b) < self.batch_size]  # at most one: spans divide by batch_size
-        for j in torch.randperm(len(full), generator=g).tolist():
-            yield full[j]
-        yield from short
+            chunk = sorted((pool[p] for p in perm[start:start + span]), key=lambda i: self.lengths[i])
+            batches += [chunk[i:i + bs] for i in range(0, len(chunk), bs)]
+        full = [b for b in batches if len(b) == bs]
+        short = [b for b in batches if len(b) < bs]  # at most one: spans divide by batch_size
+        return [full[j] for j in torch.randperm(len(full), generator=g).tolist()] + short
+
+
+class CycleBatchSampler(Sampler[list[int]]):
+    """`per_epoch` full batches for each main epoch, read on through `inner`'s own epochs.
+
+    Main epoch e takes batches e*per_epoch .. (e+1)*per_epoch - 1 of the endless sequence of
+    inner's epochs 0, 1, 2, ... with each inner epoch's short batch dropped: every batch is full,
+    so sharding across processes stays aligned with the main stream.
+    """
+
+    def __init__(self, inner: BucketBatchSampler, per_epoch: int):
+        self.inner, self.per_epoch = inner, per_epoch
+        self.batch_size = inner.batch_size
+        self.full_per_inner = inner.n_items // inner.batch_size
+        if self.full_per_inner == 0:
+            raise TextebmError(f"a cycling stream needs at least batch_size ({inner.batch_size}) items, "
+                               f"it has {inner.n_items}")
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.per_epoch
+
+    def __iter__(self):
+        inner_epoch, skip = divmod(self.epoch * self.per_epoch, self.full_per_inner)
+        left = self.per_epoch
+        while left:
+            full = [b for b in self.inner.batches(inner_epoch) if len(b) == self.batch_size]
+            take = full[skip:skip + left]
+            yield from take
+            left -= len(take)
+            inner_epoch, skip = inner_epoch + 1, 0
+
+
+@dataclass(kw_only=True)
+class Stream:
+    """An extra data stream: `train(..., streams={name: Stream(...)})` (see the module doc)."""
+
+    dataset: Sequence  # the items; collate gets a list of them
+    lengths: Sequence[int]  # one per dataset item, for bucketing
+    collate: Callable[[list], Any]
+    batch_size: int  # items per batch and process
+    lockstep: bool = True  # True: one epoch per main epoch, as many batches; False: its own epochs
+    epoch_items: Callable[[int], Sequence[int]] | None = None  # dataset indices of the stream's epoch e
+    seed_offset: int = 1  # its sampler's seed is opts.seed + seed_offset
+
+
+@dataclass(kw_only=True)
+class ParamGroup:
+    """Parameters whose names (as in `model.named_parameters()`) start with `prefix`, trained at
+    peak learning rate `lr` under the common schedule."""
+
+    name: str
+    prefix: str | tuple[str, ...]
+    lr: float
+
+
+MAIN = "main"  # the main stream's key in a step's batch dict
 
 
 def batch_sampler(lengths: Sequence[int], opts: TrainOptions) -> BucketBatchSampler:
-    """The sampler `train` draws its batches from; commands that plan per-batch data (the noise
-    batches of `classify train`) build the same one to know those batches."""
+    """The main stream's sampler."""
     return BucketBatchSampler(lengths, opts.batch_size, opts.seed)
+
+
+def stream_sampler(stream: Stream, opts: TrainOptions, main_batches: int) -> Sampler[list[int]]:
+    """The sampler of an extra stream, given the main stream's batches per epoch (all processes)."""
+    inner = BucketBatchSampler(stream.lengths, stream.batch_size, opts.seed + stream.seed_offset,
+                               epoch_items=stream.epoch_items)
+    return inner if stream.lockstep else CycleBatchSampler(inner, main_batches)
 
 
 def make_accelerator(opts: TrainOptions, precision: str | None = None):
@@ -177,16 +276,41 @@ def linear_schedule(warmup_steps: int, total_steps: int) -> Callable[[int], floa
     return f
 
 
-def make_optimizer(model: torch.nn.Module, opts: TrainOptions) -> torch.optim.Optimizer:
-    """AdamW, no decay on biases and norms; fused where supported (about 10x cheaper on CPU)."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim < 2 else decay).append(p)
-    groups = [{"params": decay, "weight_decay": opts.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in decay + no_decay)
+def make_optimizer(model: torch.nn.Module, opts: TrainOptions,
+                   param_groups: Sequence[ParamGroup] = ()) -> torch.optim.Optimizer:
+    """AdamW, no decay on biases and norms; fused where supported (about 10x cheaper on CPU).
+
+    Parameters matching no `param_groups` prefix form the group "" at `opts.lr`. Every group is
+    split in two torch groups (decay, no decay) that carry its name under "name".
+    """
+    names = [g.name for g in param_groups]
+    if len(set(names)) < len(names) or "" in names:
+        raise TextebmError(f"parameter groups need distinct, non-empty names, got {names}")
+    members: dict[str, list[torch.nn.Parameter]] = {"": [], **{n: [] for n in names}}
+    for pname, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        hits = [g.name for g in param_groups if pname.startswith(g.prefix)]
+        if len(hits) > 1:
+            raise TextebmError(f"parameter {pname} is in several parameter groups: {hits}")
+        members[hits[0] if hits else ""].append(p)
+    if empty := [n for n in names if not members[n]]:
+        raise TextebmError(f"parameter groups {empty} match no trainable parameter")
+    lrs = {"": opts.lr, **{g.name: g.lr for g in param_groups}}
+    groups = []
+    for name, params in members.items():
+        groups += [{"params": [p for p in params if p.ndim >= 2], "weight_decay": opts.weight_decay,
+                    "lr": lrs[name], "name": name},
+                   {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0,
+                    "lr": lrs[name], "name": name}]
+    every = [p for ps in members.values() for p in ps]
+    fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in every)
     return torch.optim.AdamW(groups, lr=opts.lr, fused=fused)
+
+
+def group_lrs(optimizer: torch.optim.Optimizer) -> dict[str, float]:
+    """The current learning rate of each parameter group: "lr" (the rest), "lr_<name>"."""
+    return {("lr_" + g["name"]) if g.get("name") else "lr": g["lr"] for g in optimizer.param_groups}
 
 
 RUN_ENTRIES = ["config.json", "checkpoint", "metrics.json", "model"]  # what a run folder holds
@@ -293,14 +417,20 @@ def train(
     accelerator=None,
     on_epoch_start: Callable[[int], None] | None = None,
     on_epoch_end: Callable[[torch.nn.Module, int], None] | None = None,
+    *,
+    streams: dict[str, Stream] | None = None,
+    param_groups: Sequence[ParamGroup] = (),
+    on_step_end: Callable[[int], None] | None = None,
 ) -> dict:
     """Train `model` on `dataset` by minimising `step_fn(model, batch)`; return metrics.json.
 
-    `step_fn` returns (scalar loss, floats to log); it runs under autocast. `save_model(model, dir)`
-    writes the final model; `evaluate(model)` (optional) returns metrics for metrics.json.
-    `on_epoch_start(epoch)` runs before every epoch's batches (also a resumed one);
-    `on_epoch_end(model, epoch)` after every full epoch: state it changes must live in the model
-    (buffers) so that checkpoints carry it.
+    `step_fn` returns (scalar loss, floats to log); it runs under autocast. With `streams`, its
+    batch is {"main": batch of `dataset`, name: batch of that stream, ...} (see the module doc).
+    `save_model(model, dir)` writes the final model; `evaluate(model)` (optional) returns metrics
+    for metrics.json. `on_epoch_start(epoch)` runs before every epoch's batches (also a resumed
+    one); `on_epoch_end(model, epoch)` after every full epoch: state it changes must live in the
+    model (buffers) so that checkpoints carry it. `param_groups` give parameters their own learning
+    rates; `on_step_end(step)` runs after every optimizer step.
     """
     setup_torch(opts)
     run = Path(opts.out)
@@ -319,27 +449,67 @@ def train(
         log.info("%s already finished; nothing to resume", run)
         return read_json(run / "metrics.json")
     try:
-        return _train(opts, choice, model, dataset, lengths, collate, step_fn, save_model, evaluate,
-                      accelerator, on_epoch_start, on_epoch_end)
+        main = Stream(dataset=dataset, lengths=lengths, collate=collate, batch_size=opts.batch_size)
+        return _train(opts, choice, model, main, streams or {}, step_fn, save_model, evaluate, accelerator,
+                      on_epoch_start, on_epoch_end, param_groups, on_step_end)
     except BaseException:
         if accelerator.is_main_process and not opts.resume:
             abandon_failed_start(run, created)
         raise
 
 
-def _train(opts, choice, model, dataset, lengths, collate, step_fn, save_model, evaluate, accelerator,
-           on_epoch_start, on_epoch_end) -> dict:
+def _loader(stream: Stream, sampler: Sampler[list[int]], seed: int) -> DataLoader:
+    # Each loader gets its own generator: drawing its base seed from the global RNG would shift
+    # dropout's random stream between an uninterrupted and a resumed run.
+    return DataLoader(list(range(len(stream.dataset))), batch_sampler=sampler,
+                      collate_fn=lambda idx: stream.collate([stream.dataset[i] for i in idx]),
+                      generator=torch.Generator().manual_seed(seed))
+
+
+def _check_streams(main: Stream, extra: dict[str, Stream]) -> dict[str, Stream]:
+    """`extra`, after refusing bad names and sizes."""
+    for name, st in {MAIN: main, **extra}.items():
+        if name in ("", MAIN) and st is not main:
+            raise TextebmError(f"a stream may not be called {name!r}")
+        if len(st.dataset) != len(st.lengths):
+            raise TextebmError(f"stream {name!r}: {len(st.dataset)} items but {len(st.lengths)} lengths")
+        if st.batch_size < 1:
+            raise TextebmError(f"stream {name!r}: batch_size must be >= 1, got {st.batch_size}")
+    return extra
+
+
+def _zip_streams(batches: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """One dict {name: batch} per main batch; the streams give equally many batches per process."""
+    its = {name: iter(b) for name, b in batches.items() if name != MAIN}
+    end = object()
+    for batch in batches[MAIN]:
+        step = {MAIN: batch, **{name: next(it, end) for name, it in its.items()}}
+        if any(b is end for b in step.values()):
+            raise TextebmError(f"streams ran out before the main stream: {[n for n, b in step.items() if b is end]}")
+        yield step
+    # Finish each loader's epoch (accelerate tracks the loaders being iterated); none may have more.
+    if more := [name for name, it in its.items() if next(it, end) is not end]:
+        raise TextebmError(f"streams have more batches than the main stream: {more}")
+
+
+def _train(opts, choice, model, main: Stream, extra: dict[str, Stream], step_fn, save_model,
+           evaluate, accelerator, on_epoch_start, on_epoch_end, param_groups, on_step_end) -> dict:
     run = Path(opts.out)
 
     seed_everything(opts.seed)
-    sampler = batch_sampler(lengths, opts)
-    # The loader gets its own generator: drawing its base seed from the global RNG would shift
-    # dropout's random stream between an uninterrupted and a resumed run.
-    loader = DataLoader(list(range(len(dataset))), batch_sampler=sampler,
-                        collate_fn=lambda idx: collate([dataset[i] for i in idx]),
-                        generator=torch.Generator().manual_seed(opts.seed))
-    optimizer = make_optimizer(model, opts)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    streams = {MAIN: main, **_check_streams(main, extra)}
+    samplers = {MAIN: batch_sampler(main.lengths, opts)}
+    samplers.update({name: stream_sampler(st, opts, len(samplers[MAIN])) for name, st in extra.items()})
+    for name, st in extra.items():
+        if st.lockstep and len(samplers[name]) != len(samplers[MAIN]):
+            raise TextebmError(f"stream {name!r}: {len(samplers[name])} batches per epoch, the main stream "
+                               f"{len(samplers[MAIN])}; a lockstep stream needs as many (e.g. K items per "
+                               f"main item at batch size K x {main.batch_size}), or pass lockstep=False")
+    loaders = [_loader(st, samplers[name], opts.seed) for name, st in streams.items()]
+    optimizer = make_optimizer(model, opts, param_groups)
+    model, optimizer, *loaders = accelerator.prepare(model, optimizer, *loaders)
+    loaders = dict(zip(samplers, loaders))
+    loader = loaders[MAIN]
     steps_per_epoch = math.ceil(len(loader) / opts.grad_accum)
     total = math.ceil(opts.epochs * steps_per_epoch)
     if opts.max_steps:
@@ -359,16 +529,18 @@ def _train(opts, choice, model, dataset, lengths, collate, step_fn, save_model, 
         log.info("resuming %s at step %d (epoch %d, batch %d)", run, step, epoch, batch_in_epoch)
 
     bar = _progress(opts, accelerator, total, step)
-    kill_at = int(os.environ.get("TEXTEBM_KILL_AT_STEP", "0"))  # test hook: simulate a hard kill
     t0 = time.perf_counter() - wall
     model.train()
     while step < total:
         # accelerate's loaders count epochs themselves and pass them to the sampler on iteration:
         # set it on the loader we iterate, or a resumed run would replay epoch 0's order.
-        batches = accelerator.skip_first_batches(loader, batch_in_epoch) if batch_in_epoch else loader
-        for obj in (batches, sampler):
-            if hasattr(obj, "set_epoch"):
-                obj.set_epoch(epoch)
+        epoch_batches = {}
+        for name, ld in loaders.items():
+            epoch_batches[name] = accelerator.skip_first_batches(ld, batch_in_epoch) if batch_in_epoch else ld
+            for obj in (epoch_batches[name], samplers[name]):
+                if hasattr(obj, "set_epoch"):
+                    obj.set_epoch(epoch)
+        batches = _zip_streams(epoch_batches) if extra else epoch_batches[MAIN]
         if on_epoch_start is not None:
             on_epoch_start(epoch)
         for batch in batches:
@@ -393,15 +565,15 @@ def _train(opts, choice, model, dataset, lengths, collate, step_fn, save_model, 
                 bar.update(1)
                 bar.set_postfix(loss=f"{running['loss'][-1]:.4f}", refresh=False)
             if step % opts.log_every == 0 or step == total:
-                history.append({"step": step, "epoch": epoch, "lr": scheduler.get_last_lr()[0],
+                history.append({"step": step, "epoch": epoch, **group_lrs(optimizer),
                                 **{k: float(np.mean(v)) for k, v in running.items()}})
                 running = {}
             if step % opts.checkpoint_every == 0 and step < total:
                 _checkpoint(run, accelerator, model, optimizer, scheduler,
                             {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "history": history,
                              "running": running, "wall_seconds": time.perf_counter() - t0})
-            if kill_at and step == kill_at:
-                os._exit(137)
+            if on_step_end is not None:
+                on_step_end(step)
             if step >= total:
                 break
         else:

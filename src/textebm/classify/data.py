@@ -6,12 +6,14 @@ example (its samples e*K .. e*K+K-1, cycling through what the file has).
 
 Eq. (7) of He et al. takes two independent expectations, one over data and one over noise, so a
 noise sample need not share a batch with the sentence it was made from. textebm uses that to cut
-padding: the epoch's noise pool is bucketed by its *own* length exactly as the data are (shuffle,
-sort within windows, cut into batches, shuffle the batches), and data batch j of the epoch gets a
-noise batch of K times its size (`noise_plan`). Pairing each noise sample with its own source
-instead wasted over half of every joint batch in padding on rt-polarity (infill samples are
-shorter or longer than their source by a varying amount); bucketed, the waste is that of the data.
-The plan depends only on (seed, epoch, data batch), so a resumed run draws the same noise.
+padding: the noise is a lockstep data stream of the training loop (`noise_stream`,
+textebm.train.Stream). Each epoch's pool is bucketed by its *own* length exactly as the data are
+(shuffle, sort within windows, cut into batches of K x the data batch size, shuffle the batches),
+and step j of the epoch takes data batch j and noise batch j. Pairing each noise sample with its
+own source instead wasted over half of every joint batch in padding on rt-polarity (infill
+samples are shorter or longer than their source by a varying amount); bucketed, the waste is that
+of the data. The noise batches depend only on (seed, epoch, batch), so a resumed run draws the
+same noise.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -96,68 +97,31 @@ def batch_inputs(items: list[tuple[list[int], list[int] | None]], pad_id: int) -
     return out
 
 
-def noise_plan(data_batches: Sequence[Sequence[int]], examples: list[Encoded], noise_lengths: Sequence[int],
-               k: int, seed: int, epoch: int, window: int = 50) -> dict[tuple[int, ...], list[int]]:
-    """Noise indices for each data batch of one epoch, keyed by the batch's example indices.
+def noise_pool(examples: list[Encoded], k: int, epoch: int) -> list[int]:
+    """The noise of `epoch`: samples (epoch*K + j) mod n, j < K, of every example's n samples."""
+    return [ex.noise[(epoch * k + j) % len(ex.noise)] for ex in examples for j in range(k)]
 
-    The pool is K noise samples per example (see the module doc); it is shuffled, sorted by
-    length within windows of `window` batches and cut into pieces of K x the data batch sizes;
-    each data batch then gets a piece of its size, drawn in a seeded random order.
-    """
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch + 500_009)
-    pool = [ex.noise[(epoch * k + j) % len(ex.noise)] for ex in examples for j in range(k)]
-    pool = [pool[p] for p in torch.randperm(len(pool), generator=g).tolist()]
-    sizes = sorted((k * len(b) for b in data_batches), reverse=True)  # full batches first
-    span = (sizes[0] if sizes else 1) * window
-    ordered: list[int] = []
-    for s in range(0, len(pool), span):
-        ordered += sorted(pool[s:s + span], key=lambda n: noise_lengths[n])
-    by_size: dict[int, list[list[int]]] = defaultdict(list)
-    pos = 0
-    for size in sizes:
-        by_size[size].append(ordered[pos:pos + size])
-        pos += size
-    for size, pieces in by_size.items():
-        by_size[size] = [pieces[p] for p in torch.randperm(len(pieces), generator=g).tolist()]
-    return {tuple(b): by_size[k * len(b)].pop() for b in data_batches}
+
+def noise_stream(examples: list[Encoded], noise: list[tuple[list[int], list[int] | None]], k: int,
+                 batch_size: int, pad_id: int):
+    """The NCE noise as a lockstep stream of `train`: each epoch's pool in batches of K x `batch_size`."""
+    from textebm.train import Stream
+
+    return Stream(dataset=noise, lengths=[len(ids) for ids, _ in noise],
+                  collate=lambda items: batch_inputs(items, pad_id), batch_size=k * batch_size,
+                  epoch_items=lambda epoch: noise_pool(examples, k, epoch))
 
 
 class Collator:
-    """Batch of examples -> data inputs, labels and (with NCE) K noise inputs per example.
+    """Batch of examples -> {"data": padded inputs, "labels": (B,), "index": (B,)}."""
 
-    With `batches` (a function epoch -> the training loop's data batches of that epoch), noise
-    batches follow `noise_plan`; a batch the plan does not know (e.g. one that accelerate padded
-    to even out processes) takes K of each example's own noise samples instead.
-    """
-
-    def __init__(self, pad_id: int, noise: list[tuple[list[int], list[int] | None]] | None, k: int,
-                 examples: list[Encoded] | None = None, batches=None, seed: int = 0):
-        self.pad_id, self.noise, self.k = pad_id, noise, k
-        self.examples, self.batches, self.seed = examples, batches, seed
-        self.noise_lengths = [len(ids) for ids, _ in noise] if noise is not None else []
-        self.epoch = 0
-        self._plan: dict[tuple[int, ...], list[int]] | None = None
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch, self._plan = epoch, None
-
-    def noise_indices(self, batch: list[Encoded]) -> list[int]:
-        if self.batches is not None and self.examples is not None:
-            if self._plan is None:
-                self._plan = noise_plan(self.batches(self.epoch), self.examples, self.noise_lengths,
-                                        self.k, self.seed, self.epoch)
-            picks = self._plan.get(tuple(e.index for e in batch))
-            if picks is not None:
-                return picks
-        return [e.noise[(self.epoch * self.k + j) % len(e.noise)] for e in batch for j in range(self.k)]
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
 
     def __call__(self, batch: list[Encoded]) -> dict:
-        out = {"data": batch_inputs([(e.ids, e.type_ids) for e in batch], self.pad_id),
-               "labels": torch.tensor([e.label for e in batch], dtype=torch.long),
-               "index": torch.tensor([e.index for e in batch], dtype=torch.long)}
-        if self.noise is not None:
-            out["noise"] = batch_inputs([self.noise[p] for p in self.noise_indices(batch)], self.pad_id)
-        return out
+        return {"data": batch_inputs([(e.ids, e.type_ids) for e in batch], self.pad_id),
+                "labels": torch.tensor([e.label for e in batch], dtype=torch.long),
+                "index": torch.tensor([e.index for e in batch], dtype=torch.long)}
 
 
 def read_noise(path: str | Path) -> list[dict]:
