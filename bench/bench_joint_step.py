@@ -9,7 +9,7 @@ autocast, fused AdamW, batch 32, length-bucketed data batches:
 - baseline:        cross-entropy on the data batch only;
 - joint, paired:   + NCE, each example's noise in its batch, data and noise padded together into
                    one pass (the straightforward implementation);
-- joint, bucketed: + NCE, noise bucketed by its own length (`noise_plan`), two passes each padded
+- joint, bucketed: + NCE, noise bucketed by its own length (`noise_stream`), two passes each padded
                    to its own length (what `classify train` does).
 
 Each variant trains a fresh copy of the same initial model for one pass over `--examples`
@@ -39,12 +39,13 @@ def main() -> None:
     args = ap.parse_args()
 
     from textebm.assets import resolve_model
-    from textebm.classify.data import Collator, attach_noise, encode, encode_examples, label_vocab, read_noise
+    from textebm.classify.data import (Collator, attach_noise, batch_inputs, encode, encode_examples, label_vocab,
+                                       noise_stream, read_noise)
     from textebm.classify.model import ClassifierSpec, build_classifier
     from textebm.classify.train import joint_forward
     from textebm.data.readers import load_split
     from textebm.losses.nce import nce_loss
-    from textebm.train import BucketBatchSampler
+    from textebm.train import BucketBatchSampler, TrainOptions, stream_sampler
 
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
@@ -58,8 +59,12 @@ def main() -> None:
     lengths = [len(e.ids) for e in examples]
     batches = list(BucketBatchSampler(lengths, args.batch_size, seed=0))
     pad = tok.pad_token_id
-    paired = Collator(pad, noise, args.k)  # no plan: each example's own noise
-    bucketed = Collator(pad, noise, args.k, examples, lambda epoch: batches, seed=0)
+    collate = Collator(pad)
+    stream = noise_stream(examples, noise, args.k, args.batch_size, pad)
+    noise_batches = list(stream_sampler(stream, TrainOptions(out="", batch_size=args.batch_size), len(batches)))
+
+    def own_noise(b: list[int]) -> list[int]:  # each example's own noise samples, in its batch
+        return [examples[i].noise[j % len(examples[i].noise)] for i in b for j in range(args.k)]
 
     def cells(inputs: dict) -> int:
         return inputs["input_ids"].numel()
@@ -72,9 +77,9 @@ def main() -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=5e-5, fused=True)
         padded = tokens = 0
         t0 = time.perf_counter()
-        for b in batches:
-            col = bucketed if variant == "joint, bucketed" else paired
-            batch = col([examples[i] for i in b])
+        for b, nb in zip(batches, noise_batches):
+            batch = collate([examples[i] for i in b])
+            batch["noise"] = batch_inputs([noise[n] for n in (nb if variant == "joint, bucketed" else own_noise(b))], pad)
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 if variant == "baseline":
                     logits, _ = model(**batch["data"])
