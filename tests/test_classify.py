@@ -1,5 +1,6 @@
-"""Calibrated classifiers (paper a): noise bucketing, the joint forward's fast path against its
-reference, `classify train` / `classify eval` from the CLI, bad input, and a tiny quickstart.
+"""Calibrated classifiers (paper a): the noise stream's bucketing, a killed joint run resuming to
+the same weights, the joint forward's fast path against its reference, `classify train` /
+`classify eval` from the CLI, bad input, and a tiny quickstart.
 
 Everything runs on a from-scratch 1-layer BERT with a WordPiece tokenizer trained on a synthetic
 sentiment fixture, so the file takes seconds, not minutes.
@@ -14,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from textebm.classify.data import Collator, Encoded, noise_plan
+from textebm.classify.data import Collator, Encoded, noise_stream
 from textebm.cli import main
-from textebm.train import BucketBatchSampler
+from textebm.train import BucketBatchSampler, TrainOptions, stream_sampler
 
 from conftest import _sentence
 
-# ---------------------------------------------------------------- noise bucketing
+# ---------------------------------------------------------------- noise stream
 
 
 def _examples(n: int, k: int, rng: random.Random) -> tuple[list[Encoded], list[int]]:
@@ -31,50 +32,93 @@ def _examples(n: int, k: int, rng: random.Random) -> tuple[list[Encoded], list[i
     return examples, lengths
 
 
+def _noise_sampler(examples, noise_len, k, batch_size, seed):
+    """The noise stream's sampler as `train` builds it for `classify train`."""
+    noise = [([5] * n, None) for n in noise_len]
+    stream = noise_stream(examples, noise, k, batch_size, pad_id=0)
+    return stream, stream_sampler(stream, TrainOptions(out="unused", batch_size=batch_size, seed=seed), 0)
+
+
 @pytest.mark.parametrize("k", [1, 3])
-def test_noise_plan_deals_the_whole_pool_in_k_times_the_batch_size(k):
+def test_noise_stream_uses_each_examples_k_samples_of_the_epoch_once(k):
+    """Epoch e's noise batches hold samples (e*K + j) mod n, j < K, of every example, each once, in
+    as many batches as the data (K x the data batch size, the short one last), so that under
+    several processes data batch r and noise batch r go to the same process."""
     rng = random.Random(1)
     examples, noise_len = _examples(203, k, rng)
-    sampler = BucketBatchSampler([len(e.ids) for e in examples], 16, seed=4)
-    sampler.set_epoch(1)
-    batches = list(sampler)
-    plan = noise_plan(batches, examples, noise_len, k, seed=4, epoch=1)
-    assert set(plan) == {tuple(b) for b in batches}
-    for b in batches:
-        assert len(plan[tuple(b)]) == k * len(b)  # nce_loss gets B*K noise energies
-    pool = sorted(e.noise[(1 * k + j) % len(e.noise)] for e in examples for j in range(k))
-    assert sorted(n for picks in plan.values() for n in picks) == pool  # each pooled sample once
-    again = noise_plan(batches, examples, noise_len, k, seed=4, epoch=1)
-    assert again == plan  # a resumed run draws the same noise
-    other = noise_plan(batches, examples, noise_len, k, seed=4, epoch=2)
-    assert other != plan
+    data = BucketBatchSampler([len(e.ids) for e in examples], 16, seed=4)
+    stream, noise = _noise_sampler(examples, noise_len, k, 16, seed=4)
+    assert stream.lockstep and stream.batch_size == 16 * k
+    for epoch in (1, 2):
+        data.set_epoch(epoch)
+        noise.set_epoch(epoch)
+        batches, data_batches = list(noise), list(data)
+        assert len(batches) == len(data_batches) == 13
+        assert [len(b) for b in batches] == [k * len(b) for b in data_batches]  # nce_loss gets B*K noise energies
+        pool = sorted(e.noise[(epoch * k + j) % len(e.noise)] for e in examples for j in range(k))
+        assert sorted(n for b in batches for n in b) == pool  # each pooled sample once
+        assert list(noise) == batches  # a resumed run draws the same noise
+    noise.set_epoch(1)
+    assert list(noise) != batches
 
 
-def test_noise_plan_buckets_noise_by_its_own_length():
+def test_noise_stream_buckets_noise_by_its_own_length():
     rng = random.Random(2)
     examples, noise_len = _examples(640, 1, rng)
-    sampler = BucketBatchSampler([len(e.ids) for e in examples], 32, seed=0)
-    batches = list(sampler)
-    plan = noise_plan(batches, examples, noise_len, 1, seed=0, epoch=0)
-    own = [[e.noise[0] for e in (examples[i] for i in b)] for b in batches]  # per-example pairing
+    data = list(BucketBatchSampler([len(e.ids) for e in examples], 32, seed=0))
+    _, noise = _noise_sampler(examples, noise_len, 1, 32, seed=0)
+    own = [[e.noise[0] for e in (examples[i] for i in b)] for b in data]  # per-example pairing
 
     def waste(groups):
         real = sum(noise_len[n] for g in groups for n in g)
         return 1 - real / sum(len(g) * max(noise_len[n] for n in g) for g in groups)
 
-    assert waste(list(plan.values())) < 0.05  # bucketed: a few per cent of padding
+    assert waste(list(noise)) < 0.05  # bucketed: a few per cent of padding
     assert waste(own) > 0.3  # paired with the source sentence: noise lengths scatter
 
 
-def test_collator_falls_back_to_own_noise_for_an_unplanned_batch():
+def test_noise_batches_are_padded_inputs_and_data_batches_carry_no_noise():
     rng = random.Random(3)
     examples, noise_len = _examples(10, 2, rng)
-    noise = [([5] * n, None) for n in noise_len]
-    col = Collator(0, noise, 2, examples, lambda epoch: [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]], seed=0)
-    planned = col.noise_indices([examples[i] for i in range(5)])
-    assert len(planned) == 10
-    odd = col.noise_indices([examples[0], examples[9]])  # not a batch of the plan
-    assert odd == [examples[0].noise[0], examples[0].noise[1], examples[9].noise[0], examples[9].noise[1]]
+    stream, _ = _noise_sampler(examples, noise_len, 2, 5, seed=0)
+    out = stream.collate([stream.dataset[i] for i in (0, 3, 4)])
+    assert out["input_ids"].shape == (3, max(noise_len[i] for i in (0, 3, 4)))
+    assert out["attention_mask"].sum().item() == sum(noise_len[i] for i in (0, 3, 4))
+    data = Collator(0)(examples[:4])
+    assert set(data) == {"data", "labels", "index"} and data["index"].tolist() == [0, 1, 2, 3]
+
+
+def test_joint_training_resumed_after_a_kill_draws_the_same_noise(classify_fixture, tmp_path):
+    """`classify train --energy hidden` killed mid-epoch 2 and resumed ends with bitwise the same
+    weights and NCE history as an uninterrupted run: the noise stream resumes where it stopped."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    d = classify_fixture
+    args = ["classify", "train", "--data", str(d / "data"), "--encoder", str(d / "encoder"), "--energy", "hidden",
+            "--noise", str(d / "noise.jsonl"), "--noise-ratio", "2", "--epochs", "2", "--batch-size", "16",
+            "--checkpoint-every", "4", "--log-every", "2", "--precision", "fp32", "--no-progress",
+            "--eval-split", ""]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    textebm = [sys.executable, "-m", "textebm"]
+    kill_at_10 = [sys.executable, str(Path(__file__).parent / "kill_at_step.py"), "10"]
+    full = subprocess.run([*textebm, *args, "--out", str(tmp_path / "full")], capture_output=True, text=True, env=env)
+    assert full.returncode == 0, full.stderr[-3000:]
+    cut = subprocess.run([*kill_at_10, *args, "--out", str(tmp_path / "cut")], capture_output=True, text=True, env=env)
+    assert cut.returncode == 137, cut.stderr[-3000:]
+    assert json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())["step"] == 8  # epoch 1, batch 2
+    resumed = subprocess.run([*textebm, *args, "--out", str(tmp_path / "cut"), "--resume"], capture_output=True,
+                             text=True, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "cut" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ha, hb = (json.loads((tmp_path / r / "metrics.json").read_text())["train"]["history"] for r in ("full", "cut"))
+    assert ha == hb and all(h["nce"] > 0 for h in ha)
 
 
 # ---------------------------------------------------------------- fast path vs reference

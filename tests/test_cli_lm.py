@@ -83,3 +83,91 @@ def test_score_errors_exit_2(setup, capsys):
     assert main(["lm", "score", "--model", str(setup["run"]), "--input", str(setup["root"] / "none.txt"),
                  "--out", str(setup["root"] / "y.jsonl")]) == 2
     assert "file not found" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- outputs, precision, option rules
+
+
+def _no_work(monkeypatch):
+    """Make any model lookup, model load or data read fail the test: the command must stop first."""
+    import textebm.data.readers as readers
+    import textebm.models.load as load
+
+    def boom(*args, **kwargs):
+        raise AssertionError("work started before the output target was checked")
+
+    for module, name in ((load, "find_model"), (load, "load_lm"), (readers, "read_examples"), (readers, "load_split")):
+        monkeypatch.setattr(module, name, boom)
+
+
+@pytest.mark.parametrize("command", ["score", "sample", "eval"])
+def test_existing_output_is_refused_before_any_work(setup, capsys, monkeypatch, command):
+    root, run, data = setup["root"], setup["run"], setup["data"]
+    target = root / f"existing-{command}.json"
+    target.write_text(json.dumps({"eval_test": {"perplexity": 1.0}}), encoding="utf-8")
+    argv = {"score": ["lm", "score", "--model", str(run), "--input", str(data / "test.jsonl"), "--out", str(target)],
+            "sample": ["lm", "sample", "--model", str(run), "--data", str(data), "--mode", "free",
+                       "--out", str(target)],
+            "eval": ["lm", "eval", "--model", str(run), "--data", str(data), "--metrics", str(target)]}[command]
+    _no_work(monkeypatch)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert str(target) in err and "--overwrite" in err and "Traceback" not in err
+    assert json.loads(target.read_text()) == {"eval_test": {"perplexity": 1.0}}  # untouched
+    folder = root / f"a-folder-{command}"
+    folder.mkdir()
+    argv[argv.index(str(target))] = str(folder)
+    assert main(argv) == 2
+    assert "is a folder" in capsys.readouterr().err and not any(folder.iterdir())
+
+
+def test_overwrite_replaces_and_precision_is_recorded(setup, capsys):
+    root, run, data = setup["root"], setup["run"], setup["data"]
+    out = root / "scores-again.jsonl"
+    out.write_text("old\n", encoding="utf-8")
+    assert main(["lm", "score", "--model", str(run), "--input", str(data / "test.jsonl"), "--out", str(out),
+                 "--overwrite", "--precision", "fp32"]) == 0
+    assert len(out.read_text().splitlines()) == 4
+
+    samples = root / "samples-fp32.jsonl"
+    assert main(["lm", "sample", "--model", str(run), "--data", str(data), "--mode", "free", "--limit", "2",
+                 "--max-new-tokens", "3", "--precision", "fp32", "--out", str(samples), "--no-progress"]) == 0
+    assert {json.loads(x)["precision"] for x in samples.read_text().splitlines()} == {"fp32"}
+
+    metrics = root / "m.json"
+    metrics.write_text(json.dumps({"eval_dev": {"perplexity": 3.0}}), encoding="utf-8")
+    assert main(["lm", "eval", "--model", str(run), "--data", str(data), "--split", "test", "--metrics",
+                 str(metrics), "--precision", "fp32"]) == 0  # another key: merged without --overwrite
+    m = json.loads(metrics.read_text())
+    assert m["eval_dev"] == {"perplexity": 3.0}
+    choice = m["eval_test"]["precision_choice"]
+    assert m["eval_test"]["precision"] == "fp32" and choice["requested"] == "fp32" and choice["reason"]
+    assert main(["lm", "eval", "--model", str(run), "--data", str(data), "--split", "test", "--metrics",
+                 str(metrics), "--overwrite"]) == 0
+    assert json.loads(metrics.read_text())["eval_test"]["precision_choice"]["requested"] == "auto"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mode", "free", "--temperature", "0"], "--temperature must be greater than 0"),
+    (["--mode", "free", "--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--mode", "infill", "--mask-ratio", "1.5"], "--mask-ratio must be at most 1"),
+    (["--mode", "prefix", "--mask-ratio", "0.3"], "--mask-ratio has no effect with --mode prefix"),
+    (["--mode", "infill", "--context-ratio", "0.3"], "--context-ratio has no effect with --mode infill"),
+    (["--mode", "free", "--context-tokens", "2"], "--context-tokens has no effect with --mode free"),
+    (["--mode", "prefix", "--context-tokens", "2", "--context-ratio", "0.3"],
+     "--context-ratio has no effect with --context-tokens"),
+    (["--mode", "free", "--seed", "-1"], "--seed must be at least 0"),
+])
+def test_sample_option_rules_exit_2(setup, capsys, monkeypatch, args, message):
+    _no_work(monkeypatch)
+    rc = main(["lm", "sample", "--model", str(setup["run"]), "--data", str(setup["data"]),
+               "--out", str(setup["root"] / "never.jsonl"), *args])
+    assert rc == 2 and message in capsys.readouterr().err
+
+
+def test_eval_refuses_out_with_metrics(setup, capsys, monkeypatch):
+    _no_work(monkeypatch)
+    assert main(["lm", "eval", "--model", str(setup["run"]), "--data", str(setup["data"]), "--out", "x",
+                 "--metrics", "y.json"]) == 2
+    assert "--out has no effect with --metrics" in capsys.readouterr().err

@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from textebm.energy import ScalarEnergyHead, energy_from, hidden_energy, sharp_hidden_energy
+from textebm.energy import (ENERGY_CHOICES, VARIANTS, ScalarEnergyHead, energy_from, energy_head, hidden_energy, pool,
+                            sequence_energy, sharp_hidden_energy)
 
 
 def test_hidden_energy_hand_values():
@@ -67,3 +68,30 @@ def test_gradients_flow():
     logits.grad = None
     hidden_energy(logits).sum().backward()
     torch.testing.assert_close(logits.grad, -torch.softmax(logits.detach(), -1))
+
+
+def test_pool_mean_and_cls_by_hand():
+    h = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]],
+                      [[5.0, 6.0], [7.0, 8.0], [9.0, 10.0]]])  # (B=2, T=3, H=2)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    torch.testing.assert_close(pool(h, mask, "mean"), torch.tensor([[2.0, 3.0], [7.0, 8.0]]))  # pads ignored
+    torch.testing.assert_close(pool(h, mask, "cls"), torch.tensor([[1.0, 2.0], [5.0, 6.0]]))
+    assert pool(h.bfloat16(), mask, "mean").dtype == torch.bfloat16
+    torch.testing.assert_close(pool(torch.zeros(1, 2, 3), torch.zeros(1, 2, dtype=torch.long)), torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="unknown pooling"):
+        pool(h, mask, "max")
+
+
+def test_sequence_energy_dispatch():
+    assert ENERGY_CHOICES == ("none", *VARIANTS)
+    logits, pooled = torch.tensor([[1.0, 2.0], [0.0, -1.0]]), torch.randn(2, 4)
+    assert sequence_energy("none", logits, pooled) is None
+    torch.testing.assert_close(sequence_energy("hidden", logits, pooled), hidden_energy(logits))
+    torch.testing.assert_close(sequence_energy("sharp-hidden", logits, pooled), sharp_hidden_energy(logits))
+    head = energy_head("scalar", 4)
+    torch.testing.assert_close(sequence_energy("scalar", logits, pooled, head), head(pooled))
+    assert energy_head("hidden", 4) is None and energy_head("none", 4) is None
+    with pytest.raises(ValueError, match="ScalarEnergyHead"):
+        sequence_energy("scalar", logits, pooled)
+    with pytest.raises(ValueError, match="unknown energy variant"):
+        energy_head("magic", 4)

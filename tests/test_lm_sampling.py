@@ -10,9 +10,12 @@ import pytest
 import torch
 
 from textebm.errors import TextebmError
+from textebm.data.batching import left_pad
 from textebm.lm import sampling
-from textebm.lm.model import LMMeta, load_lm, save_lm, special_ids
-from textebm.lm.sampling import SampleConfig, generate, left_pad, make_job, positions, sample_file, sample_top_k
+from textebm.lm.generate import generate, positions, sample_top_k
+from textebm.lm.model import LMMeta, save_lm, special_ids
+from textebm.lm.sampling import SampleConfig, make_job, sample_file
+from textebm.models.load import load_lm
 
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>", "<mask>", "<sep>"]
 WORDS = [f"w{i}" for i in range(90)]
@@ -244,7 +247,7 @@ def test_same_seed_same_file_whatever_the_batch_size(models, data, tmp_path):
     for bs in (1, 5, 32):
         cfg = SampleConfig(model=str(models["l2r"]), data=str(data), out=str(tmp_path / f"b{bs}.jsonl"),
                            mode="prefix", per_example=2, top_k=10, max_new_tokens=6, batch_size=bs, seed=9,
-                           limit=4)
+                           limit=4, precision="fp32")  # bf16 rounding depends on the batch
         outs.append(read_rows(sample_file(cfg)))
     assert_same_samples(outs[0], outs[1])
     assert_same_samples(outs[0], outs[2])
@@ -253,7 +256,8 @@ def test_same_seed_same_file_whatever_the_batch_size(models, data, tmp_path):
 def test_resume_after_an_interruption_gives_the_same_file(models, data, tmp_path, monkeypatch):
     def cfg(name):
         return SampleConfig(model=str(models["infill"]), data=str(data), out=str(tmp_path / name),
-                            mode="infill", per_example=2, top_k=20, batch_size=3, seed=5, max_new_tokens=10)
+                            mode="infill", per_example=2, top_k=20, batch_size=3, seed=5, max_new_tokens=10,
+                            precision="fp32")
 
     whole = (tmp_path / "whole.jsonl")
     sample_file(cfg("whole.jsonl"))
@@ -286,3 +290,26 @@ def test_resume_refuses_other_settings(models, data, tmp_path):
     with pytest.raises(TextebmError, match="other settings"):
         sample_file(SampleConfig(model=str(models["l2r"]), data=str(data), out=str(out), mode="free",
                                  max_new_tokens=3, top_k=7))
+
+
+def test_read_partial_rewrites_a_torn_file_atomically(tmp_path, monkeypatch):
+    """Dropping a torn last line rewrites the .partial through a temporary file: a crash before the
+    rename leaves the old file, every finished sample in it, and no temporary file."""
+    import textebm.io
+
+    rows = [{"id": f"s{i}-n0", "text": sentence(i, 3)} for i in range(3)]
+    good = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    partial = tmp_path / "o.jsonl.partial"
+    partial.write_bytes(good + b'{"id": "s3-n0", "te')
+
+    def crash(src, dst):
+        raise OSError("power cut")
+
+    monkeypatch.setattr(textebm.io.os, "replace", crash)
+    with pytest.raises(OSError, match="power cut"):
+        sampling.read_partial(partial)
+    assert partial.read_bytes() == good + b'{"id": "s3-n0", "te'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.jsonl.partial"]
+    monkeypatch.undo()
+    assert sampling.read_partial(partial) == rows
+    assert partial.read_bytes() == good

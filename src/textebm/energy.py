@@ -14,6 +14,11 @@ hidden <= sharp-hidden <= hidden + log|Y|.
 
 In NCE training the full energy is E(x) = Ê(x) - log P_N(x) (Deng et al. 2020); that shift is
 folded into the loss (`textebm.losses.nce`), so everything here returns Ê only.
+
+Also here, for any model that turns a token sequence into one energy: `pool` (a sentence vector
+from a (B, T, H) hidden state, `POOLINGS`) and `sequence_energy` (the variant dispatch, with
+"none" for a plain classifier that trains no energy). Command options take their choices from
+`VARIANTS`, `ENERGY_CHOICES` and `POOLINGS`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import torch
 from torch import Tensor, nn
 
 VARIANTS = ("scalar", "hidden", "sharp-hidden")
+ENERGY_CHOICES = ("none", *VARIANTS)  # `--energy`: none = plain fine-tuning, no energy
+POOLINGS = ("mean", "cls")
 
 
 class ScalarEnergyHead(nn.Module):
@@ -64,3 +71,42 @@ def energy_from(variant: str, logits: Tensor, scalar: Tensor | None = None) -> T
     if variant == "sharp-hidden":
         return sharp_hidden_energy(logits)  # (B,)
     raise ValueError(f"unknown energy variant {variant!r}; expected one of {', '.join(VARIANTS)}")
+
+
+def energy_head(variant: str, hidden: int) -> ScalarEnergyHead | None:
+    """The parameters a variant adds to a classifier: g_S for "scalar", nothing otherwise."""
+    if variant not in ENERGY_CHOICES:
+        raise ValueError(f"unknown energy variant {variant!r}; expected one of {', '.join(ENERGY_CHOICES)}")
+    return ScalarEnergyHead(hidden) if variant == "scalar" else None
+
+
+def sequence_energy(variant: str, logits: Tensor, pooled: Tensor, head: ScalarEnergyHead | None = None
+                    ) -> Tensor | None:
+    """Ê(x) of `variant` for a batch, or None for "none".
+
+    logits: (B, |Y|) classifier logits; pooled: (B, H) sentence encodings (input of g_S);
+    head: the `energy_head(variant, H)` of the model. Returns (B,) fp32 energies or None.
+    """
+    if variant == "none":
+        return None
+    scalar = None
+    if variant == "scalar":
+        if head is None:
+            raise ValueError("energy variant 'scalar' needs the model's ScalarEnergyHead (head=...)")
+        scalar = head(pooled).float()  # (B,)
+    return energy_from(variant, logits.float(), scalar)  # (B,)
+
+
+def pool(hidden: Tensor, mask: Tensor, how: str = "mean") -> Tensor:
+    """One vector per sequence from hidden states (B, T, H) and the attention mask (B, T).
+
+    mean: average over the real (mask 1) tokens, accumulated in fp32; cls: the first token.
+    Returns (B, H) in the hidden states' dtype.
+    """
+    if how == "cls":
+        return hidden[:, 0]  # (B, H)
+    if how != "mean":
+        raise ValueError(f"unknown pooling {how!r}; expected one of {', '.join(POOLINGS)}")
+    m = mask.unsqueeze(-1).to(torch.float32)  # (B, T, 1)
+    summed = (hidden.float() * m).sum(1)  # (B, H)
+    return (summed / m.sum(1).clamp(min=1)).to(hidden.dtype)  # (B, H)

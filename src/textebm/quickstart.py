@@ -182,7 +182,8 @@ def quickstart(cfg: QuickstartConfig) -> dict:
         step(f"train {name}", run_completed(run), lambda c=c: classify_train(_resumable(c)))
 
     ev_cfg = ClassifyEvalConfig(model=[str(out / "runs" / n) for n in runs], data=str(data),
-                                out=str(out / "eval"), bins=20, split="dev", seed=cfg.seed)
+                                out=str(out / "eval"), bins=20, split="dev", seed=cfg.seed,
+                                overwrite=True)  # re-rendered on every call
     result: dict = {}
     step("eval", False, lambda: result.update(evaluate_runs(ev_cfg)))
 

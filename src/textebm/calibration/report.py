@@ -5,6 +5,10 @@ rows in the paper's order (only the methods present), columns accuracy (or MCC),
 (the paper's ECE, eq. (15)), top-label ECE, NLL, Brier. In each calibration column the best
 (lowest) value among the methods that do not use the dev set is bold, as the paper does for ECE;
 ties at the printed precision are all bold.
+
+Any method name is accepted: the paper's get their labels (`METHODS`); others appear as given,
+after the paper's methods that use no dev data and before those that do. A name ending in `-dev`
+counts as using the dev set (`tscal-dev`, `scalbin-dev`, and any new calibrator named that way).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ METHODS = (
     ("scalbin-dev", "Scal-bin(dev)"),
     ("tscal-dev", "T-Scal(dev)"),
 )
-USES_DEV = frozenset({"scalbin-dev", "tscal-dev"})
+USES_DEV = frozenset({"scalbin-dev", "tscal-dev"})  # and any name ending in "-dev"
 CALIBRATION_COLUMNS = (
     ("ece_classwise", "ECE (class-wise)"),
     ("ece_toplabel", "ECE (top-label)"),
@@ -37,12 +41,12 @@ PERF_COLUMNS = {"accuracy": "acc.", "mcc": "mcc."}
 def render_table(results: Mapping[str, Mapping[str, float]], *, perf: str = "accuracy", digits: int = 3) -> str:
     """Markdown for `results`; perf = "accuracy" or "mcc" (CoLA) picks the first column."""
     known = dict(METHODS)
-    unknown = sorted(set(results) - set(known))
-    if unknown:
-        raise ValueError(f"unknown method(s) {', '.join(unknown)}; expected some of {', '.join(known)}")
     if perf not in PERF_COLUMNS:
         raise ValueError(f"perf must be one of {', '.join(PERF_COLUMNS)}, got {perf!r}")
-    rows = [key for key, _ in METHODS if key in results]
+    paper = [key for key, _ in METHODS if key in results]
+    others = [key for key in results if key not in known]
+    rows = ([k for k in paper if not uses_dev(k)] + [k for k in others if not uses_dev(k)]
+            + [k for k in paper if uses_dev(k)] + [k for k in others if uses_dev(k)])
 
     def fmt(v: float | None) -> str:
         if v is None:
@@ -51,7 +55,7 @@ def render_table(results: Mapping[str, Mapping[str, float]], *, perf: str = "acc
 
     best: dict[str, float] = {}
     for col, _ in CALIBRATION_COLUMNS:
-        vals = [round(results[k][col], digits) for k in rows if k not in USES_DEV and _finite(results[k].get(col))]
+        vals = [round(results[k][col], digits) for k in rows if not uses_dev(k) and _finite(results[k].get(col))]
         if vals:
             best[col] = min(vals)
 
@@ -65,13 +69,23 @@ def render_table(results: Mapping[str, Mapping[str, float]], *, perf: str = "acc
         for col, _ in columns:
             v = results[key].get(col)
             text = fmt(v)
-            if col in best and key not in USES_DEV and _finite(v) and round(v, digits) == best[col]:
+            if col in best and not uses_dev(key) and _finite(v) and round(v, digits) == best[col]:
                 text = f"**{text}**"
             cells.append(text)
-        lines.append(f"| {known[key]} | " + " | ".join(cells) + " |")
+        lines.append(f"| {method_label(key)} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("Bold: best calibration among the methods that do not use the dev set.")
     return "\n".join(lines) + "\n"
+
+
+def method_label(key: str) -> str:
+    """The paper's label of a method ("ebm-hidden" -> "(EBM)hidden"); any other name as given."""
+    return dict(METHODS).get(key) or key.replace("|", "\\|")  # a "|" would end the table cell
+
+
+def uses_dev(key: str) -> bool:
+    """Whether a method was fit on the dev half (never bold: it sees data the others do not)."""
+    return key in USES_DEV or key.endswith("-dev")
 
 
 def _finite(v: float | None) -> bool:

@@ -4,6 +4,12 @@ The dev split is halved with a fixed seed into a dev half and a test half. Every
 measured on the test half. Post-hoc calibrators (temperature scaling, scaling-binning) are fit
 either on the training set (`-train`, the fair comparison with EBM training, which sees no dev
 data) or on the dev half (`-dev`, for reference).
+
+Checks before any work: the report folder (`textebm.outputs`: a new or empty folder, or earlier
+`classify eval` output with --overwrite; never a training run) and every `--model` (a classifier
+folder, `textebm.models.load`). The models run on the accelerator when there is one, in
+`--precision` (fp32 by default, so that metrics do not come from bf16-rounded logits); metrics
+are computed in float64 from the logits. The precision is recorded in metrics.json and report.md.
 """
 
 from __future__ import annotations
@@ -15,7 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from textebm.precision import CHOICES as PRECISIONS
+
 log = logging.getLogger(__name__)
+
+KIND = "classify eval"  # the output marker of a report folder
 
 
 @dataclass
@@ -23,11 +33,16 @@ class ClassifyEvalConfig:
     model: list[str] = field(metadata={"help": "one or more trained runs (RUN or RUN/model)"})
     data: str = field(metadata={"help": "dataset directory (train.jsonl and the split to halve)"})
     out: str = field(metadata={"help": "report directory: metrics.json, report.md, plots"})
-    bins: int = field(default=20, metadata={"help": "ECE bins (paper: 20)"})
+    bins: int = field(default=20, metadata={"help": "ECE bins (paper: 20)", "min": 1})
     split: str = field(default="dev", metadata={"help": "split halved into a dev half and a test half"})
-    seed: int = field(default=0, metadata={"help": "seed of the dev halving"})
+    seed: int = field(default=0, metadata={"help": "seed of the dev halving", "min": 0})
     calibrators: bool = field(default=True, metadata={"help": "also fit T-Scal and Scal-bin on train and dev half"})
-    batch_size: int = field(default=64, metadata={"help": "examples per forward pass"})
+    batch_size: int = field(default=64, metadata={"help": "examples per forward pass", "min": 1})
+    precision: str = field(default="fp32", metadata={
+        "help": "precision the models predict in (metrics are always computed in float64 from the "
+                "logits); auto: bf16 where the hardware multiplies it natively", "choices": list(PRECISIONS)})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace earlier `classify eval` output in --out (never a training run or files textebm did not write)"})
 
 
 def method_name(spec) -> str:
@@ -36,21 +51,20 @@ def method_name(spec) -> str:
     return "poscal" if spec.poscal_bins else "baseline"
 
 
-def run_predictions(run: str, data: str, split: str, batch_size: int) -> dict:
-    """Predictions of one run on its training subset and on `split`."""
-    import torch
-
+def run_predictions(info, data: str, split: str, batch_size: int, precision=None, device=None) -> dict:
+    """Predictions of one classifier (`textebm.models.load.FolderInfo`) on its training subset and
+    on `split`, the model in `precision` (a PrecisionChoice; default fp32) on `device`."""
     from textebm.classify.data import encode_examples
-    from textebm.classify.model import load_classifier
-    from textebm.classify.train import predict
+    from textebm.classify.predict import predict
     from textebm.data.readers import load_split
     from textebm.errors import InputError
     from textebm.io import read_json
+    from textebm.models.load import load_classifier
 
-    torch.set_flush_denormal(True)
-    model, tok = load_classifier(run)
-    cfg_file = Path(run) / "config.json"
-    limit = read_json(cfg_file).get("limit", 0) if cfg_file.is_file() else 0
+    model, tok = load_classifier(info.path, dtype=precision.dtype if precision is not None else None,
+                                 device=device)
+    cfg_file = info.run / "config.json" if info.run is not None else None  # the run's training settings
+    limit = read_json(cfg_file).get("limit", 0) if cfg_file is not None and cfg_file.is_file() else 0
     train_rows = load_split(data, "train")
     train_rows = train_rows[:limit] if limit else train_rows
     eval_rows = load_split(data, split)
@@ -58,10 +72,9 @@ def run_predictions(run: str, data: str, split: str, batch_size: int) -> dict:
     if unknown:
         raise InputError(f"{data}/{split}", f"labels {unknown} were not seen in training ({model.spec.labels})")
     out = {}
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        for name, rows in (("train", train_rows), (split, eval_rows)):
-            ex = encode_examples(tok, rows, model.spec.labels, model.spec.max_len)
-            out[name] = predict(model, ex, tok.pad_token_id or 0, batch_size)
+    for name, rows in (("train", train_rows), (split, eval_rows)):
+        ex = encode_examples(tok, rows, model.spec.labels, model.spec.max_len)
+        out[name] = predict(model, ex, tok.pad_token_id or 0, batch_size)
     out["spec"] = model.spec
     return out
 
@@ -71,14 +84,22 @@ def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
     import torch
 
     from textebm.calibration import ScalingBinning, TemperatureScaling, calibration_summary, halve_dev
+    from textebm.cli.args import check_config
     from textebm.energy import hidden_energy
     from textebm.errors import TextebmError
-    from textebm.io import atomic_dir
+    from textebm.inference import inference_setup
+    from textebm.models.load import CLASSIFIER, find_model
+    from textebm.outputs import check_output_dir, output_dir
 
+    check_config(cfg)
+    check_output_dir(cfg.out, KIND, cfg.overwrite)  # before any work: a run given as --out is refused
+    infos = [find_model(run, CLASSIFIER, "--model", ids=False) for run in cfg.model]
+    device, choice = inference_setup(cfg.precision)
     methods: dict[str, dict] = {}
     arrays: dict[str, dict] = {}  # per method: probs/labels/energy on the test half, for plots
-    settings: dict = {"bins": cfg.bins, "split": cfg.split, "seed": cfg.seed, "runs": {}}
-    preds = [run_predictions(run, cfg.data, cfg.split, cfg.batch_size) for run in cfg.model]
+    settings: dict = {"bins": cfg.bins, "split": cfg.split, "seed": cfg.seed, "precision": choice.as_dict(),
+                      "runs": {}}
+    preds = [run_predictions(info, cfg.data, cfg.split, cfg.batch_size, choice, device) for info in infos]
     names = [method_name(p["spec"]) for p in preds]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -115,7 +136,7 @@ def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
                     methods[key]["temperature"] = float(cal.temperature_)
                 arrays[key] = {"probs": probs, "labels": y_test, "energy": None}
     result = {"methods": methods, "settings": settings}
-    with atomic_dir(cfg.out) as tmp:
+    with output_dir(cfg.out, KIND, cfg.overwrite) as tmp:
         write_report_files(tmp, result, arrays, cfg.bins)
     return result
 
@@ -142,6 +163,10 @@ def write_report_files(out: Path, result: dict, arrays: dict, bins: int) -> None
         f.write("# Calibration report\n\n")
         f.write(f"Test half of the `{result['settings']['split']}` split; ECE with {bins} bins. "
                 "Class-wise ECE is He et al.'s eq. (15); top-label ECE is the usual max-probability ECE.\n\n")
+        prec = result["settings"].get("precision")
+        if prec:
+            f.write(f"Models ran in {prec['precision']} on {prec['device']} ({prec['reason']}); metrics "
+                    "computed in float64 from the logits.\n\n")
         f.write(render_table(result["methods"]))
         f.write("\n\n![reliability, class-wise](reliability_classwise_all.png)\n")
         if energies:

@@ -4,27 +4,30 @@
     f_CLS(enc(x)) logits, linear or MLP                                      (B, |Y|)
     g_S(enc(x))   scalar energy, only for --energy scalar (eq. 3)            (B,)
 
-The energy of each variant comes from `textebm.energy.energy_from` (eqs. 3-5). A PosCal table,
-when used, is a buffer of the module so checkpoints carry it.
+Pooling and the energy of each variant (eqs. 3-5) come from `textebm.energy` (`pool`,
+`sequence_energy`). A PosCal table, when used, is a buffer of the module so checkpoints carry it.
 
 Saved as a folder: the encoder's HF config and tokenizer, `model.safetensors` (the whole module)
-and `classifier.json` (labels, energy variant, head, pooling).
+and `classifier.json` (labels, energy variant, head, pooling). Loading (with the checks of what a
+folder holds) lives in `textebm.models.load`: `load_classifier`, and `load_encoder` for the
+pretrained encoder `build_classifier` starts from.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from textebm.energy import ScalarEnergyHead, energy_from
-from textebm.errors import TextebmError
+from textebm.energy import ENERGY_CHOICES, POOLINGS, energy_head, pool, sequence_energy
+from textebm.errors import InputError
 
 SPEC_FILE = "classifier.json"
+HEADS = ("mlp", "linear")
 
 
 @dataclass
@@ -36,6 +39,39 @@ class ClassifierSpec:
     dropout: float = 0.1
     max_len: int = 64
     poscal_bins: int = 0  # > 0 when trained with PosCal
+
+
+def spec_from_dict(raw, path: str | Path) -> ClassifierSpec:
+    """A `ClassifierSpec` from the parsed `classifier.json` at `path`; InputError naming the file
+    and the field when anything is missing, unknown or out of range."""
+    if not isinstance(raw, dict):
+        raise InputError(path, f"expected a JSON object, got {type(raw).__name__}")
+    known = {f.name for f in dataclasses.fields(ClassifierSpec)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise InputError(path, f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    labels = raw.get("labels")
+    if not isinstance(labels, list) or len(labels) < 2 or not all(isinstance(x, str) for x in labels):
+        raise InputError(path, f"'labels' must be a list of at least 2 label names, got {labels!r}")
+    spec = ClassifierSpec(**raw)
+    rules = [("energy", spec.energy in ENERGY_CHOICES, f"one of {', '.join(ENERGY_CHOICES)}"),
+             ("head", spec.head in HEADS, f"one of {', '.join(HEADS)}"),
+             ("pooling", spec.pooling in POOLINGS, f"one of {', '.join(POOLINGS)}"),
+             ("dropout", _number(spec.dropout) and 0 <= spec.dropout < 1, "a number in [0, 1)"),
+             ("max_len", _integer(spec.max_len) and spec.max_len >= 1, "an integer >= 1"),
+             ("poscal_bins", _integer(spec.poscal_bins) and spec.poscal_bins >= 0, "an integer >= 0")]
+    for name, ok, expected in rules:
+        if not ok:
+            raise InputError(path, f"'{name}' must be {expected}, got {getattr(spec, name)!r}")
+    return spec
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class EBMClassifier(nn.Module):
@@ -50,51 +86,31 @@ class EBMClassifier(nn.Module):
                                      nn.Dropout(spec.dropout), nn.Linear(hidden, n))
         else:
             self.cls = nn.Sequential(nn.Dropout(spec.dropout), nn.Linear(hidden, n))
-        self.energy_head = ScalarEnergyHead(hidden) if spec.energy == "scalar" else None
+        self.energy_head = energy_head(spec.energy, hidden)
         if spec.poscal_bins:
             self.register_buffer("poscal_table", torch.full((spec.poscal_bins, n), float("nan")))
+        # MPNet and other encoders without segment embeddings take no token_type_ids.
+        self._takes_types = "token_type_ids" in inspect.signature(encoder.forward).parameters
 
     def pool(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        kw = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        kw = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._takes_types else {}
         h = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state  # (B, T, H)
-        if self.spec.pooling == "cls":
-            return h[:, 0]  # (B, H)
-        m = attention_mask.unsqueeze(-1).to(h.dtype)  # (B, T, 1)
-        return (h * m).sum(1) / m.sum(1).clamp(min=1)  # (B, H)
+        return pool(h, attention_mask, self.spec.pooling)  # (B, H)
 
     def forward(self, input_ids, attention_mask, token_type_ids=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Returns (logits (B, |Y|), energy Ê (B,) or None for the baseline)."""
+        """Returns (logits (B, |Y|) in fp32, energy Ê (B,) or None for the baseline)."""
         z = self.pool(input_ids, attention_mask, token_type_ids)  # (B, H)
         logits = self.cls(z).float()  # (B, |Y|)
-        if self.spec.energy == "none":
-            return logits, None
-        scalar = self.energy_head(z).float() if self.energy_head is not None else None  # (B,)
-        return logits, energy_from(self.spec.energy, logits, scalar)  # (B,)
+        return logits, sequence_energy(self.spec.energy, logits, z, self.energy_head)  # (B,) | None
 
 
 def build_classifier(encoder_path: str | Path, spec: ClassifierSpec):
-    """(EBMClassifier, tokenizer) from a pretrained HF encoder folder."""
-    from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    """(EBMClassifier, tokenizer) from a pretrained encoder (HF folder or models-fetch id), its
+    pooler dropped (`textebm.models.load.load_encoder`)."""
+    from textebm.models.load import load_encoder
 
-    tok = AutoTokenizer.from_pretrained(encoder_path, local_files_only=True)
-    # The pooler is dropped on purpose (textebm pools itself); its weights in the checkpoint would
-    # otherwise fill the log with an "UNEXPECTED keys" report on every run.
-    kw = _without_pooler(json.loads((Path(encoder_path) / "config.json").read_text())["model_type"])
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        enc = AutoModel.from_pretrained(encoder_path, dtype=torch.float32, local_files_only=True, **kw)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
+    enc, tok = load_encoder(encoder_path)
     return EBMClassifier(enc, spec), tok
-
-
-def _without_pooler(model_type: str) -> dict:
-    """from_pretrained / from_config arguments that drop the pooler of BERT-like encoders."""
-    return {"add_pooling_layer": False} if model_type in ("bert", "roberta", "xlm-roberta", "electra") else {}
 
 
 def save_classifier(model: EBMClassifier, tokenizer, path: str | Path) -> None:
@@ -109,19 +125,8 @@ def save_classifier(model: EBMClassifier, tokenizer, path: str | Path) -> None:
     write_json(path / SPEC_FILE, dataclasses.asdict(model.spec))
 
 
-def load_classifier(path: str | Path):
-    """(EBMClassifier, tokenizer) from a folder written by `save_classifier` (a run's model/)."""
-    from safetensors.torch import load_model
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+def load_classifier(path: str | Path, *args, **kwargs):
+    """`textebm.models.load.load_classifier` (the one home of model loading), importable here too."""
+    from textebm.models.load import load_classifier as load
 
-    path = Path(path)
-    if (path / "model" / SPEC_FILE).is_file():
-        path = path / "model"
-    if not (path / SPEC_FILE).is_file():
-        raise TextebmError(f"{path}: not a textebm classifier (no {SPEC_FILE}); train one with `textebm classify train`")
-    spec = ClassifierSpec(**json.loads((path / SPEC_FILE).read_text()))
-    config = AutoConfig.from_pretrained(path, local_files_only=True)
-    model = EBMClassifier(AutoModel.from_config(config, **_without_pooler(config.model_type)), spec)
-    load_model(model, str(path / "model.safetensors"))
-    model.eval()
-    return model, AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return load(path, *args, **kwargs)

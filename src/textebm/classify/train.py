@@ -19,6 +19,8 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from textebm.classify.predict import predict, refresh_poscal_table
+from textebm.energy import ENERGY_CHOICES, POOLINGS
 from textebm.train import TrainOptions
 
 log = logging.getLogger(__name__)
@@ -30,30 +32,46 @@ class ClassifyTrainConfig(TrainOptions):
     data: str = field(metadata={"help": "dataset directory with train.jsonl (text, [text_pair], label)"})
     encoder: str = field(default="minilm-l6", metadata={"help": "pretrained encoder: HF folder or models-fetch id"})
     energy: str = field(default="none", metadata={"help": "energy variant of sec. 2.2 (none: plain fine-tuning)",
-                                                  "choices": ["none", "scalar", "hidden", "sharp-hidden"]})
+                                                  "choices": list(ENERGY_CHOICES)})
     noise: str = field(default="", metadata={"help": "noise JSONL from `lm sample --mode infill` (needed with --energy)"})
-    noise_ratio: int = field(default=1, metadata={"help": "K noise samples per data sample (paper: 8, sometimes 1)"})
+    noise_ratio: int = field(default=1, metadata={"help": "K noise samples per data sample (paper: 8, sometimes 1)",
+                                                      "min": 1})
     poscal: bool = field(default=False, metadata={"help": "add the PosCal calibration penalty (baseline of Jung et al.)"})
-    poscal_lambda: float = field(default=1.0, metadata={"help": "weight of the PosCal penalty"})
-    poscal_bins: int = field(default=20, metadata={"help": "PosCal confidence bins"})
+    poscal_lambda: float = field(default=1.0, metadata={"help": "weight of the PosCal penalty", "gt": 0})
+    poscal_bins: int = field(default=20, metadata={"help": "PosCal confidence bins", "min": 2})
     head: str = field(default="mlp", metadata={"help": "classifier f_CLS", "choices": ["linear", "mlp"]})
-    pooling: str = field(default="mean", metadata={"help": "sentence representation", "choices": ["mean", "cls"]})
-    max_len: int = field(default=64, metadata={"help": "truncate inputs to this many tokens"})
-    limit: int = field(default=0, metadata={"help": "use only the first N training examples (0: all)"})
-    epochs: float = field(default=3.0, metadata={"help": "passes over the training data (paper: 3)"})
-    lr: float = field(default=5e-5, metadata={"help": "peak learning rate (Adam)"})
+    pooling: str = field(default="mean", metadata={"help": "sentence representation", "choices": list(POOLINGS)})
+    max_len: int = field(default=64, metadata={"help": "truncate inputs to this many tokens", "min": 2})
+    limit: int = field(default=0, metadata={"help": "use only the first N training examples (0: all)", "min": 0})
+    epochs: float = field(default=3.0, metadata={"help": "passes over the training data", "gt": 0})
+    lr: float = field(default=5e-5, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
     eval_split: str = field(default="dev", metadata={"help": "split evaluated after training ('' to skip)"})
+
+    def check(self) -> None:
+        from textebm.cli.args import refuse_unused
+        from textebm.errors import TextebmError
+
+        super().check()
+        if not self.poscal:
+            refuse_unused(self, ["poscal_lambda", "poscal_bins"], "without --poscal")
+        if self.energy == "none":
+            refuse_unused(self, ["noise_ratio"], "without --energy")
+            if self.noise:
+                raise TextebmError("--noise is only used with --energy scalar|hidden|sharp-hidden")
+        elif not self.noise:
+            raise TextebmError(f"--energy {self.energy} needs --noise FILE.jsonl (make it with "
+                               "`textebm lm sample --mode infill`)")
 
 
 def classify_train(cfg: ClassifyTrainConfig) -> dict:
     """Fine-tune a classifier, jointly with an EBM (--energy) or PosCal (--poscal)."""
     from textebm.assets import resolve_model
     from textebm.classify.data import (Collator, attach_noise, encode, encode_examples, label_vocab,
-                                       read_noise)
+                                       noise_stream, read_noise)
     from textebm.classify.model import ClassifierSpec, build_classifier, save_classifier
     from textebm.data.readers import load_split
     from textebm.errors import TextebmError
-    from textebm.train import batch_sampler, options_dict, seed_everything, train
+    from textebm.train import MAIN, options_dict, seed_everything, train
 
     if cfg.energy != "none" and not cfg.noise:
         raise TextebmError(f"--energy {cfg.energy} needs --noise FILE.jsonl (make it with `textebm lm sample --mode infill`)")
@@ -77,14 +95,14 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
         noise = encode(tokenizer, noise_rows, cfg.max_len)
     lengths = [len(e.ids) for e in examples]
 
-    def epoch_batches(epoch: int) -> list[list[int]]:  # the batches `train` draws in that epoch
-        sampler = batch_sampler(lengths, cfg)
-        sampler.set_epoch(epoch)
-        return list(sampler)
-
-    collate = Collator(tokenizer.pad_token_id or 0, noise, cfg.noise_ratio, examples, epoch_batches, cfg.seed)
+    collate = Collator(tokenizer.pad_token_id or 0)
+    streams = None
+    if noise is not None:  # each epoch's K samples per example, bucketed by their own length
+        streams = {"noise": noise_stream(examples, noise, cfg.noise_ratio, cfg.batch_size, collate.pad_id)}
 
     def step_fn(m, batch):
+        if streams:  # {MAIN: data batch, "noise": noise batch of K x its size}
+            batch = {**batch[MAIN], "noise": batch["noise"]}
         return joint_loss(m, batch, cfg)
 
     def on_epoch_end(m, epoch):
@@ -107,7 +125,7 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     config = {**options_dict(cfg), "labels": labels, "train_examples": len(rows)}
     return train(cfg, config, model, examples, lengths, collate, step_fn,
                  save_model=lambda m, d: save_classifier(m, tokenizer, d), evaluate=evaluate,
-                 on_epoch_start=collate.set_epoch, on_epoch_end=on_epoch_end)
+                 on_epoch_end=on_epoch_end, streams=streams)
 
 
 def joint_loss(model, batch: dict, cfg: ClassifyTrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
@@ -162,43 +180,3 @@ def _concat(a: dict, b: dict) -> dict:
         y = F.pad(y, (0, T - y.shape[1]), value=pad_val)
         out[k] = torch.cat([x, y], 0)
     return out
-
-
-@torch.no_grad()
-def refresh_poscal_table(model, examples, collate, batch_size: int) -> None:
-    """Rebuild the PosCal table by a no-grad pass over the training set (as the released code)."""
-    from textebm.losses.poscal import PosCalStats
-
-    m = getattr(model, "module", model)
-    out = predict(m, examples, collate.pad_id, batch_size * 2)
-    stats = PosCalStats(len(m.spec.labels), m.poscal_table.shape[0])
-    stats.update(torch.as_tensor(out["probs"]), torch.as_tensor(out["labels"]))
-    m.poscal_table.copy_(stats.table().to(m.poscal_table))
-    log.info("PosCal table refreshed (train class-wise ECE %.4f)", stats.ece())
-
-
-@torch.no_grad()
-def predict(model, examples, pad_id: int, batch_size: int) -> dict:
-    """Logits, probabilities, energies and labels of `examples`, in their order (length-bucketed)."""
-    from textebm.classify.data import batch_inputs
-
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    order = sorted(range(len(examples)), key=lambda i: len(examples[i].ids))
-    logits_out = torch.zeros(len(examples), len(model.spec.labels))
-    energy_out = torch.full((len(examples),), float("nan"))
-    for s in range(0, len(order), batch_size):
-        idx = order[s:s + batch_size]
-        inputs = batch_inputs([(examples[i].ids, examples[i].type_ids) for i in idx], pad_id)
-        logits, energy = model(**{k: v.to(device) for k, v in inputs.items()})
-        logits_out[idx] = logits.float().cpu()
-        if energy is not None:
-            energy_out[idx] = energy.float().cpu()
-    model.train(was_training)
-    import numpy as np
-
-    return {"logits": logits_out.numpy().astype(np.float64),
-            "probs": torch.softmax(logits_out.double(), -1).numpy(),
-            "energy": energy_out.numpy().astype(np.float64),
-            "labels": np.array([e.label for e in examples])}

@@ -3,11 +3,14 @@
   textebm lm sample --model RUN --data DIR --split train --mode infill --top-k 20 --out noise.jsonl
   textebm lm score  --model RUN --input texts.jsonl --out scores.jsonl
   textebm lm eval   --model RUN --data DIR --split test
+
+Sampling, scoring and evaluation run on the GPU when there is one, in --precision (auto: bf16
+where the hardware multiplies it natively, else fp32; the choice is logged at start).
 """
 
 from textebm.lm.sampling import SampleConfig, sample_file
+from textebm.lm.score_command import EvalConfig, ScoreConfig, eval_split, score_file
 from textebm.lm.train import LMTrainConfig
-from textebm.lm.scoring import EvalConfig, ScoreConfig, eval_split, score_file
 
 
 def train(cfg: LMTrainConfig) -> None:

@@ -1,9 +1,10 @@
-"""Load and save causal LMs as plain Hugging Face folders plus `textebm_lm.json`.
+"""Causal LMs as plain Hugging Face folders plus `textebm_lm.json`: meta, special tokens, save.
 
 Any local HF causal-LM folder works as a model; `textebm_lm.json` (written by `lm train`) records
 how textebm trained it: objective (causal / infill), direction (l2r / r2l), mask ratio and the
 special tokens of the sequence layouts in `textebm.lm.format`. A folder without it is treated as
-a causal, left-to-right LM.
+a causal, left-to-right LM. Loading, with the checks of what a folder holds, is
+`textebm.models.load.load_lm`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from textebm.errors import TextebmError
+from textebm.errors import InputError, TextebmError
 from textebm.lm.format import SpecialIds
 
 META_FILE = "textebm_lm.json"
@@ -36,12 +37,23 @@ class LMMeta:
 
 
 def read_meta(path: str | Path) -> LMMeta:
+    """The meta of an LM folder (defaults without `textebm_lm.json`); InputError naming the file
+    when it is unreadable or says something textebm does not know."""
     f = Path(path) / META_FILE
     if not f.is_file():
         return LMMeta()
-    raw = json.loads(f.read_text(encoding="utf-8"))
+    try:
+        raw = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f, f"not a readable LM description ({e})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f, f"expected a JSON object, got {type(raw).__name__}")
     known = {fl.name for fl in dataclasses.fields(LMMeta)}
-    return LMMeta(**{k: v for k, v in raw.items() if k in known})
+    meta = LMMeta(**{k: v for k, v in raw.items() if k in known})
+    if meta.objective not in ("causal", "infill") or meta.direction not in ("l2r", "r2l"):
+        raise InputError(f, f"objective must be causal or infill and direction l2r or r2l, got "
+                            f"{meta.objective!r} and {meta.direction!r}")
+    return meta
 
 
 def ensure_special_tokens(tokenizer, model=None, infill: bool = False) -> LMMeta:
@@ -86,26 +98,15 @@ def special_ids(tokenizer, meta: LMMeta) -> SpecialIds:
     return SpecialIds(bos=bos, eos=eos, pad=pad, mask=tid(meta.mask_token), sep=tid(meta.sep_token))
 
 
-def load_lm(path: str | Path, dtype: torch.dtype = torch.float32):
-    """(model, tokenizer, meta) from a local HF causal-LM folder (never from a hub)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_lm(path: str | Path, dtype: torch.dtype = torch.float32, *args, **kwargs):
+    """`textebm.models.load.load_lm` (the one home of model loading), importable here too."""
+    from textebm.models.load import load_lm as load
 
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise TextebmError(f"{path}: not a Hugging Face model folder (no config.json); "
-                           "train one with `textebm lm train` or fetch one with `textebm models fetch`")
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
-    meta = read_meta(path)
-    if meta.bos_token is None:
-        meta = dataclasses.replace(ensure_special_tokens(tokenizer, model, infill=False),
-                                   objective=meta.objective, direction=meta.direction)
-    model.eval()
-    return model, tokenizer, meta
+    return load(path, dtype, *args, **kwargs)
 
 
 def save_lm(model, tokenizer, meta: LMMeta, path: str | Path) -> None:
-    """Write the HF folder (safetensors) and the meta file. Callers wrap this in `atomic_dir`."""
+    """Write the HF folder (safetensors) and the meta file (callers write into a temporary folder)."""
     from textebm.io import write_json
 
     path = Path(path)

@@ -1,4 +1,5 @@
-"""`textebm lm sample`: noise samples and generations from a causal LM.
+"""`textebm lm sample`: noise samples and generations from a causal LM (the command: jobs, the
+output file, resume). The sampler itself is the library `textebm.lm.generate`.
 
 Four modes, each built on the sequence layouts of `textebm.lm.format`:
 
@@ -14,12 +15,15 @@ Four modes, each built on the sequence layouts of `textebm.lm.format`:
 Texts written by an r2l model are un-reversed. A `text_pair` is sampled as a second, independent
 sequence so both fields are present in the output.
 
-The sampler is our own: batched top-k sampling with a key-value cache over left-padded contexts
-(`generate`), with an uncached reference (`generate(..., use_cache=False)`) that re-runs the full
-sequence at every step. Each sampled token is drawn by the inverse CDF of the top-k, tempered
-distribution q from a uniform taken from the sequence's own `torch.Generator`, seeded from
-(seed, example index, sample index, field). A sequence's tokens therefore depend neither on the
-batch it was put in nor on whether the run was interrupted and resumed.
+The sampler is our own (`textebm.lm.generate.generate`): batched top-k sampling with a key-value
+cache over left-padded contexts. Each sequence draws its uniforms from its own `torch.Generator`,
+seeded from (seed, example index, sample index, field), so its tokens depend neither on the batch
+it was put in nor on whether the run was interrupted and resumed (exactly in fp32; in bf16 the
+rounding of a padded batch can flip a token now and then).
+
+The model runs on the accelerator when there is one, in `--precision` (auto: see
+`textebm.precision`); the resolved precision is logged at start and written into every row
+(`precision`), so a resumed run must run in the same one.
 """
 
 from __future__ import annotations
@@ -32,13 +36,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
-from textebm.data.batching import left_pad
 from textebm.errors import InputError, TextebmError
 from textebm.lm.format import SpecialIds, infill_context, mask_tokens
+from textebm.lm.generate import Generation, generate
+from textebm.precision import CHOICES as PRECISIONS
 
 log = logging.getLogger(__name__)
 
@@ -54,151 +58,40 @@ class SampleConfig:
     split: str = field(default="train", metadata={"help": "split of --data to sample from"})
     mode: str = field(default="infill", metadata={"help": "what the LM writes given what context",
                                                   "choices": list(MODES)})
-    top_k: int = field(default=20, metadata={"help": "sample from the k most likely tokens (paper a: 20)"})
-    per_example: int = field(default=1, metadata={"help": "samples per source example"})
+    top_k: int = field(default=20, metadata={"help": "sample from the k most likely tokens (paper a: 20)",
+                                             "min": 1})
+    per_example: int = field(default=1, metadata={"help": "samples per source example", "min": 1})
     mask_ratio: float | None = field(default=None, metadata={
-        "help": "infill: masking probability M (default: the model's training ratio, else 0.4)"})
+        "help": "infill: masking probability M (default: the model's training ratio, else 0.4)",
+        "min": 0, "max": 1})
     context_ratio: float = field(default=0.5, metadata={
-        "help": "prefix/suffix: fraction of each text's tokens kept as context"})
+        "help": "prefix/suffix: fraction of each text's tokens kept as context", "min": 0, "max": 1})
     context_tokens: int | None = field(default=None, metadata={
-        "help": "prefix/suffix: keep this many tokens instead (overrides --context-ratio)"})
+        "help": "prefix/suffix: keep this many tokens instead of --context-ratio", "min": 0})
     max_new_tokens: int | None = field(default=None, metadata={
         "help": "cap on generated tokens (default: prefix/suffix as many as were removed; "
-                "infill/free 2 x source length + 8)"})
-    temperature: float = field(default=1.0, metadata={"help": "softmax temperature before the top-k cut"})
-    batch_size: int = field(default=32, metadata={"help": "sequences generated together"})
-    seed: int = field(default=0, metadata={"help": "same seed, same samples, whatever the batch size"})
-    precision: str = field(default="fp32", metadata={"help": "bf16 casts the weights to bfloat16",
-                                                     "choices": ["fp32", "bf16"]})
-    limit: int = field(default=0, metadata={"help": "use only the first N examples (0: all)"})
+                "infill/free 2 x source length + 8)", "min": 1})
+    temperature: float = field(default=1.0, metadata={
+        "help": "softmax temperature before the top-k cut (greedy: --top-k 1)", "gt": 0})
+    batch_size: int = field(default=32, metadata={"help": "sequences generated together", "min": 1})
+    seed: int = field(default=0, metadata={"help": "same seed, same samples, whatever the batch size", "min": 0})
+    precision: str = field(default="auto", metadata={
+        "help": "weights and matmuls in this precision; auto: bf16 where the hardware multiplies it "
+                "natively, else fp32 (logits are upcast to fp32 before the softmax)", "choices": list(PRECISIONS)})
+    limit: int = field(default=0, metadata={"help": "use only the first N examples (0: all)", "min": 0})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
+    def check(self) -> None:
+        from textebm.cli.args import refuse_unused
 
-# ---------------------------------------------------------------- the sampler
-
-
-@dataclass
-class Generation:
-    tokens: list[int]  # sampled ids in model order, ending with [eos] when the model stopped itself
-    logprob: float  # sum of log q over `tokens`, q = the top-k truncated, tempered distribution
-
-
-def sample_top_k(logits: torch.Tensor, k: int, temperature: float, uniforms: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row from the top-k distribution by the inverse CDF.
-
-    logits (B, V), uniforms (B,) in [0, 1). Returns tokens (B,) and their log q (B,), where
-    q = softmax(top-k logits / temperature), zero outside the top k. k = 1 is greedy decoding.
-    """
-    top, idx = (logits.double() / temperature).topk(min(k, logits.shape[-1]), dim=-1)  # (B, k)
-    logq = top.log_softmax(-1)  # (B, k)
-    cdf = logq.exp().cumsum(-1)  # (B, k)
-    target = (uniforms.double() * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
-    choice = torch.searchsorted(cdf, target, right=True).clamp(max=idx.shape[-1] - 1)  # (B, 1)
-    return idx.gather(-1, choice).squeeze(-1), logq.gather(-1, choice).squeeze(-1).float()
-
-
-def positions(mask: torch.Tensor) -> torch.Tensor:
-    """Position ids (B, T) that start at 0 on each row's first real token (pads get 0)."""
-    return (mask.cumsum(-1) - 1).clamp(min=0)
-
-
-def _uniforms(gens: list[torch.Generator], alive: torch.Tensor) -> torch.Tensor:
-    """One uniform per live row from that row's own generator (B,); dead rows draw nothing."""
-    u = torch.zeros(len(gens))
-    for b in alive.nonzero().flatten().tolist():
-        u[b] = torch.rand((), generator=gens[b])
-    return u
-
-
-@torch.inference_mode()
-def generate(model, contexts: list[list[int]], max_new_tokens: list[int], generators: list[torch.Generator],
-             eos: int, pad: int, top_k: int, temperature: float = 1.0, banned: Sequence[int] = (),
-             use_cache: bool = True) -> list[Generation]:
-    """Top-k sample a continuation of each context until [eos] or its own `max_new_tokens`.
-
-    `contexts` are full model inputs (starting with [bos]) of any lengths; they are left-padded
-    into one batch. Row b draws its uniforms from `generators[b]` only, so its tokens do not
-    depend on the other rows. Tokens in `banned` (e.g. [pad], [sep]) get probability 0.
-    `use_cache=False` is the slow reference that re-runs every prefix.
-    """
-    out = [Generation([], 0.0) for _ in contexts]
-    todo = [b for b, n in enumerate(max_new_tokens) if n > 0]
-    if not todo:
-        return out
-    run = _generate_cached if use_cache else _generate_uncached
-    run(model, [contexts[b] for b in todo], [max_new_tokens[b] for b in todo],
-        [generators[b] for b in todo], [out[b] for b in todo], eos, pad, top_k, temperature, list(banned))
-    return out
-
-
-def _record(out: list[Generation], rows: list[int], alive: torch.Tensor, tok: torch.Tensor,
-            logq: torch.Tensor, eos: int, max_new: list[int]) -> torch.Tensor:
-    """Append each live row's token; return which rows are still alive afterwards (B,)."""
-    still = alive.clone()
-    for b in alive.nonzero().flatten().tolist():
-        g = out[rows[b]]
-        g.tokens.append(int(tok[b]))
-        g.logprob += float(logq[b])
-        if g.tokens[-1] == eos or len(g.tokens) >= max_new[rows[b]]:
-            still[b] = False
-    return still
-
-
-def _next_logits(output, banned: list[int]) -> torch.Tensor:
-    """fp32 logits of the last position (B, V), banned tokens at -inf."""
-    logits = output.logits[:, -1].float()  # (B, V)
-    if banned:
-        logits[:, banned] = float("-inf")
-    return logits
-
-
-def _generate_cached(model, contexts, max_new, gens, out, eos, pad, top_k, temperature, banned) -> None:
-    from transformers import DynamicCache
-
-    ids, mask = left_pad(contexts, pad)  # (B, P)
-    pos = positions(mask)  # (B, P)
-    cache = DynamicCache(config=model.config)
-    output = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                   use_cache=True, logits_to_keep=1)
-    logits = _next_logits(output, banned)  # (B, V)
-    next_pos = pos[:, -1] + 1  # (B,)
-    rows = list(range(len(contexts)))  # batch row -> sequence index
-    alive = torch.ones(len(contexts), dtype=torch.bool)  # (B,)
-    while True:
-        tok, logq = sample_top_k(logits, top_k, temperature, _uniforms(gens, alive))  # (B,), (B,)
-        alive = _record(out, rows, alive, tok, logq, eos, max_new)
-        if not alive.any():
-            return
-        dead = int((~alive).sum())
-        if dead >= max(1, len(rows) // 4):  # drop finished rows once they are a quarter of the batch
-            keep = alive.nonzero().flatten()  # (B',)
-            cache.batch_select_indices(keep)
-            mask, next_pos, tok = mask[keep], next_pos[keep], tok[keep]
-            rows, gens = [rows[b] for b in keep.tolist()], [gens[b] for b in keep.tolist()]
-            alive = alive[keep]
-        feed = torch.where(alive, tok, pad).unsqueeze(-1)  # (B, 1)
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # (B, T+1)
-        output = model(input_ids=feed, attention_mask=mask, position_ids=next_pos.unsqueeze(-1),
-                       past_key_values=cache, use_cache=True)
-        logits = _next_logits(output, banned)  # (B, V)
-        next_pos = next_pos + 1
-
-
-def _generate_uncached(model, contexts, max_new, gens, out, eos, pad, top_k, temperature, banned) -> None:
-    seqs = [list(c) for c in contexts]
-    live = list(range(len(contexts)))
-    while live:
-        ids, mask = left_pad([seqs[b] for b in live], pad)  # (B, T)
-        output = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask),
-                       use_cache=False, logits_to_keep=1)
-        logits = _next_logits(output, banned)  # (B, V)
-        alive = torch.ones(len(live), dtype=torch.bool)  # (B,)
-        tok, logq = sample_top_k(logits, top_k, temperature, _uniforms([gens[b] for b in live], alive))
-        still = _record(out, live, alive, tok, logq, eos, max_new)
-        for r, b in enumerate(live):
-            seqs[b].append(int(tok[r]))
-        live = [b for r, b in enumerate(live) if still[r]]
+        if self.mode != "infill":
+            refuse_unused(self, ["mask_ratio"], f"with --mode {self.mode} (it masks nothing)")
+        if self.mode in ("infill", "free"):
+            refuse_unused(self, ["context_ratio", "context_tokens"],
+                          f"with --mode {self.mode} (only prefix and suffix keep a context)")
+        elif self.context_tokens is not None:
+            refuse_unused(self, ["context_ratio"], "with --context-tokens (which sets the context length)")
 
 
 # ---------------------------------------------------------------- jobs: what to generate from what
@@ -308,28 +201,10 @@ def _encode_fields(tokenizer, examples: list[dict]) -> list[list[list[int]]]:
     return [[next(flat) for _ in source_fields(row)] for row in examples]
 
 
-def _check_config(cfg: SampleConfig) -> None:
-    if cfg.top_k < 1:
-        raise TextebmError(f"--top-k must be at least 1, got {cfg.top_k}")
-    if cfg.per_example < 1:
-        raise TextebmError(f"--per-example must be at least 1, got {cfg.per_example}")
-    if cfg.batch_size < 1:
-        raise TextebmError(f"--batch-size must be at least 1, got {cfg.batch_size}")
-    if not cfg.temperature > 0:
-        raise TextebmError(f"--temperature must be positive, got {cfg.temperature} (use --top-k 1 for greedy)")
-    if cfg.mask_ratio is not None and not 0.0 <= cfg.mask_ratio <= 1.0:
-        raise TextebmError(f"--mask-ratio must be in [0, 1], got {cfg.mask_ratio}")
-    if not 0.0 <= cfg.context_ratio <= 1.0:
-        raise TextebmError(f"--context-ratio must be in [0, 1], got {cfg.context_ratio}")
-    if cfg.context_tokens is not None and cfg.context_tokens < 0:
-        raise TextebmError(f"--context-tokens must be non-negative, got {cfg.context_tokens}")
-    if cfg.max_new_tokens is not None and cfg.max_new_tokens < 0:
-        raise TextebmError(f"--max-new-tokens must be non-negative, got {cfg.max_new_tokens}")
-
-
 def read_partial(path: Path) -> list[dict]:
     """Rows of an interrupted run. A torn last line (no final newline, or unparsable) is dropped and
-    the file rewritten without it, so appending continues on a clean line."""
+    the file rewritten without it, atomically (a crash during the rewrite leaves the old file, every
+    finished sample in it), so appending continues on a clean line."""
     lines = path.read_bytes().split(b"\n")
     torn = lines[-1] != b""  # the last write stopped before its newline
     lines = lines[:-1]
@@ -345,8 +220,10 @@ def read_partial(path: Path) -> list[dict]:
                                        "start over", lineno) from None
             torn, lines = True, lines[:-1]
     if torn:
+        from textebm.io import atomic_write
+
         log.info("%s: dropping a truncated last line", path)
-        with open(path, "wb") as f:
+        with atomic_write(path, "wb") as f:
             f.write(b"".join(line + b"\n" for line in lines))
     return rows
 
@@ -366,14 +243,23 @@ def sample_file(cfg: SampleConfig) -> Path:
     """Sample noise / generations for each example of a split into a JSONL file (resumable)."""
     from tqdm import tqdm
 
+    from textebm.cli.args import check_config
     from textebm.data.readers import load_split
+    from textebm.inference import inference_setup
     from textebm.io import atomic_write
     from textebm.lm.model import special_ids
-    from textebm.lm.scoring import load_for_inference
+    from textebm.models.load import CAUSAL_LM, find_model, load_lm
+    from textebm.outputs import check_output_file
 
-    _check_config(cfg)
-    torch.set_flush_denormal(True)
-    model, tokenizer, meta, model_path = load_for_inference(cfg.model, cfg.precision)
+    check_config(cfg)
+    out = Path(cfg.out)
+    partial = out.with_name(out.name + ".partial")
+    check_output_file(out, cfg.overwrite)  # before any work; the .partial is ours: no --overwrite needed
+    if partial.is_dir():
+        raise TextebmError(f"--out {out}: {partial} is a folder; textebm writes its unfinished samples there")
+    model_path = find_model(cfg.model, CAUSAL_LM).path.resolve()
+    device, choice = inference_setup(cfg.precision)
+    model, tokenizer, meta = load_lm(model_path, dtype=choice.dtype, device=device)
     sp = special_ids(tokenizer, meta)
     check_mode(cfg.mode, meta, sp)
     mask_ratio = (cfg.mask_ratio if cfg.mask_ratio is not None else meta.mask_ratio or DEFAULT_MASK_RATIO)
@@ -391,10 +277,8 @@ def sample_file(cfg: SampleConfig) -> Path:
     common = {"mode": cfg.mode, "top_k": cfg.top_k, "temperature": cfg.temperature}
     if cfg.mode == "infill":
         common["mask_ratio"] = mask_ratio
-    common.update(seed=cfg.seed, model=str(model_path))
+    common.update(seed=cfg.seed, model=str(model_path), precision=choice.precision)
 
-    out = Path(cfg.out)
-    partial = out.with_name(out.name + ".partial")
     done_rows = read_partial(partial) if partial.is_file() else []
     _check_resumable(done_rows, common, order, partial)
     done = {row["id"] for row in done_rows}

@@ -179,15 +179,25 @@ def lm_train(cfg: LMTrainConfig) -> dict:
 @torch.no_grad()
 def evaluate_lm(model, batcher: LMBatcher, ids: list[list[int]], batch_size: int, seed: int,
                 split: str) -> dict:
-    """Token-level perplexity of the training objective on a split (infill masks from `seed`)."""
+    """Token-level perplexity of the training objective on a split (infill masks from `seed`),
+    in length-sorted batches (`textebm.inference.batched`)."""
+    from textebm.inference import batched
+
     model.eval()
     g = torch.Generator().manual_seed(seed + 7919)
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    total, count = 0.0, 0
     device = next(model.parameters()).device
-    for s in range(0, len(order), batch_size):
-        batch = batcher([ids[i] for i in order[s:s + batch_size]], generator=g)
-        nll, n = lm_loss(model, {k: v.to(device) for k, v in batch.items()})
-        total, count = total + float(nll), count + int(n)
+
+    def nll_per_text(items: list[list[int]]) -> list[tuple[float, int]]:
+        batch = {k: v.to(device) for k, v in batcher(items, generator=g).items()}
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B, T, V)
+        logits = logits[:, :-1].float()  # (B, T-1, V) predicts position t+1
+        target = batch["labels"][:, 1:]  # (B, T-1)
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, ignore_index=-100,
+                                                reduction="none").sum(-1)  # (B,)
+        count = (target != -100).sum(-1)  # (B,)
+        return list(zip(nll.double().cpu().tolist(), count.cpu().tolist()))
+
+    per_text = batched(ids, [len(x) for x in ids], batch_size, nll_per_text)
+    total, count = math.fsum(n for n, _ in per_text), sum(c for _, c in per_text)
     return {f"{split}_nll_per_token": total / max(count, 1),
             f"{split}_perplexity": math.exp(total / max(count, 1)), f"{split}_tokens": count}

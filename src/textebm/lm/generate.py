@@ -1,0 +1,153 @@
+"""Top-k sampling from a causal LM: textebm's own batched sampler (a library; `lm sample` is its
+command, in `textebm.lm.sampling`).
+
+`generate` samples continuations of left-padded contexts with a key-value cache; with
+`use_cache=False` it is the uncached reference that re-runs the full sequence at every step. Each
+sampled token is drawn by the inverse CDF of the top-k, tempered distribution q from a uniform
+taken from the sequence's own `torch.Generator` (on the CPU, whatever device the model is on), so
+a sequence's tokens depend neither on the batch it was put in nor on whether a run was
+interrupted and resumed. Logits are upcast to fp32 (the top-k cut and softmax in fp64) whatever
+precision the model runs in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from textebm.data.batching import left_pad
+
+
+@dataclass
+class Generation:
+    tokens: list[int]  # sampled ids in model order, ending with [eos] when the model stopped itself
+    logprob: float  # sum of log q over `tokens`, q = the top-k truncated, tempered distribution
+
+
+def sample_top_k(logits: torch.Tensor, k: int, temperature: float, uniforms: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row from the top-k distribution by the inverse CDF.
+
+    logits (B, V), uniforms (B,) in [0, 1). Returns tokens (B,) and their log q (B,), on the
+    logits' device, where q = softmax(top-k logits / temperature), zero outside the top k. k = 1
+    is greedy decoding.
+    """
+    top, idx = (logits.double() / temperature).topk(min(k, logits.shape[-1]), dim=-1)  # (B, k)
+    logq = top.log_softmax(-1)  # (B, k)
+    cdf = logq.exp().cumsum(-1)  # (B, k)
+    target = (uniforms.to(cdf.device, torch.float64) * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
+    choice = torch.searchsorted(cdf, target, right=True).clamp(max=idx.shape[-1] - 1)  # (B, 1)
+    return idx.gather(-1, choice).squeeze(-1), logq.gather(-1, choice).squeeze(-1).float()
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids (B, T) that start at 0 on each row's first real token (pads get 0)."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _uniforms(gens: list[torch.Generator], alive: torch.Tensor) -> torch.Tensor:
+    """One uniform per live row from that row's own (CPU) generator (B,); dead rows draw nothing."""
+    u = torch.zeros(len(gens))
+    for b in alive.nonzero().flatten().tolist():
+        u[b] = torch.rand((), generator=gens[b])
+    return u
+
+
+@torch.inference_mode()
+def generate(model, contexts: list[list[int]], max_new_tokens: list[int], generators: list[torch.Generator],
+             eos: int, pad: int, top_k: int, temperature: float = 1.0, banned: Sequence[int] = (),
+             use_cache: bool = True) -> list[Generation]:
+    """Top-k sample a continuation of each context until [eos] or its own `max_new_tokens`.
+
+    `contexts` are full model inputs (starting with [bos]) of any lengths; they are left-padded
+    into one batch on the model's device. Row b draws its uniforms from `generators[b]` only, so
+    its tokens do not depend on the other rows. Tokens in `banned` (e.g. [pad], [sep]) get
+    probability 0. `use_cache=False` is the slow reference that re-runs every prefix.
+    """
+    out = [Generation([], 0.0) for _ in contexts]
+    todo = [b for b, n in enumerate(max_new_tokens) if n > 0]
+    if not todo:
+        return out
+    run = _generate_cached if use_cache else _generate_uncached
+    run(model, [contexts[b] for b in todo], [max_new_tokens[b] for b in todo],
+        [generators[b] for b in todo], [out[b] for b in todo], eos, pad, top_k, temperature, list(banned))
+    return out
+
+
+def _record(out: list[Generation], rows: list[int], alive: torch.Tensor, tok: torch.Tensor,
+            logq: torch.Tensor, eos: int, max_new: list[int]) -> torch.Tensor:
+    """Append each live row's token (tok, logq: (B,) on the CPU); return which rows are still
+    alive afterwards (B,), on the CPU."""
+    still = alive.clone()
+    for b in alive.nonzero().flatten().tolist():
+        g = out[rows[b]]
+        g.tokens.append(int(tok[b]))
+        g.logprob += float(logq[b])
+        if g.tokens[-1] == eos or len(g.tokens) >= max_new[rows[b]]:
+            still[b] = False
+    return still
+
+
+def _next_logits(output, banned: list[int]) -> torch.Tensor:
+    """fp32 logits of the last position (B, V), banned tokens at -inf."""
+    logits = output.logits[:, -1].float()  # (B, V)
+    if banned:
+        logits[:, banned] = float("-inf")
+    return logits
+
+
+def _generate_cached(model, contexts, max_new, gens, out, eos, pad, top_k, temperature, banned) -> None:
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    ids, mask = left_pad(contexts, pad)  # (B, P)
+    ids, mask = ids.to(device), mask.to(device)
+    pos = positions(mask)  # (B, P)
+    cache = DynamicCache(config=model.config)
+    output = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                   use_cache=True, logits_to_keep=1)
+    logits = _next_logits(output, banned)  # (B, V)
+    next_pos = pos[:, -1] + 1  # (B,)
+    rows = list(range(len(contexts)))  # batch row -> sequence index
+    alive = torch.ones(len(contexts), dtype=torch.bool)  # (B,) on the CPU
+    while True:
+        tok, logq = sample_top_k(logits, top_k, temperature, _uniforms(gens, alive))  # (B,), (B,)
+        tok_cpu = tok.cpu()  # (B,)
+        alive = _record(out, rows, alive, tok_cpu, logq.cpu(), eos, max_new)
+        if not alive.any():
+            return
+        dead = int((~alive).sum())
+        if dead >= max(1, len(rows) // 4):  # drop finished rows once they are a quarter of the batch
+            keep = alive.nonzero().flatten()  # (B',) on the CPU
+            keep_dev = keep.to(device)  # (B',)
+            cache.batch_select_indices(keep_dev)
+            mask, next_pos, tok = mask[keep_dev], next_pos[keep_dev], tok[keep_dev]
+            rows, gens = [rows[b] for b in keep.tolist()], [gens[b] for b in keep.tolist()]
+            alive = alive[keep]
+        feed = torch.where(alive.to(device), tok, pad).unsqueeze(-1)  # (B, 1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # (B, T+1)
+        output = model(input_ids=feed, attention_mask=mask, position_ids=next_pos.unsqueeze(-1),
+                       past_key_values=cache, use_cache=True)
+        logits = _next_logits(output, banned)  # (B, V)
+        next_pos = next_pos + 1
+
+
+def _generate_uncached(model, contexts, max_new, gens, out, eos, pad, top_k, temperature, banned) -> None:
+    device = next(model.parameters()).device
+    seqs = [list(c) for c in contexts]
+    live = list(range(len(contexts)))
+    while live:
+        ids, mask = left_pad([seqs[b] for b in live], pad)  # (B, T)
+        ids, mask = ids.to(device), mask.to(device)
+        output = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask),
+                       use_cache=False, logits_to_keep=1)
+        logits = _next_logits(output, banned)  # (B, V)
+        alive = torch.ones(len(live), dtype=torch.bool)  # (B,)
+        tok, logq = sample_top_k(logits, top_k, temperature, _uniforms([gens[b] for b in live], alive))
+        tok, logq = tok.cpu(), logq.cpu()  # (B,), (B,)
+        still = _record(out, live, alive, tok, logq, eos, max_new)
+        for r, b in enumerate(live):
+            seqs[b].append(int(tok[r]))
+        live = [b for r, b in enumerate(live) if still[r]]

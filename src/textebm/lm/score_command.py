@@ -1,0 +1,185 @@
+"""`textebm lm score` and `textebm lm eval`: the commands around the scoring library
+(`textebm.lm.scoring`): read the data, check and write the outputs.
+
+Both check their output target before any work (`textebm.outputs`), then the model folder
+(`textebm.models.load.find_model`: a causal LM, not an encoder or classifier), and run on the
+accelerator when there is one, in `--precision` (auto by default: `textebm.precision`). The
+resolved precision and its reason are logged at start; `lm eval` also records them in its
+metrics (`precision`, `precision_choice`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from textebm.errors import InputError, TextebmError
+from textebm.lm.scoring import ScoreResult, check_scorable, item_texts, perplexity_metrics, score_texts
+from textebm.precision import CHOICES as PRECISIONS
+
+log = logging.getLogger(__name__)
+
+PRECISION_HELP = ("weights and matmuls in this precision; auto: bf16 where the hardware multiplies it "
+                  "natively, else fp32 (log-probabilities always from fp32 logits)")
+
+
+def scorable_folder(model_arg: str) -> Path:
+    """The folder of `--model`, checked (before any weights are read) to be a causal LM trained
+    with the causal objective."""
+    from textebm.lm.model import read_meta
+    from textebm.models.load import CAUSAL_LM, find_model
+
+    folder = find_model(model_arg, CAUSAL_LM).path
+    check_scorable(read_meta(folder))
+    return folder
+
+
+def _load(folder: Path, precision: str):
+    """(model, tokenizer, meta, PrecisionChoice) placed for inference."""
+    from textebm.inference import inference_setup
+    from textebm.models.load import load_lm
+
+    device, choice = inference_setup(precision)
+    model, tokenizer, meta = load_lm(folder, dtype=choice.dtype, device=device)
+    return model, tokenizer, meta, choice
+
+
+# ---------------------------------------------------------------- lm score
+
+
+@dataclass(kw_only=True)
+class ScoreConfig:
+    model: str = field(metadata={"help": "LM folder, a run directory holding model/, or a models-fetch id"})
+    input: str = field(metadata={"help": "texts to score (.jsonl, .csv, .tsv or .txt)"})
+    out: str = field(metadata={"help": "output JSONL, one line per input item"})
+    batch_size: int = field(default=16, metadata={"help": "texts per forward pass", "min": 1})
+    precision: str = field(default="auto", metadata={"help": PRECISION_HELP, "choices": list(PRECISIONS)})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
+
+
+def score_file(cfg: ScoreConfig) -> Path:
+    """Score every item of a file: log P(x) in nats, per token and in total ([eos] included)."""
+    from textebm.cli.args import check_config
+    from textebm.data.readers import read_examples
+    from textebm.io import atomic_write
+    from textebm.outputs import check_output_file
+
+    check_config(cfg)
+    check_output_file(cfg.out, cfg.overwrite)
+    folder = scorable_folder(cfg.model)
+    rows = read_examples(cfg.input)
+    model, tokenizer, meta, _ = _load(folder, cfg.precision)
+    texts, pair_at = item_texts(rows)
+    results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
+    with atomic_write(cfg.out) as f:
+        for i, row in enumerate(rows):
+            f.write(json.dumps(_score_row(row, i, results[i], results[pair_at[i]] if pair_at[i] is not None
+                                          else None, tokenizer), ensure_ascii=False) + "\n")
+    log.info("scored %d items with %s into %s", len(rows), folder.resolve(), cfg.out)
+    return Path(cfg.out)
+
+
+def _score_row(row: dict, index: int, res: ScoreResult, pair: ScoreResult | None, tokenizer) -> dict:
+    out: dict = {"id": row.get("id", str(index)), "text": row["text"]}
+    if pair is not None:
+        out["text_pair"] = row["text_pair"]
+    if row.get("label") is not None:
+        out["label"] = row["label"]
+    out["logprob"] = res.logprob + (pair.logprob if pair else 0.0)
+    out["num_tokens"] = res.num_tokens + (pair.num_tokens if pair else 0)
+    out["token_logprobs"] = res.token_logprobs
+    out["tokens"] = tokenizer.convert_ids_to_tokens(res.token_ids)
+    if pair is not None:
+        out["pair_logprob"] = pair.logprob
+        out["pair_token_logprobs"] = pair.token_logprobs
+        out["pair_tokens"] = tokenizer.convert_ids_to_tokens(pair.token_ids)
+    return out
+
+
+# ---------------------------------------------------------------- lm eval
+
+
+@dataclass(kw_only=True)
+class EvalConfig:
+    model: str = field(metadata={"help": "LM folder, a run directory holding model/, or a models-fetch id"})
+    data: str = field(metadata={"help": "dataset directory (SPLIT.jsonl) or a data file"})
+    split: str = field(default="test", metadata={"help": "split of --data to evaluate on"})
+    out: str = field(default="", metadata={"help": "run directory whose metrics.json gets eval_SPLIT "
+                                                   "(default: --model when it is a run directory)"})
+    metrics: str = field(default="", metadata={"help": "merge the result into this JSON file instead"})
+    batch_size: int = field(default=16, metadata={"help": "texts per forward pass", "min": 1})
+    precision: str = field(default="auto", metadata={"help": PRECISION_HELP, "choices": list(PRECISIONS)})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace an eval_SPLIT result the metrics file already holds"})
+
+    def check(self) -> None:
+        from textebm.cli.args import refuse_unused
+
+        if self.metrics:
+            refuse_unused(self, ["out"], "with --metrics (the result goes into that file)")
+
+
+def metrics_target(cfg: EvalConfig) -> tuple[Path, str] | None:
+    """(metrics file, the option that named it), or None when the result is only printed."""
+    if cfg.metrics:
+        return Path(cfg.metrics), "--metrics"
+    if cfg.out:
+        out = Path(cfg.out)
+        if out.exists() and not out.is_dir():
+            raise TextebmError(f"--out {out}: is a file; --out names a run folder (use --metrics FILE for a file)")
+        return out / "metrics.json", "--out"
+    run = Path(cfg.model).expanduser()
+    return (run / "metrics.json", "--model") if (run / "model" / "config.json").is_file() else None
+
+
+def check_metrics_target(path: Path, key: str, overwrite: bool, option: str) -> None:
+    """Before any work: `path` must be a file (or absent) holding a JSON object, and without
+    --overwrite must not hold `key` yet (other keys are kept: the result is merged in)."""
+    from textebm.io import read_json
+    from textebm.outputs import check_output_file
+
+    check_output_file(path, overwrite=True, option=option)  # a folder, or a parent that is a file
+    if not path.is_file():
+        return
+    current = read_json(path)
+    if not isinstance(current, dict):
+        raise InputError(path, "expected a JSON object to merge metrics into")
+    if key in current and not overwrite:
+        raise TextebmError(f"{option}: {path} already holds {key}; pass --overwrite to replace it, or "
+                           "choose another file with --metrics")
+
+
+def merge_metrics(path: Path, key: str, value: dict) -> None:
+    """Set `key` in the JSON object at `path` (created if absent), rewriting it atomically."""
+    from textebm.io import read_json, write_json
+
+    current = read_json(path) if path.is_file() else {}
+    if not isinstance(current, dict):
+        raise InputError(path, "expected a JSON object to merge metrics into")
+    current[key] = value
+    write_json(path, current)
+
+
+def eval_split(cfg: EvalConfig) -> dict:
+    """Perplexity of an LM on a split (token level; also per whitespace word, the PTB convention)."""
+    from textebm.cli.args import check_config
+    from textebm.data.readers import load_split
+
+    check_config(cfg)
+    key = f"eval_{cfg.split}"
+    target = metrics_target(cfg)
+    if target is not None:
+        check_metrics_target(target[0], key, cfg.overwrite, target[1])
+    folder = scorable_folder(cfg.model)
+    texts, _ = item_texts(load_split(cfg.data, cfg.split))
+    model, tokenizer, meta, choice = _load(folder, cfg.precision)
+    results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
+    metrics = {"split": cfg.split, **perplexity_metrics(results, texts), "model": str(folder.resolve()),
+               "precision": choice.precision, "precision_choice": choice.as_dict()}
+    if target is not None:
+        merge_metrics(target[0], key, metrics)
+        log.info("wrote %s into %s", key, target[0])
+    print(json.dumps({key: metrics}, indent=2))
+    return metrics

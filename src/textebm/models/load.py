@@ -1,0 +1,331 @@
+"""The one place textebm loads models from, after checking what the folder holds.
+
+A model argument (`--model`, `--encoder`, `--init`) is a local folder, a run folder of a training
+command (its `model/` is used) or a `models fetch` id. What a folder is gets decided by what it
+contains, never by its name (`inspect_folder`):
+
+| kind | the folder holds |
+|---|---|
+| `classifier` | `classifier.json` (written by `classify train`) |
+| `causal-lm` | `config.json` whose `architectures` is a `...ForCausalLM` / `...LMHeadModel`, or no architectures and a decoder-only `model_type` |
+| `encoder` | `config.json` of an encoder family (BERT, RoBERTa, ELECTRA, MPNet, ...: a `model_type` with a masked-LM head in transformers), whatever head it was saved with |
+| `other` | any other Hugging Face model (e.g. a `LlamaModel` without its LM head) |
+| `none` | no `config.json` |
+
+`load_lm`, `load_encoder` and `load_classifier` refuse a folder of another kind with a
+`TextebmError` (exit 2) that names the folder, what it holds and what was expected, before any
+weights are read; a folder whose weights are missing or do not fit its config is refused too
+(transformers would otherwise fill the gaps with random layers and carry on).
+
+Encoders lose their pooler: textebm pools the last hidden states itself (`textebm.energy.pool`),
+and a pooler that gets no gradient breaks multi-process (DDP) training. Classes that take
+`add_pooling_layer` (BERT, RoBERTa, XLM-R, MPNet) are built without it; a pooler of any other
+class is frozen, so no trainable parameter is left without a gradient.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from safetensors import SafetensorError
+
+from textebm.errors import InputError, TextebmError
+
+CAUSAL_LM, ENCODER, CLASSIFIER, OTHER, NONE = "causal-lm", "encoder", "classifier", "other", "none"
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+# What a damaged folder raises while loading (a truncated safetensors file: SafetensorError).
+LOAD_ERRORS = (OSError, ValueError, RuntimeError, SafetensorError)
+
+# What each command needs, as said in its error message.
+NEEDS = {
+    CAUSAL_LM: "a causal LM (train one with `textebm lm train`, or use `smollm2-135m`)",
+    ENCODER: "a pretrained text encoder (`minilm-l6`, `mpnet-base`, or a BERT-like Hugging Face folder)",
+    CLASSIFIER: "a classifier trained with `textebm classify train` (RUN or RUN/model)",
+}
+NAMES = {CAUSAL_LM: "a causal LM", ENCODER: "an encoder", CLASSIFIER: "a textebm classifier"}
+
+
+@dataclass(frozen=True)
+class FolderInfo:
+    path: Path  # the folder the model lives in (RUN/model for a run folder)
+    kind: str  # causal-lm | encoder | classifier | other | none
+    architecture: str  # config.json `architectures[0]`, or "" when it names none
+    model_type: str  # config.json `model_type`, or ""
+    run: Path | None = None  # the run folder `path` belongs to, when one was given
+
+    def describe(self) -> str:
+        """What the folder holds, for messages: "a BertModel encoder", "a textebm classifier ..."."""
+        arch = self.architecture or (f"{self.model_type} model" if self.model_type else "model")
+        if self.kind == CLASSIFIER:
+            return f"a textebm classifier ({arch} encoder)"
+        if self.kind == CAUSAL_LM:
+            return f"a {arch} causal LM"
+        if self.kind == ENCODER:
+            return f"a {arch} encoder"
+        if self.kind == OTHER:
+            return f"a {arch} (neither a causal LM with its head nor an encoder)"
+        return "not a model folder (no config.json)"
+
+
+def _model_families() -> tuple[set[str], set[str]]:
+    """(model types with a causal-LM class, model types with a masked-LM class) in transformers."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+    return set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES), set(MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+
+def read_config(path: Path) -> dict:
+    """config.json of a model folder as a dict (InputError naming the file when unreadable)."""
+    f = path / "config.json"
+    try:
+        raw = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f, f"not a readable model config ({e})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f, f"expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def inspect_folder(path: str | Path) -> FolderInfo:
+    """What the folder at `path` holds (see the module doc). A run folder (with `model/`) is
+    described by its model."""
+    path, run = Path(path), None
+    if (path / "model" / "config.json").is_file() or (not (path / "config.json").is_file()
+                                                      and (path / "model").is_dir()):
+        path, run = path / "model", path  # a run folder: RUN/config.json is its training config
+    if not (path / "config.json").is_file():
+        return FolderInfo(path, NONE, "", "", run)
+    config = read_config(path)
+    archs = config.get("architectures") or []
+    arch = str(archs[0]) if isinstance(archs, list) and archs else ""
+    model_type = str(config.get("model_type") or "")
+    if (path / "classifier.json").is_file():
+        return FolderInfo(path, CLASSIFIER, arch, model_type, run)
+    causal, masked = _model_families()
+    if arch.endswith(CAUSAL_SUFFIXES):
+        kind = CAUSAL_LM
+    elif model_type in masked:
+        kind = ENCODER
+    elif not arch and model_type in causal:
+        kind = CAUSAL_LM
+    else:
+        kind = OTHER
+    return FolderInfo(path, kind, arch, model_type, run)
+
+
+def folder_kind(path: str | Path) -> str:
+    """causal-lm | encoder | classifier | other | none (see the module doc)."""
+    return inspect_folder(path).kind
+
+
+def find_model(name_or_path: str | Path, kind: str, option: str = "--model", ids: bool = True) -> FolderInfo:
+    """The folder of a model argument, checked to be of `kind`, before anything is loaded.
+
+    `name_or_path`: a folder, a run folder holding `model/`, or (with `ids`) a `models fetch` id.
+    Raises TextebmError naming the folder, what it holds and what was expected."""
+    path = Path(name_or_path).expanduser()
+    if not path.is_dir():
+        if not ids:
+            raise TextebmError(f"{option} {name_or_path}: no such folder; expected {NEEDS[kind]}")
+        from textebm.assets import resolve_model
+
+        try:
+            path = resolve_model(name_or_path)
+        except TextebmError as e:
+            raise TextebmError(f"{option}: {str(e).rstrip('.')}; expected {NEEDS[kind]}") from None
+    info = inspect_folder(path)
+    if info.kind != kind:
+        found = info.describe() if info.kind == NONE else f"{info.describe()}, not {NAMES[kind]}"
+        raise TextebmError(f"{option} {info.path}: {found}; expected {NEEDS[kind]}")
+    if info.kind == CLASSIFIER:
+        if not (info.path / "model.safetensors").is_file():
+            raise TextebmError(f"{option} {info.path}: no model.safetensors (the classifier's weights); "
+                               "the folder is incomplete")
+    elif not any((info.path / f).is_file() for f in WEIGHT_FILES):
+        raise TextebmError(f"{option} {info.path}: no model weights (model.safetensors); the folder holds "
+                           "a config only, or was copied incompletely")
+    return info
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Silence transformers' load reports (e.g. the dropped pooler's "UNEXPECTED keys"): textebm
+    checks the loading info itself."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
+
+
+def _load_error(option: str, path: Path, e: Exception) -> TextebmError:
+    return TextebmError(f"{option} {path}: cannot load the model: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+
+
+def _check_loading_info(option: str, path: Path, info: dict, ignore: tuple[str, ...] = ()) -> None:
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(ignore))
+    if missing:
+        raise TextebmError(f"{option} {path}: its weights do not fit its config.json (missing "
+                           f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}); loading it "
+                           "would leave those layers random")
+
+
+def _tokenizer(option: str, path: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise TextebmError(f"{option} {path}: cannot load its tokenizer: {str(e).splitlines()[0]}") from None
+
+
+def _place(model: torch.nn.Module, dtype: torch.dtype | None, device: str | torch.device | None):
+    if dtype is not None or device is not None:
+        model = model.to(device=device, dtype=dtype)
+    return model
+
+
+# ---------------------------------------------------------------- causal LMs
+
+
+def load_lm(name_or_path: str | Path, dtype: torch.dtype = torch.float32,
+            device: str | torch.device | None = None, option: str = "--model"):
+    """(model, tokenizer, meta) of a causal LM, in eval mode, from a folder, a run folder
+    (RUN/model) or a `models fetch` id; never from a hub. `meta` (`textebm.lm.model.LMMeta`)
+    says how textebm trained it (a folder without `textebm_lm.json`: causal, left to right)."""
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM
+
+    from textebm.lm.model import ensure_special_tokens, read_meta
+
+    path = find_model(name_or_path, CAUSAL_LM, option).path
+    meta = read_meta(path)
+    tokenizer = _tokenizer(option, path)
+    try:
+        with _quiet_transformers():
+            model, info = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True,
+                                                               output_loading_info=True)
+    except LOAD_ERRORS as e:
+        raise _load_error(option, path, e) from None
+    _check_loading_info(option, path, info)
+    if meta.bos_token is None:
+        meta = dataclasses.replace(ensure_special_tokens(tokenizer, model, infill=False),
+                                   objective=meta.objective, direction=meta.direction)
+    model = _place(model, None, device)
+    model.eval()
+    return model, tokenizer, meta
+
+
+# ---------------------------------------------------------------- encoders and classifiers
+
+
+def _model_class(config):
+    from transformers import AutoModel
+
+    try:
+        return AutoModel._model_mapping[type(config)]
+    except KeyError:
+        return None
+
+
+def _without_pooler(config) -> dict:
+    """Constructor arguments that build the encoder of `config` without its pooler, where its
+    class takes them (BERT, RoBERTa, XLM-R, MPNet; ELECTRA has no pooler and no such argument)."""
+    cls = _model_class(config)
+    if cls is not None and "add_pooling_layer" in inspect.signature(cls.__init__).parameters:
+        return {"add_pooling_layer": False}
+    return {}
+
+
+def _freeze_pooler(encoder: torch.nn.Module) -> torch.nn.Module:
+    """A pooler that survived (a class without `add_pooling_layer`) gets no gradient: freeze it."""
+    pooler = getattr(encoder, "pooler", None)
+    if isinstance(pooler, torch.nn.Module):
+        pooler.requires_grad_(False)
+    return encoder
+
+
+def load_encoder(name_or_path: str | Path, dtype: torch.dtype = torch.float32, option: str = "--encoder"):
+    """(encoder, tokenizer): a pretrained text encoder (`AutoModel`) without its pooler."""
+    from transformers import AutoConfig, AutoModel
+
+    path = find_model(name_or_path, ENCODER, option).path
+    tokenizer = _tokenizer(option, path)
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        with _quiet_transformers():
+            enc, info = AutoModel.from_pretrained(path, dtype=dtype, local_files_only=True,
+                                                  output_loading_info=True, **_without_pooler(config))
+    except LOAD_ERRORS as e:
+        raise _load_error(option, path, e) from None
+    _check_loading_info(option, path, info, ignore=("pooler.",))
+    return _freeze_pooler(enc), tokenizer
+
+
+def encoder_from_config(config) -> torch.nn.Module:
+    """An untrained encoder for `config`, without its pooler (the shape a classifier saved)."""
+    from transformers import AutoModel
+
+    return _freeze_pooler(AutoModel.from_config(config, **_without_pooler(config)))
+
+
+def load_classifier(name_or_path: str | Path, dtype: torch.dtype | None = None,
+                    device: str | torch.device | None = None, option: str = "--model"):
+    """(EBMClassifier, tokenizer) in eval mode from a folder written by `classify train` (RUN or
+    RUN/model). Checks `classifier.json` field by field (InputError naming the file)."""
+    from safetensors.torch import load_model
+    from transformers import AutoConfig
+
+    from textebm.classify.model import SPEC_FILE, EBMClassifier, spec_from_dict
+
+    path = find_model(name_or_path, CLASSIFIER, option, ids=False).path
+    spec_file = path / SPEC_FILE
+    try:
+        raw = json.loads(spec_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(spec_file, f"not a readable classifier description ({e}); the folder is damaged: "
+                                    "train the classifier again") from None
+    spec = spec_from_dict(raw, spec_file)
+    tokenizer = _tokenizer(option, path)
+    weights = path / "model.safetensors"
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        with _quiet_transformers():
+            model = EBMClassifier(encoder_from_config(config), spec)
+        missing, unexpected = load_model(model, str(weights), strict=False)
+    except LOAD_ERRORS as e:
+        raise _load_error(option, path, e) from None
+    unexpected = [k for k in unexpected if not k.startswith("encoder.pooler.")]  # saved before poolers were dropped
+    missing = [k for k in missing if k not in _tied_names(model)]
+    if missing or unexpected:
+        raise TextebmError(f"{option} {path}: {weights.name} does not fit classifier.json and config.json "
+                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    model = _place(model, dtype, device)
+    model.eval()
+    return model, tokenizer
+
+
+def _tied_names(model: torch.nn.Module) -> set[str]:
+    """Parameter names that share storage with another (safetensors stores one of each)."""
+    seen: dict[int, str] = {}
+    tied: set[str] = set()
+    for n, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            tied.update({n, seen[id(p)]})
+        seen[id(p)] = n
+    return tied
