@@ -102,11 +102,17 @@ def test_fetch_refuses_to_replace_other_folder(tmp_path, monkeypatch):
     precious = tmp_path / "notes"
     precious.mkdir()
     (precious / "thesis.tex").write_text("...")
-    with pytest.raises(TextebmError, match="refusing to replace"):
-        fetch_model("minilm-l6", precious)
-    assert (precious / "thesis.tex").is_file()
+    for overwrite in (False, True):
+        with pytest.raises(TextebmError, match="not written by textebm"):
+            fetch_model("minilm-l6", precious, overwrite=overwrite)
+    assert [p.name for p in precious.iterdir()] == ["thesis.tex"]
     assert fetch_model("minilm-l6", tmp_path / "copy") == tmp_path / "copy"
     assert (tmp_path / "copy" / "config.json").is_file()
+    with pytest.raises(TextebmError, match="--overwrite"):  # its own earlier copy: only with --overwrite
+        fetch_model("minilm-l6", tmp_path / "copy")
+    (tmp_path / "copy" / "my-notes.txt").write_text("mine")
+    assert fetch_model("minilm-l6", tmp_path / "copy", overwrite=True) == tmp_path / "copy"
+    assert (tmp_path / "copy" / "my-notes.txt").read_text() == "mine"
 
 
 def write_tiny_llama_gguf(path: Path, hidden: int = 64, layers: int = 2, heads: int = 2, kv_heads: int = 1,

@@ -49,6 +49,14 @@ def world(classify_fixture, tmp_path_factory) -> dict[str, Path]:
     w["adir"] = root / "adir"
     w["adir"].mkdir()
     (w["adir"] / "keep.txt").write_text("x\n")
+    from textebm.data.layout import write_dataset
+
+    rows = [{"text": f"w{i} w{i % 3}", "label": "a" if i % 2 else "b"} for i in range(12)]
+    write_dataset(root / "unseen", {"train": rows, "dev": rows[:3] + [{"text": "x y", "label": "c"}],
+                                    "test": rows[:2]}, {"name": "unseen"})
+    write_dataset(root / "unlabelled", {"train": rows, "dev": rows[:3] + [{"text": "x y"}], "test": rows[:2]},
+                  {"name": "unlabelled"})
+    w["unseen"], w["unlabelled"] = root / "unseen", root / "unlabelled"
     existing = root / "existing.jsonl"
     existing.write_text('{"text": "mine"}\n')
     w["existing"] = existing
@@ -134,7 +142,13 @@ CASES = [
     ("classify-train --eval-split test on a file",
      lambda w: ["classify", "train", "--data", w["file"], "--encoder", w["encoder"], "--out", w["root"] / "c2",
                 "--eval-split", "test", "--no-progress"], "train.jsonl"),
+    ("classify-train a dev label unseen in training",
+     lambda w: _clf_train(w)[:2] + ["--data", w["unseen"]] + _clf_train(w)[4:], "dev.jsonl"),
+    ("classify-train a dev split without labels",
+     lambda w: _clf_train(w)[:2] + ["--data", w["unlabelled"]] + _clf_train(w)[4:], "dev.jsonl"),
     # classify eval
+    ("classify-eval a label unseen in training", lambda w: _clf_eval(w)[:4] + ["--data", w["unseen"]]
+     + _clf_eval(w)[6:], "dev.jsonl"),
     *[(f"classify-eval {flag} {val}", lambda w, f=flag, v=val: _clf_eval(w, f, v), flag)
       for flag, val in [("--bins", "0"), ("--batch-size", "0"), ("--seed", "-1"), ("--precision", "fp17")]],
     ("classify-eval --out the trained run", lambda w: _clf_eval(w, out=w["clf"]), "clf"),

@@ -17,9 +17,17 @@ def case(seed, n=200, c=3):
     return p, rng.integers(0, c, n), -np.log(np.exp(z).sum(1))
 
 
-def assert_png(path):
-    data = path.read_bytes()
-    assert data.startswith(PNG_MAGIC) and len(data) > 1000
+def assert_png(path, min_ink=0.01):
+    """A PNG that decodes and has something drawn on it: at least `min_ink` of its pixels are
+    neither white nor one flat colour."""
+    from matplotlib.image import imread
+
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    img = imread(path)[..., :3]  # (H, W, 3) in [0, 1]
+    ink = (img < 0.9).any(-1).mean()
+    assert ink > min_ink, f"{path.name}: only {ink:.3%} of the pixels are drawn on"
+    assert len(np.unique(img.reshape(-1, 3), axis=0)) > 8  # not one or two flat colours
+    return img
 
 
 def leftovers(directory):
@@ -32,8 +40,10 @@ def test_reliability_png(tmp_path, mode):
     p2, y2, _ = case(1)
     methods = {"baseline": (p1, y1), "ebm-hidden": (p2, y2)}
     out = plot_reliability(methods, tmp_path / "sub" / f"rel-{mode}.png", mode=mode)
-    assert_png(out)
+    both = assert_png(out)
     assert leftovers(out.parent) == []
+    one = assert_png(plot_reliability({"baseline": (p1, y1)}, tmp_path / "one.png", mode=mode))
+    assert one.shape == both.shape and np.abs(one - both).max() > 0.2  # the second method is drawn
 
 
 @pytest.mark.parametrize("overlay", [True, False])

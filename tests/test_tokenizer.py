@@ -117,10 +117,13 @@ def test_cli_train(tmp_path, capsys):
     assert tok.mask_token == "<mask>" and len(tok) == 300
     assert len(tok(" zyzzyva").input_ids) == 1  # text_pair fields are trained on too
 
-    # Same data, same tokenizer; and a second run replaces the folder.
+    # Same data, same tokenizer; a second run needs --overwrite, then replaces textebm's files only.
     first = (out / "tokenizer.json").read_bytes()
-    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "300", "--out", str(out)]) == 0
-    assert (out / "tokenizer.json").read_bytes() == first
+    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "300", "--out", str(out)]) == 2
+    (out / "notes.txt").write_text("mine")
+    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "300", "--out", str(out),
+                 "--overwrite"]) == 0
+    assert (out / "tokenizer.json").read_bytes() == first and (out / "notes.txt").read_text() == "mine"
 
     assert main(["tokenizer", "train", "--data", str(data / "train.jsonl"), "--kind", "wordpiece",
                  "--vocab-size", "120", "--lowercase", "--out", str(tmp_path / "wp")]) == 0

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from textebm.calibration import metrics as M
-from textebm.calibration.uncertainty import (bootstrap_ci, paired_bootstrap_diff, seed_summary, summarise_seeds,
-                                             t_quantile)
+from textebm.calibration.uncertainty import (bootstrap_ci, metric_fn, paired_bootstrap_diff, resample_indices,
+                                             resampled_metric, seed_summary, summarise_seeds, t_quantile)
 
 stats = pytest.importorskip("scipy.stats")
 
@@ -71,3 +71,14 @@ def test_summarise_seeds_per_method():
     assert set(out) == {"baseline"}
     assert out["baseline"]["accuracy"]["mean"] == pytest.approx(0.85)
     assert out["baseline"]["ece_classwise"]["std"] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("name", ["accuracy", "ece_classwise", "ece_toplabel", "nll"])
+@pytest.mark.parametrize("n_bins", [5, 20])
+def test_vectorised_resampling_equals_one_metric_call_per_resample(name, n_bins):
+    p, y = _probs(150, 4, sharp=1.5)
+    p[:5] = np.eye(3)[y[:5]]  # probabilities exactly 1.0 and 0.0: the edge bins
+    idx = resample_indices(len(y), 40, seed=9)
+    fast = resampled_metric(name, p, y, idx, n_bins)
+    slow = np.array([metric_fn(name, n_bins)(p[i], y[i]) for i in idx])
+    np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=1e-14)

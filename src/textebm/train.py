@@ -317,15 +317,14 @@ RUN_ENTRIES = ["config.json", "checkpoint", "metrics.json", "model"]  # what a r
 
 
 def eval_split_of(cfg) -> str:
-    """The split a training command evaluates on: `cfg.eval_split`, except that the default "dev"
-    is skipped (with a note) when --data is a single file, which holds the train split only; an
-    --eval-split the user set explicitly is refused there by the reader."""
-    from textebm.cli.args import changed
-
-    if cfg.eval_split and not Path(cfg.data).is_dir() and not changed(cfg, "eval_split"):
-        log.info("--data %s is a single file (the train split only): no %s evaluation", cfg.data, cfg.eval_split)
-        return ""
-    return cfg.eval_split
+    """The split a training command evaluates on: --eval-split when given ('' skips it); by
+    default "dev" for a dataset folder and none for a single file (which is the train split only)."""
+    if cfg.eval_split is not None:
+        return cfg.eval_split
+    if Path(cfg.data).is_dir():
+        return "dev"
+    log.info("--data %s is a single file (the train split only): no evaluation after training", cfg.data)
+    return ""
 
 
 def run_kind(opts: TrainOptions) -> str:

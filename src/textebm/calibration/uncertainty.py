@@ -43,6 +43,41 @@ def resample_indices(n: int, n_boot: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
 
 
+def resample_counts(idx: np.ndarray) -> np.ndarray:
+    """(n_boot, N) how often each example occurs in each resample, from (n_boot, N) indices."""
+    n_boot, n = idx.shape
+    counts = np.zeros((n_boot, n))  # (n_boot, N)
+    np.add.at(counts, (np.repeat(np.arange(n_boot), n), idx.reshape(-1)), 1.0)
+    return counts
+
+
+def resampled_metric(name: str, probs: np.ndarray, labels: np.ndarray, idx: np.ndarray, n_bins: int = 20
+                     ) -> np.ndarray:
+    """metric(probs[i], labels[i]) for every row i of `idx` (n_boot, N) -> (n_boot,).
+
+    Accuracy and the two ECEs are computed for all resamples at once from resample counts w:
+    a bin's |B| |acc - conf| is |sum_i w_i (hit_i - p_i)| over its examples, so an ECE is a
+    matrix product (n_boot, N) @ (N, n_bins). Other metrics loop over the resamples."""
+    n = len(labels)
+    if name == "accuracy":
+        hits = (probs.argmax(1) == labels).astype(np.float64)  # (N,)
+        return hits[idx].mean(1)  # (n_boot,)
+    if name not in ("ece_classwise", "ece_toplabel"):
+        f = metric_fn(name, n_bins)
+        return np.array([f(probs[i], labels[i]) for i in idx])
+    w = resample_counts(idx)  # (n_boot, N)
+    if name == "ece_toplabel":
+        cols = [(probs.max(1), (probs.argmax(1) == labels).astype(np.float64))]
+    else:
+        cols = [(probs[:, k], (labels == k).astype(np.float64)) for k in range(probs.shape[1])]
+    total = np.zeros(idx.shape[0])  # (n_boot,)
+    for conf, hit in cols:
+        onehot = np.eye(n_bins)[M.bin_index(conf, n_bins)]  # (N, n_bins)
+        gap = w @ (onehot * (hit - conf)[:, None])  # (n_boot, n_bins) sum of hit - conf per bin
+        total += np.abs(gap).sum(1) / n
+    return total / len(cols)
+
+
 def _percentile(stats: np.ndarray, level: float) -> tuple[float, float]:
     alpha = (1 - level) / 2
     lo, hi = np.quantile(stats, [alpha, 1 - alpha])
@@ -55,12 +90,7 @@ def bootstrap_ci(probs: Any, labels: Any, names: Sequence[str] = ("accuracy", "e
     """Percentile bootstrap interval of each metric over resamples of the test examples."""
     p, y = M.as_numpy(probs), M.as_labels(labels)
     idx = resample_indices(len(y), n_boot, seed)  # (n_boot, N)
-    out = {}
-    for name in names:
-        f = metric_fn(name, n_bins)
-        stats = np.array([f(p[i], y[i]) for i in idx])  # (n_boot,)
-        out[name] = _percentile(stats, level)
-    return out
+    return {name: _percentile(resampled_metric(name, p, y, idx, n_bins), level) for name in names}
 
 
 def paired_bootstrap_diff(probs_a: Any, probs_b: Any, labels: Any, name: str, n_boot: int = 1000,
@@ -74,7 +104,7 @@ def paired_bootstrap_diff(probs_a: Any, probs_b: Any, labels: Any, name: str, n_
         raise ValueError(f"the two methods' probabilities differ in shape: {a.shape} vs {b.shape}")
     f = metric_fn(name, n_bins)
     idx = resample_indices(len(y), n_boot, seed)  # (n_boot, N)
-    diffs = np.array([f(a[i], y[i]) - f(b[i], y[i]) for i in idx])  # (n_boot,)
+    diffs = resampled_metric(name, a, y, idx, n_bins) - resampled_metric(name, b, y, idx, n_bins)  # (n_boot,)
     lo, hi = _percentile(diffs, level)
     return {"diff": f(a, y) - f(b, y), "lo": lo, "hi": hi, "p_below_zero": float((diffs < 0).mean())}
 

@@ -47,6 +47,20 @@ def label_vocab(rows: list[dict], path: str) -> list[str]:
     return labels
 
 
+def check_eval_labels(rows: list[dict], labels: list[str], path: str) -> None:
+    """The one rule for evaluation data (`classify train` and `classify eval`): every example has
+    a label, and every label was seen in training (a classifier cannot predict another one, and
+    scoring only the known ones would overstate accuracy)."""
+    missing = [i for i, r in enumerate(rows) if r.get("label") is None]
+    if missing:
+        raise InputError(path, f"{len(missing)} of {len(rows)} examples have no label (first: line "
+                               f"{missing[0] + 1}); evaluation needs labels (pass --eval-split '' to skip it)")
+    unknown = sorted({str(r["label"]) for r in rows} - set(labels))
+    if unknown:
+        raise InputError(path, f"labels {unknown} do not occur in the training data ({labels}); a classifier "
+                               "can only predict labels it was trained on")
+
+
 def encode(tokenizer, rows: list[dict], max_len: int) -> list[tuple[list[int], list[int] | None]]:
     texts = [r["text"] for r in rows]
     pairs = [r.get("text_pair") for r in rows]

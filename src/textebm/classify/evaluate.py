@@ -43,6 +43,8 @@ class ClassifyEvalConfig:
                 "logits); auto: bf16 where the hardware multiplies it natively", "choices": list(PRECISIONS)})
     overwrite: bool = field(default=False, metadata={
         "help": "replace earlier `classify eval` output in --out (never a training run or files textebm did not write)"})
+    bootstrap: int = field(default=1000, metadata={
+        "help": "bootstrap resamples of the test half for 95% intervals (0: none)", "min": 0})
 
 
 def method_name(spec) -> str:
@@ -54,10 +56,9 @@ def method_name(spec) -> str:
 def run_predictions(info, data: str, split: str, batch_size: int, precision=None, device=None) -> dict:
     """Predictions of one classifier (`textebm.models.load.FolderInfo`) on its training subset and
     on `split`, the model in `precision` (a PrecisionChoice; default fp32) on `device`."""
-    from textebm.classify.data import encode_examples
+    from textebm.classify.data import check_eval_labels, encode_examples
     from textebm.classify.predict import predict
     from textebm.data.readers import load_split
-    from textebm.errors import InputError
     from textebm.io import read_json
     from textebm.models.load import load_classifier
 
@@ -68,14 +69,13 @@ def run_predictions(info, data: str, split: str, batch_size: int, precision=None
     train_rows = load_split(data, "train")
     train_rows = train_rows[:limit] if limit else train_rows
     eval_rows = load_split(data, split)
-    unknown = sorted({str(r.get("label")) for r in eval_rows} - set(model.spec.labels))
-    if unknown:
-        raise InputError(f"{data}/{split}", f"labels {unknown} were not seen in training ({model.spec.labels})")
+    check_eval_labels(eval_rows, model.spec.labels, f"{data}/{split}.jsonl")
     out = {}
     for name, rows in (("train", train_rows), (split, eval_rows)):
         ex = encode_examples(tok, rows, model.spec.labels, model.spec.max_len)
         out[name] = predict(model, ex, tok.pad_token_id or 0, batch_size)
     out["spec"] = model.spec
+    out["ids"] = [str(r["id"]) if r.get("id") is not None else str(i) for i, r in enumerate(eval_rows)]
     return out
 
 
@@ -135,10 +135,50 @@ def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
                 if cal_name == "tscal":
                     methods[key]["temperature"] = float(cal.temperature_)
                 arrays[key] = {"probs": probs, "labels": y_test, "energy": None}
-    result = {"methods": methods, "settings": settings}
+    result = {"methods": methods, "settings": settings,
+              **uncertainty(arrays, cfg.bins, cfg.bootstrap, cfg.seed)}
+    test_ids = [preds[0]["ids"][i] for i in halve_dev(len(preds[0]["ids"]), cfg.seed)[1]]
     with output_dir(cfg.out, KIND, cfg.overwrite) as tmp:
         write_report_files(tmp, result, arrays, cfg.bins)
+        write_predictions(tmp / "predictions.jsonl", test_ids, arrays)
     return result
+
+
+INTERVAL_METRICS = ("accuracy", "ece_classwise", "ece_toplabel")
+
+
+def uncertainty(arrays: dict, bins: int, n_boot: int, seed: int) -> dict:
+    """Bootstrap intervals of each method on the test half, and of its difference from the
+    baseline on the same resamples (`textebm.calibration.uncertainty`); {} when n_boot is 0."""
+    from textebm.calibration.uncertainty import bootstrap_ci, paired_bootstrap_diff
+
+    if not n_boot:
+        return {}
+    intervals = {n: {k: list(v) for k, v in bootstrap_ci(a["probs"], a["labels"], INTERVAL_METRICS, n_boot,
+                                                         seed=seed, n_bins=bins).items()}
+                 for n, a in arrays.items()}
+    out: dict = {"intervals": intervals, "bootstrap": {"resamples": n_boot, "level": 0.95, "seed": seed}}
+    if "baseline" in arrays:
+        base = arrays["baseline"]
+        out["vs_baseline"] = {n: {k: paired_bootstrap_diff(a["probs"], base["probs"], base["labels"], k, n_boot,
+                                                           seed=seed, n_bins=bins) for k in INTERVAL_METRICS}
+                              for n, a in arrays.items() if n != "baseline"}
+    return out
+
+
+def write_predictions(path: Path, ids: list[str], arrays: dict) -> None:
+    """One line per test-half example: id, gold label index, and per method its probabilities
+    and (where the method has one) its energy, so a user can re-bin ECE or join their own data."""
+    import json
+
+    from textebm.io import atomic_write
+
+    with atomic_write(path) as f:
+        for i, ex_id in enumerate(ids):
+            row = {"id": ex_id, "label": int(next(iter(arrays.values()))["labels"][i]),
+                   "probs": {n: [round(float(x), 8) for x in a["probs"][i]] for n, a in arrays.items()},
+                   "energy": {n: float(a["energy"][i]) for n, a in arrays.items() if a["energy"] is not None}}
+            f.write(json.dumps(row) + "\n")
 
 
 def write_report_files(out: Path, result: dict, arrays: dict, bins: int) -> None:
@@ -168,7 +208,27 @@ def write_report_files(out: Path, result: dict, arrays: dict, bins: int) -> None
             f.write(f"Models ran in {prec['precision']} on {prec['device']} ({prec['reason']}); metrics "
                     "computed in float64 from the logits.\n\n")
         f.write(render_table(result["methods"]))
+        if result.get("intervals"):
+            f.write("\n\n" + render_intervals(result))
         f.write("\n\n![reliability, class-wise](reliability_classwise_all.png)\n")
         if energies:
             f.write("\n![energy histogram](energy_histogram.png)\n\n![entropy vs energy](entropy_vs_energy.png)\n")
 
+
+def render_intervals(result: dict) -> str:
+    """A Markdown table of 95% bootstrap intervals and the paired difference from the baseline."""
+    from textebm.calibration.report import method_label
+
+    b = result["bootstrap"]
+    lines = [f"95% bootstrap intervals over {b['resamples']} resamples of the test half; the change "
+             "against the baseline is measured on the same resamples (paired).", "",
+             "| Method | acc. [95% CI] | ECE class-wise [95% CI] | change in class-wise ECE vs baseline [95% CI] |",
+             "|---|---|---|---|"]
+    for name, iv in result["intervals"].items():
+        acc, ece = iv["accuracy"], iv["ece_classwise"]
+        m = result["methods"][name]
+        d = result.get("vs_baseline", {}).get(name, {}).get("ece_classwise")
+        change = f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]" if d else "-"
+        lines.append(f"| {method_label(name)} | {m['accuracy']:.3f} [{acc[0]:.3f}, {acc[1]:.3f}] | "
+                     f"{m['ece_classwise']:.3f} [{ece[0]:.3f}, {ece[1]:.3f}] | {change} |")
+    return "\n".join(lines)

@@ -45,7 +45,8 @@ class ClassifyTrainConfig(TrainOptions):
     limit: int = field(default=0, metadata={"help": "use only the first N training examples (0: all)", "min": 0})
     epochs: float = field(default=3.0, metadata={"help": "passes over the training data", "gt": 0})
     lr: float = field(default=5e-5, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
-    eval_split: str = field(default="dev", metadata={"help": "split evaluated after training ('' to skip)"})
+    eval_split: str | None = field(default=None, metadata={
+        "help": "split evaluated after training (default: dev when --data is a dataset folder; '' to skip)"})
 
     def check(self) -> None:
         from textebm.cli.args import refuse_unused
@@ -66,12 +67,12 @@ class ClassifyTrainConfig(TrainOptions):
 def classify_train(cfg: ClassifyTrainConfig) -> dict:
     """Fine-tune a classifier, jointly with an EBM (--energy) or PosCal (--poscal)."""
     from textebm.assets import resolve_model
-    from textebm.classify.data import (Collator, attach_noise, encode, encode_examples, label_vocab,
+    from textebm.classify.data import (Collator, attach_noise, check_eval_labels, encode, encode_examples, label_vocab,
                                        noise_stream, read_noise)
     from textebm.classify.model import ClassifierSpec, build_classifier, save_classifier
     from textebm.data.readers import load_split
     from textebm.errors import TextebmError
-    from textebm.train import MAIN, options_dict, seed_everything, train
+    from textebm.train import MAIN, check_run_dir, eval_split_of, options_dict, seed_everything, train
 
     if cfg.energy != "none" and not cfg.noise:
         raise TextebmError(f"--energy {cfg.energy} needs --noise FILE.jsonl (make it with `textebm lm sample --mode infill`)")
@@ -79,11 +80,16 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
         raise TextebmError("--noise is only used with --energy scalar|hidden|sharp-hidden")
     if cfg.noise_ratio < 1:
         raise TextebmError(f"--noise-ratio must be >= 1, got {cfg.noise_ratio}")
+    check_run_dir(cfg, None)  # a bad --out fails before the data and the encoder are read
+    eval_split = eval_split_of(cfg)
     seed_everything(cfg.seed)
     rows = load_split(cfg.data, "train")
     if cfg.limit:
         rows = rows[:cfg.limit]
     labels = label_vocab(rows, f"{cfg.data}/train")
+    eval_rows = load_split(cfg.data, eval_split) if eval_split else []
+    if eval_split:  # checked before training, so a finished training is never thrown away
+        check_eval_labels(eval_rows, labels, f"{cfg.data}/{eval_split}.jsonl")  # classify.data
     spec = ClassifierSpec(labels=labels, energy=cfg.energy, head=cfg.head, pooling=cfg.pooling,
                           max_len=cfg.max_len, poscal_bins=cfg.poscal_bins if cfg.poscal else 0)
     model, tokenizer = build_classifier(resolve_model(cfg.encoder), spec)
@@ -110,17 +116,14 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
             refresh_poscal_table(m, examples, collate, cfg.batch_size)
 
     evaluate = None
-    if cfg.eval_split:
-        eval_rows = load_split(cfg.data, cfg.eval_split)
+    if eval_split:
         eval_ex = encode_examples(tokenizer, eval_rows, labels, cfg.max_len)
 
         def evaluate(m):
             from textebm.calibration.metrics import calibration_summary
 
             out = predict(m, eval_ex, collate.pad_id, cfg.batch_size * 2)
-            ok = out["labels"] >= 0
-            return {f"{cfg.eval_split}_{k}": v for k, v in
-                    calibration_summary(out["probs"][ok], out["labels"][ok]).items()}
+            return {f"{eval_split}_{k}": v for k, v in calibration_summary(out["probs"], out["labels"]).items()}
 
     config = {**options_dict(cfg), "labels": labels, "train_examples": len(rows)}
     return train(cfg, config, model, examples, lengths, collate, step_fn,

@@ -44,7 +44,8 @@ class LMTrainConfig(TrainOptions):
     heads: int = field(default=4, metadata={"help": "from scratch: attention heads", "min": 1})
     context: int = field(default=256, metadata={"help": "from scratch: maximum positions", "min": 8})
     max_len: int = field(default=128, metadata={"help": "truncate texts to this many tokens", "min": 1})
-    eval_split: str = field(default="dev", metadata={"help": "split for the final perplexity ('' to skip)"})
+    eval_split: str | None = field(default=None, metadata={
+        "help": "split for the final perplexity (default: dev when --data is a dataset folder; '' to skip)"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
 
     def check(self) -> None:
@@ -72,16 +73,14 @@ def _texts(rows: list[dict]) -> list[str]:
 
 def build_lm(cfg: LMTrainConfig, train_texts: list[str]):
     """(model, tokenizer, meta) ready to train, special tokens added as the objective needs."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from textebm.lm.model import ensure_special_tokens
 
     if cfg.init:
-        from textebm.assets import resolve_model
+        from textebm.models.load import load_lm
 
-        path = resolve_model(cfg.init)
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
+        model, tokenizer, _ = load_lm(cfg.init, dtype=torch.float32, option="--init")  # checks its kind
     else:
         from textebm.models.build import SmallLMConfig, build_causal_lm
 
