@@ -162,11 +162,13 @@ def quickstart(cfg: QuickstartConfig) -> dict:
                            max_len=cfg.max_len, checkpoint_every=500, **common)
     step("noise-lm", run_completed(lm_dir), lambda: lm_train(_resumable(lm_cfg)))
 
+    # Noise is sampled in fp32 whatever the training precision: one token at a time from the small
+    # noise LM, bf16 was no faster even on a CPU with native bf16 (bench/bench_quickstart_steps.py).
     noise = out / "noise.jsonl"
     per_example = cfg.noise_ratio * math.ceil(cfg.epochs)
     sample_cfg = SampleConfig(model=str(lm_dir / "model"), data=str(data), split="train", mode="infill",
                               top_k=20, per_example=per_example, mask_ratio=0.4, out=str(noise),
-                              limit=cfg.train_limit, seed=cfg.seed, precision=choice.precision,
+                              limit=cfg.train_limit, seed=cfg.seed, precision="fp32",
                               progress=cfg.progress)
     step("noise", noise.is_file(), lambda: sample_file(sample_cfg))
 
