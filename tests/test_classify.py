@@ -217,38 +217,68 @@ def test_classify_bad_input_names_file_and_line(classify_fixture, tmp_path, caps
 
 
 def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
-    """The main job on the toy data with a tiny encoder and noise LM: all nine methods reported."""
+    """The main job on the toy data with a tiny encoder and noise LM, two seeds: all nine methods
+    per seed, their mean / spread / intervals, a resumed call that retrains nothing, and a call
+    with other settings refused."""
     d = classify_fixture
     out = tmp_path / "qs"
-    rc = _run("quickstart", "--out", out, "--data", d / "data", "--encoder", d / "encoder",
-              "--train-limit", "0", "--epochs", "1", "--lm-epochs", "1", "--lm-layers", "1",
-              "--lm-width", "32", "--lm-vocab-size", "300", "--batch-size", "16", "--no-progress")
-    assert rc == 0
+    argv = ["quickstart", "--out", out, "--data", d / "data", "--encoder", d / "encoder",
+            "--train-limit", "0", "--epochs", "1", "--lm-epochs", "1", "--lm-layers", "1",
+            "--lm-width", "32", "--lm-vocab-size", "300", "--batch-size", "16", "--no-progress", "--seeds", "2",
+            "--bootstrap", "200"]
+    assert _run(*argv) == 0
     res = json.loads((out / "results.json").read_text())
     assert list(res["methods"]) == ["baseline", "poscal", "ebm-scalar", "ebm-hidden", "ebm-sharp-hidden",
                                     "tscal-train", "tscal-dev", "scalbin-train", "scalbin-dev"]
+    assert list(res["seeds"]) == ["0", "1"]
+    per_seed = [res["seeds"][s]["methods"] for s in ("0", "1")]
     for name, m in res["methods"].items():
         assert set(m) >= {"accuracy", "ece_classwise", "ece_toplabel", "nll", "brier"}, name
-        assert all(np.isfinite(v) for v in m.values()), name
-    assert res["wall_seconds"] > 0 and res["settings"]["train_examples"] == 96
-    assert set(res["diagnostics"]["nce_accuracy"]) == {"ebm-scalar", "ebm-hidden", "ebm-sharp-hidden"}
-    for name, acc in res["diagnostics"]["nce_accuracy"].items():  # the last logged NCE accuracy of each run
-        hist = json.loads((out / "runs" / name / "metrics.json").read_text())["train"]["history"]
-        assert acc == round(hist[-1]["nce_acc"], 4)
-    noise = [json.loads(line) for line in (out / "noise.jsonl").read_text().splitlines()]
+        for k, v in m.items():  # the table is the mean over seeds
+            assert v == pytest.approx((per_seed[0][name][k] + per_seed[1][name][k]) / 2), (name, k)
+        spread = res["summary"][name]["ece_classwise"]
+        assert spread["n"] == 2 and spread["std"] == pytest.approx(
+            abs(per_seed[0][name]["ece_classwise"] - per_seed[1][name]["ece_classwise"]) / math.sqrt(2))
+    change = res["change_vs_baseline"]["ebm-hidden"]["ece_classwise"]
+    assert change["mean"] == pytest.approx(res["methods"]["ebm-hidden"]["ece_classwise"]
+                                           - res["methods"]["baseline"]["ece_classwise"])
+    assert res["settings"]["train_examples"] == 96 and res["settings"]["dataset"] == "toy-sentiment"
+    for seed in ("0", "1"):
+        lo, hi = res["seeds"][seed]["intervals"]["baseline"]["accuracy"]
+        assert lo <= res["seeds"][seed]["methods"]["baseline"]["accuracy"] <= hi
+        for name, acc in res["seeds"][seed]["nce_accuracy"].items():  # the last logged NCE accuracy of each run
+            hist = json.loads((out / f"seed-{seed}" / "runs" / name / "metrics.json").read_text())["train"]["history"]
+            assert acc == round(hist[-1]["nce_acc"], 4)
+    noise = [json.loads(line) for line in (out / "seed-0" / "noise.jsonl").read_text().splitlines()]
     assert len(noise) == 96 and all(n["mode"] == "infill" and n["top_k"] == 20 for n in noise)
+    assert noise != [json.loads(line) for line in (out / "seed-1" / "noise.jsonl").read_text().splitlines()]
+    preds = [json.loads(line) for line in (out / "seed-0" / "eval" / "predictions.jsonl").read_text().splitlines()]
+    assert len(preds) == res["settings"]["test_half"] and set(preds[0]["probs"]) == set(res["methods"])
     report = (out / "report.md").read_text()
-    assert "(EBM)hidden" in report and "T-Scal(dev)" in report
-    assert (out / "eval" / "reliability_classwise_all.png").is_file()
+    assert "Mean over 2 seeds" in report and "toy-sentiment" in report and "(EBM)hidden" in report
+    assert "over 2 seeds" in report and "interval" in report
     # A second call finds every step done: nothing is trained again, the report is re-rendered.
-    stamps = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/model/model.safetensors")}
-    stamps[out / "noise.jsonl"] = (out / "noise.jsonl").stat().st_mtime_ns
-    assert len(stamps) == 6
-    assert _run("quickstart", "--out", out, "--data", d / "data", "--encoder", d / "encoder",
-                "--train-limit", "0", "--epochs", "1", "--lm-epochs", "1", "--lm-layers", "1",
-                "--lm-width", "32", "--lm-vocab-size", "300", "--batch-size", "16", "--no-progress") == 0
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("seed-*/runs/*/model/model.safetensors")}
+    stamps[out / "seed-0" / "noise.jsonl"] = (out / "seed-0" / "noise.jsonl").stat().st_mtime_ns
+    assert len(stamps) == 11
+    assert _run(*argv) == 0
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert json.loads((out / "results.json").read_text())["methods"] == res["methods"]
+    # Other settings in the same folder are refused, naming what changed; nothing is retrained.
+    capsys.readouterr()
+    assert _run(*[a if a != "16" else "8" for a in argv]) == 2
+    assert "batch_size: 16 -> 8" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
+def test_quickstart_checks_its_data_before_any_work(tmp_path, capsys):
+    from textebm.data.layout import write_dataset
+
+    rows = [{"text": f"w{i}", "label": "a" if i % 2 else "b"} for i in range(10)]
+    write_dataset(tmp_path / "d", {"train": rows, "dev": rows[:4] + [{"text": "x", "label": "c"}], "test": rows[:2]},
+                  {"name": "d"})
+    assert _run("quickstart", "--data", tmp_path / "d", "--out", tmp_path / "qs", "--no-progress") == 2
+    assert "dev.jsonl" in capsys.readouterr().err and not (tmp_path / "qs").exists()
 
 
 def test_sentence_pairs_use_the_encoders_pair_input(tmp_path):

@@ -2,20 +2,25 @@
 
 Steps (each is skipped when its output is already complete, so an interrupted quickstart
 continues where it stopped):
-  1. data       `data prepare rt-polarity`
-  2. noise-lm   an infill LM (paper a, sec. 2.4: mask ratio 0.4) trained on the training split
-  3. noise      `lm sample --mode infill --top-k 20`, K per training example and epoch
-  4. runs/*     baseline, PosCal and the three EBM variants (scalar, hidden, sharp-hidden)
-  5. eval       T-Scal / Scal-bin fit on train and on the dev half; everything on the test half
-  6. report.md, results.json, plots
+  1. data            `data prepare rt-polarity` (or --data), split once with --seed
+  2. per seed S (--seeds N runs seeds --seed .. --seed+N-1, in OUT/seed-S/):
+     noise-lm        an infill LM (paper a, sec. 2.4: mask ratio 0.4) trained on the training split
+     noise           `lm sample --mode infill --top-k 20`, K per training example and epoch
+     runs/*          baseline, PosCal and the three EBM variants (scalar, hidden, sharp-hidden)
+     eval            T-Scal / Scal-bin fit on train and on the dev half; everything on the test
+                     half (the same half for every seed), with bootstrap intervals
+  3. report.md, results.json: per seed, and mean / spread / interval over seeds
 
-Default settings fit a 2-core CPU in about 20 minutes by training on a subset of the training
-split for the paper's 3 epochs (a baseline becomes over-confident with epochs, which is where
+Seeds vary everything random in training (noise LM, noise, initialisation, batch order) and
+keep the data split and the test half, so the methods are compared on the same examples.
+Default settings fit a 2-core CPU in about 20 minutes per seed by training on a subset of the
+training split for 3 epochs (a baseline becomes over-confident with epochs, which is where
 joint EBM training pays off); `--full` uses paper-sized settings (all data, K=8).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
@@ -67,11 +72,16 @@ class QuickstartConfig:
                                                        "min": 64})
     batch_size: int = field(default=32, metadata={"help": "classifier batch size", "min": 1})
     max_len: int = field(default=64, metadata={"help": "classifier max tokens", "min": 2})
-    seed: int = field(default=0, metadata={"help": "random seed", "min": 0})
+    seed: int = field(default=0, metadata={"help": "random seed (also of the data split and the dev halving)",
+                                           "min": 0})
+    seeds: int = field(default=1, metadata={
+        "help": "training seeds to run (--seed .. --seed+N-1): mean, spread and intervals over them", "min": 1})
     precision: str = field(default="auto", metadata={
         "help": "auto: bf16 where the hardware multiplies it natively, else fp32 (see docs/training.md)",
         "choices": ["auto", "fp32", "bf16", "fp16"]})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
+    bootstrap: int = field(default=1000, metadata={"help": "bootstrap resamples of the test half (0: none)",
+                                                   "min": 0})
 
     def check(self) -> None:
         from textebm.cli.args import refuse_unused
@@ -110,13 +120,7 @@ def estimate_seconds(precision: str, lm_sentences: int, train_examples: int, eva
 
 
 def quickstart(cfg: QuickstartConfig) -> dict:
-    from textebm.classify.evaluate import ClassifyEvalConfig, evaluate_runs
-    from textebm.classify.train import ClassifyTrainConfig, classify_train
     from textebm.io import atomic_write, write_json
-    from textebm.lm.sampling import SampleConfig, sample_file
-    from textebm.lm.train import LMTrainConfig, lm_train
-    from textebm.train import run_completed
-
     from textebm.outputs import check_output_dir, write_marker
     from textebm.precision import resolve_precision
 
@@ -125,10 +129,12 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     choice = resolve_precision(cfg.precision)
     cfg = settle(cfg, choice.precision)
     log.info("[quickstart] precision %s", choice.reason)
+    data = Path(cfg.data) if cfg.data else out / "data"
+    if cfg.data:
+        check_dataset(data)  # before any work: a step late in the pipeline must not fail on the data
     out.mkdir(parents=True, exist_ok=True)
-    write_marker(out, QUICKSTART_KIND, ["data", "noise-lm", "noise.jsonl", "runs", "eval", "results.json",
-                                        "report.md"])
-    t0 = time.perf_counter()
+    write_marker(out, QUICKSTART_KIND, ["data", "settings.json", "results.json", "report.md"]
+                 + [f"seed-{s}" for s in seeds_of(cfg)])
     timings: dict[str, float] = {}
 
     def step(name: str, done: bool, fn) -> None:
@@ -141,73 +147,135 @@ def quickstart(cfg: QuickstartConfig) -> dict:
         timings[name] = round(time.perf_counter() - s, 1)
         log.info("[quickstart] %s done in %.0f s", name, timings[name])
 
-    data = Path(cfg.data) if cfg.data else out / "data"
     if not cfg.data:
         from textebm.data.recipes import prepare
 
         step("data", (data / "dataset.json").is_file(), lambda: prepare("rt-polarity", data, seed=cfg.seed))
+        check_dataset(data)
     info = read_json(data / "dataset.json") if (data / "dataset.json").is_file() else {}
+    check_settings(out, cfg, choice.precision, data)
     n_train = info.get("splits", {}).get("train", 10_000)
     n_eval = info.get("splits", {}).get("dev", 1_280)
     est = estimate_seconds(choice.precision, n_train, min(n_train, cfg.train_limit or n_train), n_eval, cfg)
-    log.info("[quickstart] expected duration on a 2-core CPU in %s: about %.0f minutes (%s)", choice.precision,
-             sum(est.values()) / 60, ", ".join(f"{k} {v / 60:.1f}" for k, v in est.items()))
+    log.info("[quickstart] expected duration on a 2-core CPU in %s: about %.0f minutes per seed, %d seed(s) "
+             "(%s)", choice.precision, sum(est.values()) / 60, cfg.seeds,
+             ", ".join(f"{k} {v / 60:.1f}" for k, v in est.items()))
 
-    common = dict(seed=cfg.seed, precision=choice.precision, progress=cfg.progress, resume=False)
+    per_seed = {s: run_seed(cfg, choice.precision, data, out / f"seed-{s}", s, step) for s in seeds_of(cfg)}
+
+    prev = read_json(out / "results.json") if (out / "results.json").is_file() else {}
+    timings = {**prev.get("timings", {}), **timings}
+    results = aggregate(per_seed)
+    first = per_seed[cfg.seed]["eval"]["settings"]["runs"]["baseline"]
+    results.update(
+        wall_seconds=round(sum(timings.values()), 1), timings=timings,
+        settings={**asdict(cfg), "train_examples": first["train_examples"], "dev_half": first["dev_half"],
+                  "test_half": first["test_half"], "noise_per_example": cfg.noise_ratio * math.ceil(cfg.epochs),
+                  "dataset": info.get("name", data.name), "labels": info.get("labels", []),
+                  "precision_choice": choice.as_dict(), "expected_seconds_per_seed": round(sum(est.values()))})
+    write_json(out / "results.json", results)
+    with atomic_write(out / "report.md") as f:
+        f.write(render_report(results))
+    log.info("[quickstart] finished: %s", out / "report.md")
+    print((out / "report.md").read_text())
+    return results
+
+
+def seeds_of(cfg: QuickstartConfig) -> list[int]:
+    return list(range(cfg.seed, cfg.seed + cfg.seeds))
+
+
+def check_dataset(data: Path) -> None:
+    """What every step needs from the data, checked before the first one: a dataset folder with
+    train and dev splits, at least two labels, and every dev label seen in training."""
+    from textebm.classify.data import check_eval_labels, label_vocab
+    from textebm.data.readers import load_split
+    from textebm.errors import TextebmError
+
+    if not data.is_dir():
+        raise TextebmError(f"--data {data}: the quickstart needs a dataset folder (train.jsonl, dev.jsonl); make "
+                           "one with `textebm data convert` or `textebm data prepare`")
+    labels = label_vocab(load_split(data, "train"), f"{data}/train.jsonl")
+    check_eval_labels(load_split(data, "dev"), labels, f"{data}/dev.jsonl")
+
+
+RESULT_SETTINGS = ("encoder", "noise_lm", "train_limit", "epochs", "noise_ratio", "lm_epochs", "lm_layers",
+                   "lm_width", "lm_vocab_size", "batch_size", "max_len", "seed", "full")
+
+
+def check_settings(out: Path, cfg: QuickstartConfig, precision: str, data: Path) -> None:
+    """A quickstart folder continues only with the settings and data it was made with: steps whose
+    inputs changed would otherwise be reused without a word. Writes OUT/settings.json first time."""
+    from textebm.errors import TextebmError
+    from textebm.io import write_json
+
+    digest = hashlib.sha256()
+    for split in ("train", "dev"):
+        digest.update((data / f"{split}.jsonl").read_bytes())
+    now = {**{k: getattr(cfg, k) for k in RESULT_SETTINGS}, "precision": precision, "data": str(data.resolve()),
+           "data_sha256": digest.hexdigest()}
+    f = out / "settings.json"
+    if f.is_file():
+        old = read_json(f)
+        diff = [k for k in now if old.get(k) != now[k]]
+        if diff:
+            raise TextebmError(f"--out {out}: holds a quickstart made with other settings or data ("
+                               + ", ".join(f"{k}: {old.get(k)!r} -> {now[k]!r}" if k != "data_sha256" else
+                                           "the data files changed" for k in diff)
+                               + "); choose another --out (only --seeds and --progress may change)")
+        return
+    write_json(f, now)
+
+
+RUNS = {"baseline": dict(energy="none"), "poscal": dict(energy="none", poscal=True),
+        "ebm-scalar": dict(energy="scalar"), "ebm-hidden": dict(energy="hidden"),
+        "ebm-sharp-hidden": dict(energy="sharp-hidden")}
+
+
+def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed: int, step) -> dict:
+    """Noise LM, noise, the five classifiers and their evaluation for one training seed."""
+    from textebm.classify.evaluate import ClassifyEvalConfig, evaluate_runs
+    from textebm.classify.train import ClassifyTrainConfig, classify_train
+    from textebm.lm.sampling import SampleConfig, sample_file
+    from textebm.lm.train import LMTrainConfig, lm_train
+    from textebm.train import run_completed
+
+    common = dict(seed=seed, precision=precision, progress=cfg.progress, resume=False)
     lm_dir = out / "noise-lm"
     lm_cfg = LMTrainConfig(out=str(lm_dir), data=str(data), objective="infill", mask_ratio=0.4,
                            init=cfg.noise_lm, vocab_size=cfg.lm_vocab_size, layers=cfg.lm_layers,
                            width=cfg.lm_width, heads=4,
                            epochs=cfg.lm_epochs, batch_size=32, lr=1e-3 if not cfg.noise_lm else 5e-5,
                            max_len=cfg.max_len, checkpoint_every=500, **common)
-    step("noise-lm", run_completed(lm_dir), lambda: lm_train(_resumable(lm_cfg)))
+    step(f"seed {seed}: noise-lm", run_completed(lm_dir), lambda: lm_train(_resumable(lm_cfg)))
 
     # Noise is sampled in fp32 whatever the training precision: one token at a time from the small
     # noise LM, bf16 was no faster even on a CPU with native bf16 (bench/bench_quickstart_steps.py).
     noise = out / "noise.jsonl"
-    per_example = cfg.noise_ratio * math.ceil(cfg.epochs)
     sample_cfg = SampleConfig(model=str(lm_dir / "model"), data=str(data), split="train", mode="infill",
-                              top_k=20, per_example=per_example, mask_ratio=0.4, out=str(noise),
-                              limit=cfg.train_limit, seed=cfg.seed, precision="fp32",
+                              top_k=20, per_example=cfg.noise_ratio * math.ceil(cfg.epochs), mask_ratio=0.4,
+                              out=str(noise), limit=cfg.train_limit, seed=seed, precision="fp32",
                               progress=cfg.progress)
-    step("noise", noise.is_file(), lambda: sample_file(sample_cfg))
+    step(f"seed {seed}: noise", noise.is_file(), lambda: sample_file(sample_cfg))
 
-    runs = {"baseline": dict(energy="none"), "poscal": dict(energy="none", poscal=True),
-            "ebm-scalar": dict(energy="scalar"), "ebm-hidden": dict(energy="hidden"),
-            "ebm-sharp-hidden": dict(energy="sharp-hidden")}
-    for name, kw in runs.items():
+    for name, kw in RUNS.items():
         run = out / "runs" / name
         c = ClassifyTrainConfig(out=str(run), data=str(data), encoder=cfg.encoder, limit=cfg.train_limit,
                                 epochs=cfg.epochs, batch_size=cfg.batch_size, max_len=cfg.max_len,
-                                noise=str(noise) if kw["energy"] != "none" else "", noise_ratio=cfg.noise_ratio,
+                                noise=str(noise) if kw["energy"] != "none" else "",
+                                noise_ratio=cfg.noise_ratio if kw["energy"] != "none" else 1,
                                 eval_split="", checkpoint_every=100, **kw, **common)
-        step(f"train {name}", run_completed(run), lambda c=c: classify_train(_resumable(c)))
+        step(f"seed {seed}: train {name}", run_completed(run), lambda c=c: classify_train(_resumable(c)))
 
-    ev_cfg = ClassifyEvalConfig(model=[str(out / "runs" / n) for n in runs], data=str(data),
+    # The dev halving keeps --seed (not the training seed): every seed is scored on the same test half.
+    ev_cfg = ClassifyEvalConfig(model=[str(out / "runs" / n) for n in RUNS], data=str(data),
                                 out=str(out / "eval"), bins=20, split="dev", seed=cfg.seed,
-                                overwrite=True)  # re-rendered on every call
+                                bootstrap=cfg.bootstrap, overwrite=True)  # re-rendered on every call
     result: dict = {}
-    step("eval", False, lambda: result.update(evaluate_runs(ev_cfg)))
-
-    wall = time.perf_counter() - t0
-    prev = read_json(out / "results.json") if (out / "results.json").is_file() else {}
-    timings = {**prev.get("timings", {}), **timings}
-    settings = {**asdict(cfg), "train_examples": result["settings"]["runs"]["baseline"]["train_examples"],
-                "dev_half": result["settings"]["runs"]["baseline"]["dev_half"],
-                "test_half": result["settings"]["runs"]["baseline"]["test_half"],
-                "noise_per_example": per_example, "noise_lm": _lm_summary(lm_dir),
-                "dataset": info.get("name", data.name), "labels": info.get("labels", []),
-                "precision_choice": choice.as_dict(), "expected_seconds": round(sum(est.values()))}
-    results = {"methods": {m: result["methods"][m] for m in METHODS},
-               "wall_seconds": round(sum(timings.values()), 1), "timings": timings, "settings": settings,
-               "diagnostics": {"nce_accuracy": {n: _final_nce_accuracy(out / "runs" / n) for n in runs
-                                                if n.startswith("ebm-")}}}
-    write_json(out / "results.json", results)
-    with atomic_write(out / "report.md") as f:
-        f.write(render_report(results, out))
-    log.info("[quickstart] finished in %.0f s: %s", wall, out / "report.md")
-    print((out / "report.md").read_text())
-    return results
+    step(f"seed {seed}: eval", False, lambda: result.update(evaluate_runs(ev_cfg)))
+    return {"eval": result, "nce_accuracy": {n: _final_nce_accuracy(out / "runs" / n) for n in RUNS
+                                             if n.startswith("ebm-")},
+            "noise_lm": _lm_summary(lm_dir)}
 
 
 def _resumable(c):
@@ -232,42 +300,117 @@ def _lm_summary(lm_dir: Path) -> dict:
     return {"train_seconds": m["train"]["wall_seconds"], **m.get("eval", {})}
 
 
-def ebm_verdict(methods: dict) -> str:
-    """One sentence: did joint EBM training lower class-wise ECE against the baseline, and by how much."""
-    base = methods["baseline"]["ece_classwise"]
+EBMS = ("ebm-scalar", "ebm-hidden", "ebm-sharp-hidden")
+METRICS = ("accuracy", "ece_classwise", "ece_toplabel", "nll", "brier")
+
+
+def aggregate(per_seed: dict[int, dict]) -> dict:
+    """results.json's body: the mean of each metric over seeds ("methods"), each seed's table,
+    mean / std / t-interval over seeds, the change of every method against the baseline per seed
+    (paired bootstrap on the test half) and over seeds (paired by seed), NCE diagnostics."""
+    from textebm.calibration.uncertainty import seed_summary, summarise_seeds
+
+    tables = [r["eval"]["methods"] for r in per_seed.values()]
+    summary = summarise_seeds([{m: t[m] for m in METHODS} for t in tables], METRICS)
+    change = {}
+    for m in METHODS[1:]:
+        change[m] = {k: seed_summary([t[m][k] - t["baseline"][k] for t in tables]) for k in ("accuracy", "ece_classwise")}
+    first = next(iter(per_seed.values()))["eval"]
+    return {
+        "methods": {m: {k: v["mean"] for k, v in summary[m].items()} for m in METHODS},
+        "seeds": {str(s): {"methods": {m: r["eval"]["methods"][m] for m in METHODS},
+                           "intervals": r["eval"].get("intervals", {}), "vs_baseline": r["eval"].get("vs_baseline", {}),
+                           "nce_accuracy": r["nce_accuracy"], "noise_lm": r["noise_lm"]}
+                  for s, r in per_seed.items()},
+        "summary": summary,
+        "change_vs_baseline": change,
+        "bootstrap": first.get("bootstrap", {}),
+        "diagnostics": {"nce_accuracy": {n: float(sum(r["nce_accuracy"][n] for r in per_seed.values()) / len(per_seed))
+                                         for n in EBMS}},
+    }
+
+
+def _interval_words(lo: float, hi: float) -> str:
+    if hi < 0:
+        return "lower, the interval below 0"
+    if lo > 0:
+        return "higher, the interval above 0"
+    return "no change the interval can tell from 0"
+
+
+def ebm_verdict(results: dict) -> str:
+    """Did joint EBM training lower class-wise ECE against the baseline, and at what cost in accuracy,
+    drawn from intervals: over seeds (t-interval of the paired per-seed changes) when there are
+    several, else from the paired bootstrap on the test half."""
+    seeds = results["seeds"]
+    n = len(seeds)
+    base = results["methods"]["baseline"]
     parts = []
-    for name in ("ebm-scalar", "ebm-hidden", "ebm-sharp-hidden"):
-        m = methods[name]
-        change = (m["ece_classwise"] - base) / base if base > 0 else float("nan")
-        parts.append(f"{name.removeprefix('ebm-')} {m['ece_classwise']:.3f} ({change:+.0%}, accuracy "
-                     f"{m['accuracy'] - methods['baseline']['accuracy']:+.3f})")
-    lowered = sum(methods[n]["ece_classwise"] < base for n in ("ebm-scalar", "ebm-hidden", "ebm-sharp-hidden"))
-    return (f"Class-wise ECE of the baseline: {base:.3f}; with joint EBM training: " + "; ".join(parts)
-            + f". {lowered} of 3 energy variants lowered it here.")
+    for name in EBMS:
+        if n >= 2:
+            d_ece, d_acc = (results["change_vs_baseline"][name][k] for k in ("ece_classwise", "accuracy"))
+            ece = (d_ece["mean"], d_ece["lo"], d_ece["hi"])
+            acc = (d_acc["mean"], d_acc["lo"], d_acc["hi"])
+            where = f"over {n} seeds"
+        else:
+            vs = next(iter(seeds.values()))["vs_baseline"].get(name)
+            if not vs:
+                continue
+            ece = (vs["ece_classwise"]["diff"], vs["ece_classwise"]["lo"], vs["ece_classwise"]["hi"])
+            acc = (vs["accuracy"]["diff"], vs["accuracy"]["lo"], vs["accuracy"]["hi"])
+            where = "on the test half (bootstrap; one seed, so training variation is not measured)"
+        parts.append(f"{name.removeprefix('ebm-')}: class-wise ECE {ece[0]:+.3f} [95% CI {ece[1]:+.3f}, {ece[2]:+.3f}], "
+                     f"{_interval_words(ece[1], ece[2])}; accuracy {acc[0]:+.3f} [{acc[1]:+.3f}, {acc[2]:+.3f}], "
+                     f"{_interval_words(acc[1], acc[2])}")
+    if not parts:
+        return ""
+    return (f"Against the baseline (class-wise ECE {base['ece_classwise']:.3f}, accuracy {base['accuracy']:.3f}), "
+            f"changes {where}: " + "; ".join(parts) + ".")
 
 
-def render_report(results: dict, out: Path) -> str:
-    from textebm.calibration.report import render_table
+def render_report(results: dict) -> str:
+    from textebm.calibration.report import method_label, render_table
 
     s = results["settings"]
+    seeds = list(results["seeds"])
+    first = seeds[0]
     lines = [
         "# textebm quickstart: joint EBM training for calibration (He et al. 2021)",
         "",
         f"Dataset `{s['dataset']}` (classes: {', '.join(s['labels'])}), encoder `{s['encoder']}`, "
         f"{s['train_examples']} training examples, {s['epochs']:g} epochs, noise ratio K={s['noise_ratio']}, "
-        f"seed {s['seed']}; precision {s['precision_choice']['reason']}. "
-        f"Numbers on the test half ({s['test_half']} examples) of the dev split; calibrators fit on the "
-        f"training set (-train) or the dev half ({s['dev_half']} examples, -dev). ECE with 20 bins; "
-        "class-wise ECE is the paper's eq. (15), top-label ECE the usual max-probability ECE.",
+        f"training seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}; precision {s['precision_choice']['reason']}. "
+        f"Numbers on the test half ({s['test_half']} examples) of the dev split, the same for every seed; "
+        f"calibrators fit on the training set (-train) or the dev half ({s['dev_half']} examples, -dev). ECE with "
+        "20 bins; class-wise ECE is the paper's eq. (15), top-label ECE the usual max-probability ECE.",
         "",
-        render_table(results["methods"]),
-        "",
-        ebm_verdict(results["methods"]),
-        "",
+    ]
+    if len(seeds) == 1:
+        lines += [render_table(results["methods"]), ""]
+    else:
+        lines += [f"Mean over {len(seeds)} seeds ± standard deviation, and the 95% t-interval of the mean:", "",
+                  "| Method | acc. | ECE (class-wise) | ECE (top-label) | NLL | Brier |", "|---|---|---|---|---|---|"]
+        for m, row in results["summary"].items():
+            cells = [f"{row[k]['mean']:.3f} ± {row[k]['std']:.3f} [{row[k]['lo']:.3f}, {row[k]['hi']:.3f}]"
+                     if k in ("accuracy", "ece_classwise") else f"{row[k]['mean']:.3f} ± {row[k]['std']:.3f}"
+                     for k in METRICS]
+            lines.append(f"| {method_label(m)} | " + " | ".join(cells) + " |")
+        lines.append("")
+    boot = results["seeds"][first]["intervals"]
+    if boot:
+        lines += [f"95% bootstrap intervals on the test half (seed {first}; {results['bootstrap'].get('resamples')} "
+                  "resamples): " + "; ".join(f"{method_label(m)} acc. [{iv['accuracy'][0]:.3f}, {iv['accuracy'][1]:.3f}], "
+                                              f"class-wise ECE [{iv['ece_classwise'][0]:.3f}, {iv['ece_classwise'][1]:.3f}]"
+                                              for m, iv in boot.items()) + ".", ""]
+    lines += [ebm_verdict(results), ""]
+    nce = results["diagnostics"]["nce_accuracy"]
+    lm = results["seeds"][first]["noise_lm"]
+    lines += [
         f"Noise model: infill LM (mask ratio 0.4, top-k 20), {s['noise_per_example']} samples per training "
-        f"example; dev perplexity of its infill objective: {s['noise_lm'].get('dev_perplexity', float('nan')):.1f}. "
-        "NCE accuracy (data vs noise) at the end of training: "
-        + ", ".join(f"{n.removeprefix('ebm-')} {a:.3f}" for n, a in results["diagnostics"]["nce_accuracy"].items())
+        f"example; dev perplexity of its infill objective: {lm.get('dev_perplexity', float('nan')):.1f} (seed {first}). "
+        "NCE accuracy (data vs noise) at the end of training"
+        + (" (mean over seeds)" if len(seeds) > 1 else "") + ": "
+        + ", ".join(f"{n.removeprefix('ebm-')} {a:.3f}" for n, a in nce.items())
         + ". Near 1, the noise is easy to tell from data and NCE teaches the energy little (the paper's "
         "reason for infill noise, sec. 2.4); a noise LM closer to the data (`--noise-lm smollm2-135m`, "
         "more `--lm-epochs`) makes it harder.",
@@ -276,15 +419,11 @@ def render_report(results: dict, out: Path) -> str:
         "",
         "## Plots",
         "",
-        "![reliability diagrams, class-wise](eval/reliability_classwise_all.png)",
-        "",
-        "One reliability diagram per method, class-wise and top-label: "
-        + ", ".join(f"[{p.stem.removeprefix('reliability_')}](eval/{p.name})"
-                    for p in sorted((out / 'eval').glob('reliability_*_*.png')) if not p.stem.endswith('_all')),
-        "",
-        "![energy histogram](eval/energy_histogram.png)",
-        "",
-        "![entropy versus energy](eval/entropy_vs_energy.png)",
-        "",
     ]
+    for seed in seeds:
+        ev = f"seed-{seed}/eval"
+        lines += [f"Seed {seed}: [report]({ev}/report.md), [per-example predictions]({ev}/predictions.jsonl).", "",
+                  f"![reliability diagrams, class-wise, seed {seed}]({ev}/reliability_classwise_all.png)", "",
+                  f"![energy histogram, seed {seed}]({ev}/energy_histogram.png)", "",
+                  f"![entropy versus energy, seed {seed}]({ev}/entropy_vs_energy.png)", ""]
     return "\n".join(lines)

@@ -92,11 +92,13 @@ def attach_noise(examples: list[Encoded], rows: list[dict], noise_rows: list[dic
         if "source_id" not in n:
             raise InputError(noise_path, "noise line has no source_id (make noise with `textebm lm sample`)", j + 1)
         by_source[str(n["source_id"])].append(j)
+    from textebm.data.readers import example_id
+
     lacking = []
-    for ex, r in zip(examples, rows):
-        ex.noise = by_source.get(str(r.get("id")), [])
+    for i, (ex, r) in enumerate(zip(examples, rows)):
+        ex.noise = by_source.get(example_id(r, i), [])
         if not ex.noise:
-            lacking.append(r.get("id"))
+            lacking.append(example_id(r, i))
     if lacking:
         raise InputError(noise_path, f"no noise samples for {len(lacking)} of {len(examples)} training examples "
                          f"(first: {lacking[0]}); sample noise from the same split with `textebm lm sample "

@@ -58,7 +58,7 @@ def run_predictions(info, data: str, split: str, batch_size: int, precision=None
     on `split`, the model in `precision` (a PrecisionChoice; default fp32) on `device`."""
     from textebm.classify.data import check_eval_labels, encode_examples
     from textebm.classify.predict import predict
-    from textebm.data.readers import load_split
+    from textebm.data.readers import example_id, load_split
     from textebm.io import read_json
     from textebm.models.load import load_classifier
 
@@ -75,7 +75,7 @@ def run_predictions(info, data: str, split: str, batch_size: int, precision=None
         ex = encode_examples(tok, rows, model.spec.labels, model.spec.max_len)
         out[name] = predict(model, ex, tok.pad_token_id or 0, batch_size)
     out["spec"] = model.spec
-    out["ids"] = [str(r["id"]) if r.get("id") is not None else str(i) for i, r in enumerate(eval_rows)]
+    out["ids"] = [example_id(r, i) for i, r in enumerate(eval_rows)]
     return out
 
 

@@ -89,6 +89,12 @@ def read_examples(
     return [row for _, row in _check_consistent(path, rows)]
 
 
+def example_id(row: dict[str, Any], index: int) -> str:
+    """The id of an example: its `id` field, else its 0-based position in its split. Every command
+    that names examples (noise samples' `source_id`, scores, predictions) uses this one rule."""
+    return str(row["id"]) if row.get("id") is not None else str(index)
+
+
 def load_split(data: str | Path, split: str = "train") -> list[dict[str, Any]]:
     """Examples of one split: `DATA/{split}.jsonl` when `data` is a directory in the standard
     layout (see `textebm data prepare`), else `data` itself read with `read_examples`."""

@@ -191,7 +191,9 @@ def source_fields(row: dict) -> list[str]:
 
 
 def source_id(row: dict, index: int) -> str:
-    return str(row["id"]) if row.get("id") is not None else str(index)
+    from textebm.data.readers import example_id
+
+    return example_id(row, index)
 
 
 def _encode_fields(tokenizer, examples: list[dict]) -> list[list[list[int]]]:

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from textebm.data.readers import example_id
 from textebm.errors import InputError, TextebmError
 from textebm.lm.scoring import ScoreResult, check_scorable, item_texts, perplexity_metrics, score_texts
 from textebm.precision import CHOICES as PRECISIONS
@@ -82,7 +83,7 @@ def score_file(cfg: ScoreConfig) -> Path:
 
 
 def _score_row(row: dict, index: int, res: ScoreResult, pair: ScoreResult | None, tokenizer) -> dict:
-    out: dict = {"id": row.get("id", str(index)), "text": row["text"]}
+    out: dict = {"id": example_id(row, index), "text": row["text"]}
     if pair is not None:
         out["text_pair"] = row["text_pair"]
     if row.get("label") is not None:
