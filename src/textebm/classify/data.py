@@ -18,6 +18,7 @@ same noise.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ import torch
 
 from textebm.data.batching import right_pad
 from textebm.errors import InputError, TextebmError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -103,6 +106,22 @@ def attach_noise(examples: list[Encoded], rows: list[dict], noise_rows: list[dic
         raise InputError(noise_path, f"no noise samples for {len(lacking)} of {len(examples)} training examples "
                          f"(first: {lacking[0]}); sample noise from the same split with `textebm lm sample "
                          "--mode infill --split train`")
+
+
+def warn_noise_reuse(examples: list[Encoded], k: int, epochs: float, noise_path: str) -> int:
+    """Warn when some example has fewer than K x ceil(epochs) noise samples: epoch e uses samples
+    e*K .. e*K+K-1 (mod what the file has), so fewer means the same noise is shown again. Returns
+    the number of examples short of samples."""
+    import math
+
+    need = k * math.ceil(epochs)
+    short = [len(e.noise) for e in examples if len(e.noise) < need]
+    if short:
+        log.warning("%s: %d of %d training examples have fewer than K x epochs = %d x %d = %d noise samples "
+                    "(as few as %d); their samples are reused %s. Sample enough with `textebm lm sample "
+                    "--per-example %d`.", noise_path, len(short), len(examples), k, math.ceil(epochs), need,
+                    min(short), "within an epoch" if min(short) < k else "across epochs", need)
+    return len(short)
 
 
 def batch_inputs(items: list[tuple[list[int], list[int] | None]], pad_id: int) -> dict:

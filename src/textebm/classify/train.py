@@ -67,7 +67,7 @@ class ClassifyTrainConfig(TrainOptions):
 def classify_train(cfg: ClassifyTrainConfig) -> dict:
     """Fine-tune a classifier, jointly with an EBM (--energy) or PosCal (--poscal)."""
     from textebm.assets import resolve_model
-    from textebm.classify.data import (Collator, attach_noise, check_eval_labels, encode, encode_examples, label_vocab,
+    from textebm.classify.data import (Collator, attach_noise, check_eval_labels, warn_noise_reuse, encode, encode_examples, label_vocab,
                                        noise_stream, read_noise)
     from textebm.classify.model import ClassifierSpec, build_classifier, save_classifier
     from textebm.data.readers import load_split
@@ -98,6 +98,7 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     if cfg.energy != "none":
         noise_rows = read_noise(cfg.noise)
         attach_noise(examples, rows, noise_rows, cfg.noise)
+        warn_noise_reuse(examples, cfg.noise_ratio, cfg.epochs, cfg.noise)
         noise = encode(tokenizer, noise_rows, cfg.max_len)
     lengths = [len(e.ids) for e in examples]
 
