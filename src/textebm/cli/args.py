@@ -77,7 +77,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             target = shared
         tp, _ = _base_type(hints[f.name])
         meta = f.metadata
-        help_ = meta.get("help", "")
+        help_ = meta.get("help", "").replace("%", "%%")  # argparse %-formats help strings
         default = field_default(f)
         has_default = default is not dataclasses.MISSING
         if meta.get("positional"):
