@@ -108,3 +108,31 @@ def test_option_bounds(run, classify_fixture, tmp_path, capsys, monkeypatch, arg
     _no_work(monkeypatch)
     assert _eval(run, classify_fixture / "data", tmp_path / "r", *args) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("as_given", ["RUN", "RUN/model"])
+def test_calibrators_see_exactly_the_training_subset_and_the_dev_half(classify_fixture, tmp_path, monkeypatch,
+                                                                      as_given):
+    """-train calibrators are fit on the --limit examples the model saw, -dev ones on the dev half,
+    whether the run is given as RUN or RUN/model."""
+    from textebm.calibration import ScalingBinning, TemperatureScaling, halve_dev
+
+    d = classify_fixture
+    run = tmp_path / "run"
+    assert main(["classify", "train", "--data", str(d / "data"), "--encoder", str(d / "encoder"), "--out", str(run),
+                 "--limit", "40", "--max-steps", "2", "--precision", "fp32", "--eval-split", "",
+                 "--no-progress"]) == 0
+    seen: dict[str, list[int]] = {"tscal": [], "scalbin": []}
+    for name, cls in (("tscal", TemperatureScaling), ("scalbin", ScalingBinning)):
+        fit = cls.fit
+
+        def spy(self, logits, labels, fit=fit, name=name):
+            seen[name].append(len(labels))
+            return fit(self, logits, labels)
+
+        monkeypatch.setattr(cls, "fit", spy)
+    model = run if as_given == "RUN" else run / "model"
+    assert main(["classify", "eval", "--model", str(model), "--data", str(d / "data"), "--out", str(tmp_path / "r"),
+                 "--bootstrap", "0"]) == 0
+    dev_half = len(halve_dev(64, 0)[0])
+    assert seen == {"tscal": [40, dev_half], "scalbin": [40, dev_half]}

@@ -102,6 +102,8 @@ def inspect_folder(path: str | Path) -> FolderInfo:
     if (path / "model" / "config.json").is_file() or (not (path / "config.json").is_file()
                                                       and (path / "model").is_dir()):
         path, run = path / "model", path  # a run folder: RUN/config.json is its training config
+    elif path.name == "model" and _is_run(path.parent):
+        run = path.parent  # RUN/model given directly: the run's settings (e.g. --limit) still apply
     if not (path / "config.json").is_file():
         return FolderInfo(path, NONE, "", "", run)
     config = read_config(path)
@@ -120,6 +122,14 @@ def inspect_folder(path: str | Path) -> FolderInfo:
     else:
         kind = OTHER
     return FolderInfo(path, kind, arch, model_type, run)
+
+
+def _is_run(folder: Path) -> bool:
+    """A training run folder written by textebm (its output marker says a `... train` command)."""
+    from textebm.outputs import read_marker
+
+    marker = read_marker(folder)
+    return marker is not None and marker["kind"].endswith("train") and (folder / "config.json").is_file()
 
 
 def folder_kind(path: str | Path) -> str:
