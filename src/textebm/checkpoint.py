@@ -113,10 +113,11 @@ def load_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler,
 
 def _is_tied(model: torch.nn.Module, name: str) -> bool:
     # safetensors' save_model drops one name of each tied pair; load_model reports it as missing.
-    return name in _tied_names(model)
+    return name in tied_names(model)
 
 
-def _tied_names(model: torch.nn.Module) -> set[str]:
+def tied_names(model: torch.nn.Module) -> set[str]:
+    """Parameter names that share storage with another (safetensors stores one of each)."""
     seen: dict[int, str] = {}
     tied: set[str] = set()
     for n, p in model.named_parameters(remove_duplicate=False):

@@ -86,6 +86,18 @@ def read_json(path: str | Path) -> Any:
         raise InputError(path, f"invalid JSON: {e.msg}", line=e.lineno) from None
 
 
+def read_json_object(path: str | Path, what: str) -> dict:
+    """A JSON object from `path`; InputError naming the file (and `what` it should be) otherwise."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(path, f"not a readable {what} ({e})") from None
+    if not isinstance(raw, dict):
+        raise InputError(path, f"expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
 def write_jsonl(path: str | Path, rows: Iterable[dict]) -> int:
     """Write all rows atomically; returns the number written."""
     n = 0

@@ -10,7 +10,6 @@ a causal, left-to-right LM. Loading, with the checks of what a folder holds, is
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,12 +41,9 @@ def read_meta(path: str | Path) -> LMMeta:
     f = Path(path) / META_FILE
     if not f.is_file():
         return LMMeta()
-    try:
-        raw = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f, f"not a readable LM description ({e})") from None
-    if not isinstance(raw, dict):
-        raise InputError(f, f"expected a JSON object, got {type(raw).__name__}")
+    from textebm.io import read_json_object
+
+    raw = read_json_object(f, "LM description")
     known = {fl.name for fl in dataclasses.fields(LMMeta)}
     meta = LMMeta(**{k: v for k, v in raw.items() if k in known})
     if meta.objective not in ("causal", "infill") or meta.direction not in ("l2r", "r2l"):

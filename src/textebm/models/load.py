@@ -85,14 +85,9 @@ def _model_families() -> tuple[set[str], set[str]]:
 
 def read_config(path: Path) -> dict:
     """config.json of a model folder as a dict (InputError naming the file when unreadable)."""
-    f = path / "config.json"
-    try:
-        raw = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f, f"not a readable model config ({e})") from None
-    if not isinstance(raw, dict):
-        raise InputError(f, f"expected a JSON object, got {type(raw).__name__}")
-    return raw
+    from textebm.io import read_json_object
+
+    return read_json_object(path / "config.json", "model config")
 
 
 def inspect_folder(path: str | Path) -> FolderInfo:
@@ -321,21 +316,12 @@ def load_classifier(name_or_path: str | Path, dtype: torch.dtype | None = None,
     except LOAD_ERRORS as e:
         raise _load_error(option, path, e) from None
     unexpected = [k for k in unexpected if not k.startswith("encoder.pooler.")]  # saved before poolers were dropped
-    missing = [k for k in missing if k not in _tied_names(model)]
+    from textebm.checkpoint import tied_names
+
+    missing = [k for k in missing if k not in tied_names(model)]
     if missing or unexpected:
         raise TextebmError(f"{option} {path}: {weights.name} does not fit classifier.json and config.json "
                            f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     model = _place(model, dtype, device)
     model.eval()
     return model, tokenizer
-
-
-def _tied_names(model: torch.nn.Module) -> set[str]:
-    """Parameter names that share storage with another (safetensors stores one of each)."""
-    seen: dict[int, str] = {}
-    tied: set[str] = set()
-    for n, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in seen:
-            tied.update({n, seen[id(p)]})
-        seen[id(p)] = n
-    return tied
