@@ -41,7 +41,8 @@ def main() -> None:
     from textebm.assets import resolve_model
     from textebm.classify.data import (Collator, attach_noise, batch_inputs, encode, encode_examples, label_vocab,
                                        noise_stream, read_noise)
-    from textebm.classify.model import ClassifierSpec, build_classifier
+    from textebm.models.classifier import ClassifierSpec
+    from textebm.models.load import build_classifier
     from textebm.classify.train import joint_forward
     from textebm.data.readers import load_split
     from textebm.losses.nce import nce_loss

@@ -31,10 +31,13 @@ from pathlib import Path
 
 import torch
 
-from textebm.lm.format import causal_example
-from textebm.lm.model import special_ids
-from textebm.lm.sampling import generate, left_pad
-from textebm.lm.scoring import cpu_has_bf16, load_for_inference, right_pad, score_texts
+from textebm.data.batching import left_pad, right_pad
+from textebm.lm.generate import generate
+from textebm.lm.scoring import score_texts
+from textebm.models.lm import special_ids
+from textebm.models.lm_format import causal_example
+from textebm.models.load import load_lm
+from textebm.precision import DTYPES, cpu_capability, cpu_flags
 
 
 # ---------------------------------------------------------------- measuring
@@ -130,7 +133,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average "
-          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores, native bf16 matmul: {cpu_has_bf16()}", flush=True)
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores, CPU {cpu_capability()}, "
+          f"native bf16: {sorted({'avx512_bf16', 'amx_bf16'} & cpu_flags()) or 'no'}", flush=True)
 
     texts = ptb_test(args.data)
     score_set = texts[:args.score_texts]
@@ -140,7 +144,7 @@ def main() -> None:
         rows.append(row)
         print("  measured {} {} {}: {:.1f} tokens/s".format(*row[:4]), flush=True)
     for precision in args.precisions:
-        model, tokenizer, meta, folder = load_for_inference(args.model, precision)
+        model, tokenizer, meta = load_lm(args.model, DTYPES[precision])
         sp = special_ids(tokenizer, meta)
         contexts = prompts(tokenizer, sp, texts, args.prompts)
         n_new = args.prompts * args.new_tokens
@@ -166,7 +170,7 @@ def main() -> None:
         scores[precision] = (ours, plain)
         del model
 
-    print(f"\nmodel {folder}; sampling {args.prompts} x {args.new_tokens} tokens (top-k {args.top_k}); "
+    print(f"\nmodel {args.model}; sampling {args.prompts} x {args.new_tokens} tokens (top-k {args.top_k}); "
           f"scoring {len(score_set)} PTB test sentences ({n_tok} tokens incl. [eos]), batch {args.batch_size}")
     print(f"{'task':7} {'implementation':15} {'precision':9} {'tokens/s':>9} {'seconds':>8} {'peak MiB':>9}")
     for task, impl, prec, tps, t, mem in rows:

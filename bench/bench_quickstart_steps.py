@@ -30,7 +30,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quickstart", default="runs/quickstart")
     ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--samples", type=int, default=64)
+    ap.add_argument("--samples", type=int, default=512)
     args = ap.parse_args()
     torch.set_flush_denormal(True)
 

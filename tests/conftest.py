@@ -23,6 +23,13 @@ def pytest_runtest_makereport(item, call):
         rep.longrepr = f"skipped under CI=true (a skip fails CI): {rep.longrepr}"
 
 
+def pytest_collectreport(report):
+    """Under CI=true a module skipped at collection (a module-level importorskip) fails too."""
+    if os.environ.get("CI", "").lower() == "true" and report.skipped:
+        report.outcome = "failed"
+        report.longrepr = f"module skipped under CI=true (a skip fails CI): {report.longrepr}"
+
+
 FILL = ["the", "film", "story", "cast", "is", "a", "truly", "and", "plot", "really", "with", "ending"]
 
 

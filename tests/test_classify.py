@@ -130,7 +130,8 @@ def test_separate_passes_equal_one_concatenated_pass(classify_fixture, energy):
     """The fast path (data and noise padded separately) gives the same loss and gradients as one
     pass over both padded together."""
     from textebm.classify.data import batch_inputs
-    from textebm.classify.model import ClassifierSpec, build_classifier
+    from textebm.models.classifier import ClassifierSpec
+    from textebm.models.load import build_classifier
     from textebm.classify.train import joint_forward
     from textebm.losses.nce import nce_loss
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from textebm.cli.args import add_dataclass_arguments, check_config, dataclass_from_namespace, refuse_unused
+from textebm.cli.args import add_dataclass_arguments, dataclass_from_namespace
+from textebm.options import check_config, refuse_unused
 from textebm.errors import TextebmError
 
 

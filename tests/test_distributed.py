@@ -222,7 +222,7 @@ def test_two_process_joint_ebm_training(classify_fixture, tmp_path):
     assert m2["completed"] and m2["train"]["processes"] == 2
     assert m2["train"]["steps"] == m1["train"]["steps"] // 2 == 6  # 96 examples / 16 = 6 batches, 2 epochs
     assert all("nce" in h and h["nce"] > 0 for h in m2["train"]["history"])
-    from textebm.classify.model import load_classifier
+    from textebm.models.load import load_classifier
 
     model, _ = load_classifier(tmp_path / "two")
     assert model.spec.energy == "hidden"

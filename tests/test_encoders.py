@@ -75,7 +75,8 @@ def test_every_trainable_parameter_learns(encoders, family):
     """A few steps of CE + scalar energy: every parameter that requires a gradient gets one (what
     DDP needs), and the loss falls."""
     from textebm.classify.data import batch_inputs
-    from textebm.classify.model import ClassifierSpec, build_classifier
+    from textebm.models.classifier import ClassifierSpec
+    from textebm.models.load import build_classifier
 
     torch.manual_seed(0)
     model, tok = build_classifier(encoders[family], ClassifierSpec(labels=["negative", "positive"],

@@ -55,7 +55,8 @@ def test_score_sequences_equals_one_by_one(tmp_path):
 @pytest.mark.parametrize("energy", ["none", "hidden", "scalar"])
 def test_predict_equals_one_by_one(classify_fixture, energy):
     from textebm.classify.data import batch_inputs, encode_examples
-    from textebm.classify.model import ClassifierSpec, build_classifier
+    from textebm.models.classifier import ClassifierSpec
+    from textebm.models.load import build_classifier
     from textebm.classify.predict import predict
     from textebm.data.readers import load_split
 
@@ -82,7 +83,7 @@ def test_predict_equals_one_by_one(classify_fixture, energy):
 
 
 def test_evaluate_lm_equals_one_by_one(tmp_path):
-    from textebm.lm.model import special_ids
+    from textebm.models.lm import special_ids
     from textebm.lm.train import LMBatcher, evaluate_lm, lm_loss
     from textebm.models.load import load_lm
 

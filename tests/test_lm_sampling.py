@@ -13,7 +13,7 @@ from textebm.errors import TextebmError
 from textebm.data.batching import left_pad
 from textebm.lm import sampling
 from textebm.lm.generate import generate, positions, sample_top_k
-from textebm.lm.model import LMMeta, save_lm, special_ids
+from textebm.models.lm import LMMeta, save_lm, special_ids
 from textebm.lm.sampling import SampleConfig, make_job, sample_file
 from textebm.models.load import load_lm
 

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from textebm.cli import main
-from textebm.lm.format import IGNORE_INDEX, SpecialIds, causal_example, infill_example, mask_tokens
+from textebm.models.lm_format import IGNORE_INDEX, SpecialIds, causal_example, infill_example, mask_tokens
 
 SP = SpecialIds(bos=1, eos=2, pad=0, mask=3, sep=4)
 
@@ -85,7 +85,7 @@ TINY = ["--layers", "1", "--width", "32", "--heads", "2", "--context", "64", "--
 
 @pytest.mark.parametrize("objective,direction", [("causal", "l2r"), ("causal", "r2l"), ("infill", "l2r")])
 def test_lm_train_writes_a_loadable_model_and_learns(data, tmp_path, objective, direction):
-    from textebm.lm.model import load_lm
+    from textebm.models.load import load_lm
 
     run = tmp_path / "run"
     assert main(["lm", "train", "--data", str(data), "--out", str(run), "--objective", objective,

@@ -20,7 +20,7 @@ from textebm.models.load import (CAUSAL_LM, CLASSIFIER, ENCODER, NONE, OTHER, fi
 
 def _llama_base(path, tie: bool = False):
     """A LlamaModel (no LM head) with the tiny LM's tokenizer."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaModel
+    from transformers import LlamaConfig, LlamaModel
 
     config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tie)

@@ -81,3 +81,35 @@ def test_files_need_overwrite_and_folders_are_refused(tmp_path):
         check_output_file(tmp_path, overwrite=True)
     with pytest.raises(TextebmError, match="is a file"):
         check_output_dir(f, "x", overwrite=True)
+
+
+def test_a_users_file_with_the_name_of_a_new_entry_is_never_replaced(tmp_path):
+    out = tmp_path / "report"
+    with output_dir(out, "x", overwrite=False) as tmp:
+        _write(tmp, {"a.json": "1"})
+    (out / "predictions.jsonl").write_text("the user's own")  # a name textebm will write next time
+    with pytest.raises(TextebmError, match="predictions.jsonl, which textebm did not write"):
+        with output_dir(out, "x", overwrite=True) as tmp:
+            _write(tmp, {"a.json": "2", "predictions.jsonl": "textebm's"})
+    assert (out / "predictions.jsonl").read_text() == "the user's own" and (out / "a.json").read_text() == "1"
+
+
+def test_a_damaged_marker_cannot_make_textebm_delete_outside_its_folder(tmp_path):
+    out = tmp_path / "report"
+    with output_dir(out, "x", overwrite=False) as tmp:
+        _write(tmp, {"a.json": "1"})
+    (tmp_path / "precious.txt").write_text("keep")
+    (out / MARKER).write_text(json.dumps({"kind": "x", "entries": ["a.json", "../precious.txt", "/etc", ".."]}))
+    with output_dir(out, "x", overwrite=True) as tmp:
+        _write(tmp, {"b.json": "2"})
+    assert (tmp_path / "precious.txt").read_text() == "keep"
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "b.json"]
+
+
+def test_an_output_below_a_file_is_refused_before_any_work(tmp_path):
+    f = tmp_path / "scores.jsonl"
+    f.write_text("x")
+    with pytest.raises(TextebmError, match="is a file, not a folder"):
+        check_output_file(f / "deeper" / "out.jsonl", overwrite=False)
+    with pytest.raises(TextebmError, match="is a file, not a folder"):
+        check_output_dir(f / "report", "x", overwrite=False)

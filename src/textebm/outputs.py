@@ -51,6 +51,25 @@ def _non_empty(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
 
 
+def own_entries(marker: dict | None) -> list[str]:
+    """The entries a marker lists, keeping only plain names (no folders above, no paths): a
+    damaged or hand-edited marker must never make textebm delete outside its folder."""
+    names = (marker or {}).get("entries", [])
+    return [n for n in names if isinstance(n, str) and n and n not in (".", "..") and "/" not in n
+            and "\\" not in n and n != MARKER]
+
+
+def _check_parent(path: Path, option: str) -> None:
+    """The nearest existing folder above `path` must be a folder (not a file) we can write in."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise TextebmError(f"{option} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK):
+        raise TextebmError(f"{option} {path}: cannot write in {parent}")
+
+
 def check_output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--out") -> bool:
     """Check before any work that folder `path` may be written by a `kind` command.
 
@@ -59,6 +78,8 @@ def check_output_dir(path: str | Path, kind: str, overwrite: bool, option: str =
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise TextebmError(f"{option} {path}: exists and is a file; {option} must be a folder")
+    if not path.exists():
+        _check_parent(path, option)
     if not _non_empty(path):
         return False
     marker = read_marker(path)
@@ -82,8 +103,7 @@ def check_output_file(path: str | Path, overwrite: bool, option: str = "--out") 
         raise TextebmError(f"{option} {path}: is a folder; {option} must name a file")
     if path.exists() and not overwrite:
         raise TextebmError(f"{option} {path}: exists; pass --overwrite to replace it, or choose another file")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise TextebmError(f"{option} {path}: {path.parent} is a file, not a folder")
+    _check_parent(path, option)
 
 
 @contextlib.contextmanager
@@ -108,10 +128,14 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
                 path.rmdir()
             os.replace(tmp, path)
             return
-        old = read_marker(path) or {"entries": []}
         if replacing is False:  # became non-empty while we worked: re-check
             check_output_dir(path, kind, overwrite, option)
-        for name in old.get("entries", []):
+        old = own_entries(read_marker(path))
+        foreign = sorted(n for n in entries if (path / n).exists() and n not in old)
+        if foreign:  # checked before anything is moved: the folder stays as it was
+            raise TextebmError(f"{option} {path}: holds {', '.join(foreign[:3])}, which textebm did not write "
+                               "and would have to replace; move it away or choose another folder")
+        for name in old:
             if name not in entries:
                 remove(path / name)
         for name in entries:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -109,6 +110,13 @@ def resolve_precision(requested: str = "auto", device: str | None = None) -> Pre
     if requested == "fp32":
         return PrecisionChoice("fp32", requested, device, "fp32: asked for", cap)
     native = sorted(set(BF16_FLAGS) & cpu_flags())
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # Several processes (accelerate launch) share the cores: timed probes could disagree
+        # between them, and every process must run in the same precision. Decide by flags alone.
+        prec = "bf16" if native or requested == "bf16" else "fp32"
+        why = (f"{prec}: {'asked for' if requested == 'bf16' else 'CPU flags ' + '/'.join(native) if native else 'no native bf16'}"
+               " (several processes: decided by CPU flags, no timed probe)")
+        return PrecisionChoice(prec, requested, device, why, cap)
     fp32_gf, bf16_gf = matmul_probe()
     speedup = bf16_gf / fp32_gf
     measured = f"probe: bf16 {bf16_gf:.0f} vs fp32 {fp32_gf:.0f} GFLOP/s"

@@ -37,16 +37,17 @@ METHODS = ["baseline", "poscal", "ebm-scalar", "ebm-hidden", "ebm-sharp-hidden",
 
 # Settings sized to keep the quickstart within its budget (20 minutes plus set-up on a 2-core
 # CPU) in the precision it runs in; see docs/classify.md for what the fp32 cut costs.
-PRESETS = {"bf16": {"train_limit": 3000, "lm_epochs": 2.0}, "fp32": {"train_limit": 1200, "lm_epochs": 1.0}}
+PRESETS = {"bf16": {"train_limit": 2500, "lm_epochs": 2.0}, "fp32": {"train_limit": 1200, "lm_epochs": 1.0}}
 
-# Seconds per unit of work measured on a 2-core CPU with native bf16 (AVX512-BF16), for the
-# start-of-run estimate: noise-LM step (batch 32), sampled sequence, classifier step (batch 32,
-# baseline / PosCal / joint EBM K=1) and predicted example in evaluation (which runs in fp32), by
-# precision. The fp32 figures
-# stand for a CPU without native bf16 too: there fp32 runs at about the same speed (ASSETS.md).
+# Seconds per unit of work on a 2-core CPU with native bf16 (AMD EPYC, avx512_bf16), for the
+# start-of-run estimate: noise-LM step (batch 32), sampled sequence, classifier step (batch 32;
+# baseline, PosCal, joint EBM with K=1) and predicted example in evaluation (which runs in fp32).
+# bf16: the stages of a fresh-clone quickstart (2026-11-25); fp32: bench/bench_quickstart_steps.py
+# side by side with bf16. A CPU without native bf16 runs fp32 about 1.3x slower than this one
+# (37 min measured there for what these figures put at 28): see docs/classify.md.
 STEP_SECONDS = {
-    "bf16": {"lm": 0.38, "sample": 0.0117, "baseline": 0.25, "poscal": 0.30, "ebm": 0.45, "eval": 0.006},
-    "fp32": {"lm": 0.40, "sample": 0.020, "baseline": 0.95, "poscal": 1.10, "ebm": 1.75, "eval": 0.006},
+    "bf16": {"lm": 0.50, "sample": 0.0078, "baseline": 0.34, "poscal": 0.38, "ebm": 0.66, "eval": 0.0043},
+    "fp32": {"lm": 0.54, "sample": 0.0145, "baseline": 0.49, "poscal": 0.55, "ebm": 1.02, "eval": 0.0043},
 }
 QUICKSTART_KIND = "quickstart"
 
@@ -61,7 +62,7 @@ class QuickstartConfig:
     noise_lm: str = field(default="", metadata={"help": "start the infill noise LM from this model "
                                                         "(e.g. smollm2-135m); default: a small LM from scratch"})
     train_limit: int | None = field(default=None, metadata={
-        "help": "training examples for the classifiers (0: all; default: 3000 in bf16, 1200 in fp32)", "min": 0})
+        "help": "training examples for the classifiers (0: all; default: 2500 in bf16, 1200 in fp32)", "min": 0})
     epochs: float = field(default=3.0, metadata={"help": "classifier epochs", "gt": 0})
     noise_ratio: int = field(default=1, metadata={"help": "K noise samples per data sample", "min": 1})
     lm_epochs: float | None = field(default=None, metadata={
@@ -84,7 +85,7 @@ class QuickstartConfig:
                                                    "min": 0})
 
     def check(self) -> None:
-        from textebm.cli.args import refuse_unused
+        from textebm.options import refuse_unused
 
         if self.full:
             refuse_unused(self, ["train_limit", "noise_ratio"], "with --full (it sets all data and K=8)")
@@ -124,6 +125,9 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     from textebm.outputs import check_output_dir, write_marker
     from textebm.precision import resolve_precision
 
+    from textebm.options import check_config
+
+    check_config(cfg)  # bounds and rules between options, also when called from Python
     out = Path(cfg.out)
     check_output_dir(out, QUICKSTART_KIND, overwrite=True)  # a quickstart folder continues; nothing else is touched
     choice = resolve_precision(cfg.precision)
@@ -249,12 +253,10 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
                            max_len=cfg.max_len, checkpoint_every=500, **common)
     step(f"seed {seed}: noise-lm", run_completed(lm_dir), lambda: lm_train(_resumable(lm_cfg)))
 
-    # Noise is sampled in fp32 whatever the training precision: one token at a time from the small
-    # noise LM, bf16 was no faster even on a CPU with native bf16 (bench/bench_quickstart_steps.py).
     noise = out / "noise.jsonl"
     sample_cfg = SampleConfig(model=str(lm_dir / "model"), data=str(data), split="train", mode="infill",
                               top_k=20, per_example=cfg.noise_ratio * math.ceil(cfg.epochs), mask_ratio=0.4,
-                              out=str(noise), limit=cfg.train_limit, seed=seed, precision="fp32",
+                              out=str(noise), limit=cfg.train_limit, seed=seed, precision=precision,
                               progress=cfg.progress)
     step(f"seed {seed}: noise", noise.is_file(), lambda: sample_file(sample_cfg))
 

@@ -5,7 +5,7 @@ back. It carries textebm's six special tokens (ids 0-5, in this order):
 
     <pad> <unk> <s> (bos) </s> (eos) <mask> <sep>
 
-and adds none of them when encoding: `textebm.lm.format` lays out `[bos] x [eos]`, infill
+and adds none of them when encoding: `textebm.models.lm_format` lays out `[bos] x [eos]`, infill
 contexts etc. itself, so `tokenizer(text).input_ids` is the text alone.
 
 - `bpe`: byte-level BPE as in GPT-2 (no unknown characters; `decode(encode(x)) == x` exactly,
@@ -57,7 +57,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, kind: str = "bpe",
     tok = train(counted, vocab_size, lowercase)
     if counted.n == 0:
         raise TextebmError("no texts to train the tokenizer on")
-    # No post-processor: encoding adds no bos/eos; textebm.lm.format places them itself.
+    # No post-processor: encoding adds no bos/eos; textebm.models.lm_format places them itself.
     tok.post_processor = None
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIAL_TOKENS)
     log.info("trained a %s tokenizer: %d entries from %d texts", kind, len(fast), counted.n)

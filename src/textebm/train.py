@@ -367,10 +367,10 @@ def check_run_dir(opts: TrainOptions, config: dict | None) -> None:
 def start_run(run: Path, opts: TrainOptions, config: dict) -> None:
     """Write the run's marker and config.json (main process, fresh start). With --overwrite, the
     entries of the earlier run are removed first; files textebm did not write stay."""
-    from textebm.outputs import read_marker, remove, write_marker
+    from textebm.outputs import own_entries, read_marker, remove, write_marker
 
-    if opts.overwrite and (old := read_marker(run)) is not None:
-        for name in old.get("entries", []):
+    if opts.overwrite:  # the user asked to replace this earlier run of the same command
+        for name in own_entries(read_marker(run)):
             remove(run / name)
     run.mkdir(parents=True, exist_ok=True)
     write_marker(run, run_kind(opts), RUN_ENTRIES)

@@ -53,12 +53,21 @@ def method_name(spec) -> str:
     return "poscal" if spec.poscal_bins else "baseline"
 
 
+def spec_of(info):
+    """The `ClassifierSpec` in a classifier folder's classifier.json (checked; no weights read)."""
+    from textebm.io import read_json_object
+    from textebm.models.classifier import SPEC_FILE, spec_from_dict
+
+    f = info.path / SPEC_FILE
+    return spec_from_dict(read_json_object(f, "classifier description"), f)
+
+
 def run_predictions(info, data: str, split: str, batch_size: int, precision=None, device=None) -> dict:
     """Predictions of one classifier (`textebm.models.load.FolderInfo`) on its training subset and
     on `split`, the model in `precision` (a PrecisionChoice; default fp32) on `device`."""
     from textebm.classify.data import check_eval_labels, encode_examples
     from textebm.classify.predict import predict
-    from textebm.data.readers import example_id, load_split
+    from textebm.data.readers import example_id, load_split, split_file
     from textebm.io import read_json
     from textebm.models.load import load_classifier
 
@@ -69,7 +78,7 @@ def run_predictions(info, data: str, split: str, batch_size: int, precision=None
     train_rows = load_split(data, "train")
     train_rows = train_rows[:limit] if limit else train_rows
     eval_rows = load_split(data, split)
-    check_eval_labels(eval_rows, model.spec.labels, f"{data}/{split}.jsonl")
+    check_eval_labels(eval_rows, model.spec.labels, split_file(data, split))
     out = {}
     for name, rows in (("train", train_rows), (split, eval_rows)):
         ex = encode_examples(tok, rows, model.spec.labels, model.spec.max_len)
@@ -84,7 +93,7 @@ def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
     import torch
 
     from textebm.calibration import ScalingBinning, TemperatureScaling, calibration_summary, halve_dev
-    from textebm.cli.args import check_config
+    from textebm.options import check_config
     from textebm.energy import hidden_energy
     from textebm.errors import TextebmError
     from textebm.inference import inference_setup
@@ -99,11 +108,11 @@ def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
     arrays: dict[str, dict] = {}  # per method: probs/labels/energy on the test half, for plots
     settings: dict = {"bins": cfg.bins, "split": cfg.split, "seed": cfg.seed, "precision": choice.as_dict(),
                       "runs": {}}
-    preds = [run_predictions(info, cfg.data, cfg.split, cfg.batch_size, choice, device) for info in infos]
-    names = [method_name(p["spec"]) for p in preds]
+    names = [method_name(spec_of(info)) for info in infos]  # from classifier.json, before any model is loaded
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise TextebmError(f"several runs evaluate as the same method ({', '.join(dup)}); evaluate them separately")
+    preds = [run_predictions(info, cfg.data, cfg.split, cfg.batch_size, choice, device) for info in infos]
     # The post-hoc calibrators are baselines applied to the plain fine-tuned model (table 1);
     # without a baseline among the runs they calibrate the first run given.
     calibrated = "baseline" if "baseline" in names else names[0]

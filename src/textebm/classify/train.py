@@ -5,7 +5,7 @@ energy-based model of the inputs trained by NCE (paper a, eq. 8), or with the Po
     L_PosCal = L_CE + λ · d(p, q)     (Jung et al. 2020; textebm.losses.poscal)
 
 Data and noise go through the encoder as two passes, each padded to its own length: noise
-batches are bucketed by their own length (`textebm.classify.data.noise_plan`), so the joint step
+batches are bucketed by their own length (`textebm.classify.data.noise_stream`), so the joint step
 costs about (1 + K) baseline steps. `joint_forward(..., separate=False)` is the reference that
 concatenates both into one padded batch; they agree (tests/test_classify.py).
 """
@@ -49,7 +49,7 @@ class ClassifyTrainConfig(TrainOptions):
         "help": "split evaluated after training (default: dev when --data is a dataset folder; '' to skip)"})
 
     def check(self) -> None:
-        from textebm.cli.args import refuse_unused
+        from textebm.options import refuse_unused
         from textebm.errors import TextebmError
 
         super().check()
@@ -67,29 +67,25 @@ class ClassifyTrainConfig(TrainOptions):
 def classify_train(cfg: ClassifyTrainConfig) -> dict:
     """Fine-tune a classifier, jointly with an EBM (--energy) or PosCal (--poscal)."""
     from textebm.assets import resolve_model
-    from textebm.classify.data import (Collator, attach_noise, check_eval_labels, warn_noise_reuse, encode, encode_examples, label_vocab,
-                                       noise_stream, read_noise)
-    from textebm.classify.model import ClassifierSpec, build_classifier, save_classifier
-    from textebm.data.readers import load_split
-    from textebm.errors import TextebmError
+    from textebm.classify.data import (Collator, attach_noise, check_eval_labels, encode, encode_examples,
+                                       label_vocab, noise_stream, read_noise, warn_noise_reuse)
+    from textebm.models.classifier import ClassifierSpec, save_classifier
+    from textebm.models.load import build_classifier
+    from textebm.data.readers import load_split, split_file
+    from textebm.options import check_config
     from textebm.train import MAIN, check_run_dir, eval_split_of, options_dict, seed_everything, train
 
-    if cfg.energy != "none" and not cfg.noise:
-        raise TextebmError(f"--energy {cfg.energy} needs --noise FILE.jsonl (make it with `textebm lm sample --mode infill`)")
-    if cfg.energy == "none" and cfg.noise:
-        raise TextebmError("--noise is only used with --energy scalar|hidden|sharp-hidden")
-    if cfg.noise_ratio < 1:
-        raise TextebmError(f"--noise-ratio must be >= 1, got {cfg.noise_ratio}")
+    check_config(cfg)  # bounds and rules between options, also when called from Python
     check_run_dir(cfg, None)  # a bad --out fails before the data and the encoder are read
     eval_split = eval_split_of(cfg)
     seed_everything(cfg.seed)
     rows = load_split(cfg.data, "train")
     if cfg.limit:
         rows = rows[:cfg.limit]
-    labels = label_vocab(rows, f"{cfg.data}/train")
+    labels = label_vocab(rows, split_file(cfg.data, "train"))
     eval_rows = load_split(cfg.data, eval_split) if eval_split else []
     if eval_split:  # checked before training, so a finished training is never thrown away
-        check_eval_labels(eval_rows, labels, f"{cfg.data}/{eval_split}.jsonl")  # classify.data
+        check_eval_labels(eval_rows, labels, split_file(cfg.data, eval_split))  # classify.data
     spec = ClassifierSpec(labels=labels, energy=cfg.energy, head=cfg.head, pooling=cfg.pooling,
                           max_len=cfg.max_len, poscal_bins=cfg.poscal_bins if cfg.poscal else 0)
     model, tokenizer = build_classifier(resolve_model(cfg.encoder), spec)

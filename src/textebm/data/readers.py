@@ -95,6 +95,13 @@ def example_id(row: dict[str, Any], index: int) -> str:
     return str(row["id"]) if row.get("id") is not None else str(index)
 
 
+def split_file(data: str | Path, split: str) -> Path:
+    """The file a split is read from: DATA/SPLIT.jsonl for a dataset folder, else DATA itself
+    (a single file is the train split), for messages that must name a file that exists."""
+    data = Path(data)
+    return data / f"{split}.jsonl" if data.is_dir() else data
+
+
 def load_split(data: str | Path, split: str = "train") -> list[dict[str, Any]]:
     """Examples of one split: `DATA/{split}.jsonl` when `data` is a directory in the standard
     layout (see `textebm data prepare`), else `data` itself read with `read_examples`."""

@@ -1,7 +1,7 @@
 """`textebm lm sample`: noise samples and generations from a causal LM (the command: jobs, the
 output file, resume). The sampler itself is the library `textebm.lm.generate`.
 
-Four modes, each built on the sequence layouts of `textebm.lm.format`:
+Four modes, each built on the sequence layouts of `textebm.models.lm_format`:
 
 - infill (paper a, sec. 2.4 and appendix B): mask each token of x with probability M (default
   the model's training ratio, else 0.4), feed `[bos] m(x) [sep]` and let an infill LM write the
@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from textebm.errors import InputError, TextebmError
-from textebm.lm.format import SpecialIds, infill_context, mask_tokens
+from textebm.models.lm_format import SpecialIds, infill_context, mask_tokens
 from textebm.lm.generate import Generation, generate
 from textebm.precision import CHOICES as PRECISIONS
 
@@ -83,7 +83,7 @@ class SampleConfig:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def check(self) -> None:
-        from textebm.cli.args import refuse_unused
+        from textebm.options import refuse_unused
 
         if self.mode != "infill":
             refuse_unused(self, ["mask_ratio"], f"with --mode {self.mode} (it masks nothing)")
@@ -245,11 +245,11 @@ def sample_file(cfg: SampleConfig) -> Path:
     """Sample noise / generations for each example of a split into a JSONL file (resumable)."""
     from tqdm import tqdm
 
-    from textebm.cli.args import check_config
+    from textebm.options import check_config
     from textebm.data.readers import load_split
     from textebm.inference import inference_setup
     from textebm.io import atomic_write
-    from textebm.lm.model import special_ids
+    from textebm.models.lm import special_ids
     from textebm.models.load import CAUSAL_LM, find_model, load_lm
     from textebm.outputs import check_output_file
 

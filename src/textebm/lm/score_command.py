@@ -29,7 +29,7 @@ PRECISION_HELP = ("weights and matmuls in this precision; auto: bf16 where the h
 def scorable_folder(model_arg: str) -> Path:
     """The folder of `--model`, checked (before any weights are read) to be a causal LM trained
     with the causal objective."""
-    from textebm.lm.model import read_meta
+    from textebm.models.lm import read_meta
     from textebm.models.load import CAUSAL_LM, find_model
 
     folder = find_model(model_arg, CAUSAL_LM).path
@@ -62,7 +62,7 @@ class ScoreConfig:
 
 def score_file(cfg: ScoreConfig) -> Path:
     """Score every item of a file: log P(x) in nats, per token and in total ([eos] included)."""
-    from textebm.cli.args import check_config
+    from textebm.options import check_config
     from textebm.data.readers import read_examples
     from textebm.io import atomic_write
     from textebm.outputs import check_output_file
@@ -116,10 +116,12 @@ class EvalConfig:
         "help": "replace an eval_SPLIT result the metrics file already holds"})
 
     def check(self) -> None:
-        from textebm.cli.args import refuse_unused
+        from textebm.options import refuse_unused
 
         if self.metrics:
             refuse_unused(self, ["out"], "with --metrics (the result goes into that file)")
+        if not self.metrics and not self.out and not (Path(self.model).expanduser() / "model").is_dir():
+            refuse_unused(self, ["overwrite"], "when the result is only printed (no --metrics, --out or run folder)")
 
 
 def metrics_target(cfg: EvalConfig) -> tuple[Path, str] | None:
@@ -165,7 +167,7 @@ def merge_metrics(path: Path, key: str, value: dict) -> None:
 
 def eval_split(cfg: EvalConfig) -> dict:
     """Perplexity of an LM on a split (token level; also per whitespace word, the PTB convention)."""
-    from textebm.cli.args import check_config
+    from textebm.options import check_config
     from textebm.data.readers import load_split
 
     check_config(cfg)

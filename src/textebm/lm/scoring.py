@@ -1,7 +1,7 @@
 """Log-likelihoods and perplexity under a causal LM (a library; the `lm score` and `lm eval`
 commands that use it are in `textebm.lm.score_command`).
 
-A text x is scored in the model's own layout (`textebm.lm.format.causal_example`):
+A text x is scored in the model's own layout (`textebm.models.lm_format.causal_example`):
 log P(x) = sum over the predicted tokens of `x [eos]` (reversed x for an r2l model) of
 log p(token | everything before it), [bos] excluded since it is given. `score_texts` is the
 function other code (residual EBMs, `lm eval`) reuses; it sorts texts by length, batches
@@ -23,7 +23,7 @@ import torch
 
 from textebm.data.batching import right_pad
 from textebm.errors import TextebmError
-from textebm.lm.format import causal_example
+from textebm.models.lm_format import causal_example
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def score_sequences(model, seqs: list[list[int]], pad: int, batch_size: int = 16
 def score_texts(model, tokenizer, meta, texts: list[str], batch_size: int = 16, bucket: bool = True,
                 progress: bool = False) -> list[ScoreResult]:
     """log P(x) of each text under the model's layout, per token and in total (input order)."""
-    from textebm.lm.model import special_ids
+    from textebm.models.lm import special_ids
 
     check_scorable(meta)
     sp = special_ids(tokenizer, meta)

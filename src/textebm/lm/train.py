@@ -49,7 +49,7 @@ class LMTrainConfig(TrainOptions):
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
 
     def check(self) -> None:
-        from textebm.cli.args import refuse_unused
+        from textebm.options import refuse_unused
         from textebm.errors import TextebmError
 
         super().check()
@@ -73,9 +73,7 @@ def _texts(rows: list[dict]) -> list[str]:
 
 def build_lm(cfg: LMTrainConfig, train_texts: list[str]):
     """(model, tokenizer, meta) ready to train, special tokens added as the objective needs."""
-    from transformers import AutoTokenizer
-
-    from textebm.lm.model import ensure_special_tokens
+    from textebm.models.lm import ensure_special_tokens
 
     if cfg.init:
         from textebm.models.load import load_lm
@@ -85,7 +83,9 @@ def build_lm(cfg: LMTrainConfig, train_texts: list[str]):
         from textebm.models.build import SmallLMConfig, build_causal_lm
 
         if cfg.tokenizer:
-            tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer, local_files_only=True)
+            from textebm.models.load import load_tokenizer
+
+            tokenizer = load_tokenizer(cfg.tokenizer, "--tokenizer")
         else:
             from textebm.tokenizer import train_tokenizer
 
@@ -108,7 +108,7 @@ class LMBatcher:
 
     def __call__(self, items: list[list[int]], generator: torch.Generator | None = None) -> dict:
         from textebm.data.batching import right_pad
-        from textebm.lm.format import IGNORE_INDEX, causal_example, infill_example
+        from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_example
 
         if generator is None:  # drawn from the global RNG, which checkpoints save and restore
             generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,))))
@@ -138,11 +138,11 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     """Train a causal or infill LM (paper a's noise model; paper c/d's generators)."""
     from textebm.data.readers import load_split
     from textebm.errors import TextebmError
-    from textebm.lm.model import save_lm, special_ids
+    from textebm.models.lm import save_lm, special_ids
+    from textebm.options import check_config
     from textebm.train import check_run_dir, eval_split_of, options_dict, seed_everything, train
 
-    if cfg.objective == "infill" and not 0.0 < cfg.mask_ratio < 1.0:
-        raise TextebmError(f"--mask-ratio must be in (0, 1), got {cfg.mask_ratio}")
+    check_config(cfg)  # bounds and rules between options, also when called from Python
     check_run_dir(cfg, None)  # a bad --out fails before the tokenizer and the model are built
     eval_split = eval_split_of(cfg)
     seed_everything(cfg.seed)

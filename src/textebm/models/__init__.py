@@ -1,4 +1,12 @@
-"""Models: from-scratch builders (`build`); pretrained ones come from `textebm.assets`."""
+"""Models and their folders.
+
+- `load`: the one home of model loading, by what a folder holds (causal LM, encoder, classifier),
+  with clean errors for a folder of the wrong kind;
+- `classifier`: the encoder + classifier head + energy of paper a, its spec and its folder;
+- `lm`, `lm_format`: an LM folder's textebm meta and special tokens, and the sequence layouts
+  (causal, right-to-left, infill) that LM training, sampling and scoring share;
+- `build`: small models from scratch; pretrained ones come from `textebm.assets`.
+"""
 
 from textebm.models.build import SmallLMConfig, build_causal_lm, build_encoder, llama_ffn
 

@@ -189,6 +189,15 @@ def _check_loading_info(option: str, path: Path, info: dict, ignore: tuple[str, 
                            "would leave those layers random")
 
 
+def load_tokenizer(path: str | Path, option: str = "--tokenizer"):
+    """A tokenizer from a local folder; a missing or broken folder is a TextebmError naming it."""
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise TextebmError(f"{option} {path}: no such folder; expected a tokenizer folder "
+                           "(`textebm tokenizer train` writes one)")
+    return _tokenizer(option, path)
+
+
 def _tokenizer(option: str, path: Path):
     from transformers import AutoTokenizer
 
@@ -210,13 +219,13 @@ def _place(model: torch.nn.Module, dtype: torch.dtype | None, device: str | torc
 def load_lm(name_or_path: str | Path, dtype: torch.dtype = torch.float32,
             device: str | torch.device | None = None, option: str = "--model"):
     """(model, tokenizer, meta) of a causal LM, in eval mode, from a folder, a run folder
-    (RUN/model) or a `models fetch` id; never from a hub. `meta` (`textebm.lm.model.LMMeta`)
+    (RUN/model) or a `models fetch` id; never from a hub. `meta` (`textebm.models.lm.LMMeta`)
     says how textebm trained it (a folder without `textebm_lm.json`: causal, left to right)."""
     import dataclasses
 
     from transformers import AutoModelForCausalLM
 
-    from textebm.lm.model import ensure_special_tokens, read_meta
+    from textebm.models.lm import ensure_special_tokens, read_meta
 
     path = find_model(name_or_path, CAUSAL_LM, option).path
     meta = read_meta(path)
@@ -296,7 +305,7 @@ def load_classifier(name_or_path: str | Path, dtype: torch.dtype | None = None,
     from safetensors.torch import load_model
     from transformers import AutoConfig
 
-    from textebm.classify.model import SPEC_FILE, EBMClassifier, spec_from_dict
+    from textebm.models.classifier import SPEC_FILE, EBMClassifier, spec_from_dict
 
     path = find_model(name_or_path, CLASSIFIER, option, ids=False).path
     spec_file = path / SPEC_FILE
@@ -325,3 +334,12 @@ def load_classifier(name_or_path: str | Path, dtype: torch.dtype | None = None,
     model = _place(model, dtype, device)
     model.eval()
     return model, tokenizer
+
+
+def build_classifier(encoder_path: str | Path, spec):
+    """(EBMClassifier, tokenizer) for a `ClassifierSpec` from a pretrained encoder (HF folder or
+    models-fetch id), its pooler dropped (`load_encoder`)."""
+    from textebm.models.classifier import EBMClassifier
+
+    enc, tok = load_encoder(encoder_path)
+    return EBMClassifier(enc, spec), tok

@@ -2,7 +2,7 @@
 
 Any local HF causal-LM folder works as a model; `textebm_lm.json` (written by `lm train`) records
 how textebm trained it: objective (causal / infill), direction (l2r / r2l), mask ratio and the
-special tokens of the sequence layouts in `textebm.lm.format`. A folder without it is treated as
+special tokens of the sequence layouts in `textebm.models.lm_format`. A folder without it is treated as
 a causal, left-to-right LM. Loading, with the checks of what a folder holds, is
 `textebm.models.load.load_lm`.
 """
@@ -13,10 +13,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from textebm.errors import InputError, TextebmError
-from textebm.lm.format import SpecialIds
+from textebm.models.lm_format import SpecialIds
 
 META_FILE = "textebm_lm.json"
 MASK_TOKEN = "<mask>"
@@ -92,13 +90,6 @@ def special_ids(tokenizer, meta: LMMeta) -> SpecialIds:
     if bos is None or eos is None:
         raise TextebmError("the tokenizer has no BOS/EOS token; textebm needs one to delimit texts")
     return SpecialIds(bos=bos, eos=eos, pad=pad, mask=tid(meta.mask_token), sep=tid(meta.sep_token))
-
-
-def load_lm(path: str | Path, dtype: torch.dtype = torch.float32, *args, **kwargs):
-    """`textebm.models.load.load_lm` (the one home of model loading), importable here too."""
-    from textebm.models.load import load_lm as load
-
-    return load(path, dtype, *args, **kwargs)
 
 
 def save_lm(model, tokenizer, meta: LMMeta, path: str | Path) -> None:

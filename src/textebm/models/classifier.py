@@ -104,15 +104,6 @@ class EBMClassifier(nn.Module):
         return logits, sequence_energy(self.spec.energy, logits, z, self.energy_head)  # (B,) | None
 
 
-def build_classifier(encoder_path: str | Path, spec: ClassifierSpec):
-    """(EBMClassifier, tokenizer) from a pretrained encoder (HF folder or models-fetch id), its
-    pooler dropped (`textebm.models.load.load_encoder`)."""
-    from textebm.models.load import load_encoder
-
-    enc, tok = load_encoder(encoder_path)
-    return EBMClassifier(enc, spec), tok
-
-
 def save_classifier(model: EBMClassifier, tokenizer, path: str | Path) -> None:
     from safetensors.torch import save_model
 
@@ -123,10 +114,3 @@ def save_classifier(model: EBMClassifier, tokenizer, path: str | Path) -> None:
     tokenizer.save_pretrained(path)
     save_model(model, str(path / "model.safetensors"))
     write_json(path / SPEC_FILE, dataclasses.asdict(model.spec))
-
-
-def load_classifier(path: str | Path, *args, **kwargs):
-    """`textebm.models.load.load_classifier` (the one home of model loading), importable here too."""
-    from textebm.models.load import load_classifier as load
-
-    return load(path, *args, **kwargs)

@@ -1,0 +1,90 @@
+"""Options of a command as a dataclass: defaults, bounds and rules between options.
+
+Every command's config is a dataclass. Field metadata: help (str), positional (bool), choices
+(list), flag (str, overrides --field-name), min / max (inclusive bounds), gt / lt (exclusive
+bounds); a float must also be finite. A config may define `check(self)` for rules between
+options (an option that does nothing in the chosen mode: `refuse_unused`). `check_config` runs
+both; the command line (`textebm.cli.args`) calls it before any work, and so do commands called
+from Python. Every failure is a `TextebmError` naming the option (exit status 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from textebm.errors import TextebmError
+
+
+def field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def cli_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields that are options: required ones first, then the command's own, then those it
+    inherits (the shared training options), each in declaration order."""
+    fields = [f for f in dataclasses.fields(cls) if f.init and f.metadata.get("cli", True) is not False]
+    return sorted(fields, key=lambda f: (field_default(f) is not dataclasses.MISSING, inherited(cls, f.name)))
+
+
+def inherited(cls: type, name: str) -> bool:
+    """True when `name` is declared by a dataclass base of `cls` (and not re-declared by cls)."""
+    if name in cls.__dict__.get("__annotations__", {}):
+        return False
+    return any(dataclasses.is_dataclass(b) and name in {f.name for f in dataclasses.fields(b)}
+               for b in cls.__mro__[1:])
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    if f.metadata.get("positional"):
+        return f.name.upper()
+    return f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+
+
+def check_value(f: dataclasses.Field, value: Any) -> None:
+    """Raise TextebmError naming the option when `value` breaks the field's bounds."""
+    if value is None:
+        return
+    values = value if isinstance(value, (list, tuple)) else [value]
+    meta, flag = f.metadata, flag_of(f)
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            raise TextebmError(f"{flag} must be a finite number, got {v}")
+        if "min" in meta and v < meta["min"]:
+            raise TextebmError(f"{flag} must be at least {meta['min']}, got {v}")
+        if "max" in meta and v > meta["max"]:
+            raise TextebmError(f"{flag} must be at most {meta['max']}, got {v}")
+        if "gt" in meta and not v > meta["gt"]:
+            raise TextebmError(f"{flag} must be greater than {meta['gt']}, got {v}")
+        if "lt" in meta and not v < meta["lt"]:
+            raise TextebmError(f"{flag} must be less than {meta['lt']}, got {v}")
+
+
+def check_config(cfg: Any) -> None:
+    """Every field's bounds, then the config's own `check()` (rules between options)."""
+    for f in cli_fields(type(cfg)):
+        check_value(f, getattr(cfg, f.name))
+    if hasattr(cfg, "check"):
+        cfg.check()
+
+
+def changed(cfg: Any, name: str) -> bool:
+    """True when option `name` differs from its default (the user set it)."""
+    f = next(f for f in dataclasses.fields(cfg) if f.name == name)
+    return getattr(cfg, name) != field_default(f)
+
+
+def refuse_unused(cfg: Any, names: list[str], why: str) -> None:
+    """Options that do nothing in the chosen mode: refuse them instead of ignoring them."""
+    set_ = [n for n in names if changed(cfg, n)]
+    if set_:
+        flags = ", ".join("--" + n.replace("_", "-") for n in set_)
+        raise TextebmError(f"{flags} {'has' if len(set_) == 1 else 'have'} no effect {why}; leave "
+                           f"{'it' if len(set_) == 1 else 'them'} out")
