@@ -274,7 +274,12 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
                                 out=str(out / "eval"), bins=20, split="dev", seed=cfg.seed,
                                 bootstrap=cfg.bootstrap, overwrite=True)  # re-rendered on every call
     result: dict = {}
-    step(f"seed {seed}: eval", False, lambda: result.update(evaluate_runs(ev_cfg)))
+    metrics = out / "eval" / "metrics.json"
+    done = metrics.is_file() and all(metrics.stat().st_mtime > (out / "runs" / n / "metrics.json").stat().st_mtime
+                                     for n in RUNS)  # evaluated after the last of its runs finished
+    if done:
+        result.update(read_json(metrics))
+    step(f"seed {seed}: eval", done, lambda: result.update(evaluate_runs(ev_cfg)))
     return {"eval": result, "nce_accuracy": {n: _final_nce_accuracy(out / "runs" / n) for n in RUNS
                                              if n.startswith("ebm-")},
             "noise_lm": _lm_summary(lm_dir)}
