@@ -44,8 +44,9 @@ def main() -> None:
     from textebm.precision import cpu_capability, cpu_flags, resolve_precision
 
     qs = Path(args.quickstart)
-    data, noise = qs / "data", qs / "noise.jsonl"
-    lm = qs / "noise-lm" / "model"
+    seed = qs / "seed-0" if (qs / "seed-0").is_dir() else qs  # the layout since --seeds
+    data, noise = qs / "data", seed / "noise.jsonl"
+    lm = seed / "noise-lm" / "model"
     if not (noise.is_file() and lm.is_dir()):
         raise SystemExit(f"{qs}: not a finished quickstart folder (run `make quickstart` first)")
     rows: dict[str, dict[str, float]] = {}
