@@ -73,6 +73,19 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     assert not (tmp_path / "r" / "model").exists()
 
 
+def test_a_failed_start_leaves_nothing_and_a_later_failure_leaves_a_resumable_run(tmp_path):
+    early = run_toy(tmp_path / "early", "--nan-at", "3")  # before the first checkpoint (step 5)
+    assert early.returncode == 2 and "no checkpoint was written yet" in early.stderr
+    assert not (tmp_path / "early").exists()  # so the same command simply runs again
+    assert run_toy(tmp_path / "early").returncode == 0
+    late = run_toy(tmp_path / "late", "--nan-at", "12")
+    assert late.returncode == 2 and (tmp_path / "late" / "checkpoint" / "state.json").is_file()
+    again = run_toy(tmp_path / "late")  # neither refused as "settings differ" nor silently reused
+    assert again.returncode == 2 and "--resume" in again.stderr and "--overwrite" in again.stderr
+    assert run_toy(tmp_path / "late", "--overwrite").returncode == 0
+    assert weights(tmp_path / "late").keys() == weights(tmp_path / "early").keys()
+
+
 def test_existing_run_refused_and_resume_with_other_settings_refused(tmp_path):
     assert run_toy(tmp_path / "r", "--epochs", "1").returncode == 0
     again = run_toy(tmp_path / "r", "--epochs", "1")

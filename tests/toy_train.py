@@ -1,6 +1,6 @@
 """A toy training run on the generic loop (run as a script by tests/test_train_loop.py).
 
-usage: python toy_train.py OUT [--resume] [--nan-at STEP] [--kill-at STEP] [--precision P]
+usage: python toy_train.py OUT [--resume] [--overwrite] [--nan-at STEP] [--kill-at STEP] [--precision P]
                            [--epochs E] [--lr LR] [--keep-checkpoint] [--save-log FILE]
                            [--streams] [--batch-log FILE] [--group PREFIX=LR ...]
 
@@ -123,13 +123,14 @@ def main(argv=None):
     p.add_argument("--epochs", type=float, default=3)
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--keep-checkpoint", action="store_true")
+    p.add_argument("--overwrite", action="store_true")
     p.add_argument("--save-log", default=None)
     p.add_argument("--streams", action="store_true")
     p.add_argument("--batch-log", default=None)
     p.add_argument("--group", action="append", default=[])
     a = p.parse_args(argv)
     opts = options(a.out, epochs=a.epochs, lr=a.lr, resume=a.resume, precision=a.precision,
-                   keep_checkpoint=a.keep_checkpoint)
+                   keep_checkpoint=a.keep_checkpoint, overwrite=a.overwrite)
     groups = [ParamGroup(name=prefix.strip("."), prefix=prefix, lr=float(lr))
               for prefix, lr in (g.split("=") for g in a.group)]
     torch.manual_seed(0)
