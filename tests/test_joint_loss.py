@@ -147,3 +147,36 @@ def test_joint_loss_without_noise_is_ce_plus_poscal(poscal):
     pen, _ = poscal_by_hand()
     assert loss.item() == pytest.approx(ce_by_hand() + (2.0 * pen if poscal else 0.0), rel=1e-12)
     assert "nce" not in logs
+
+
+@pytest.mark.parametrize("w", [0.25, 3.0])
+def test_the_nce_term_is_weighted(w):
+    cfg = SimpleNamespace(noise_ratio=2, poscal=False, poscal_lambda=1.0)
+    loss, logs = joint_loss(FakeModel(), make_batch(2), cfg, nce_weight=w)
+    assert loss.item() == pytest.approx(ce_by_hand() + w * nce_by_hand(2), rel=1e-12)
+    assert logs["nce"] == pytest.approx(nce_by_hand(2), rel=1e-12)  # the unweighted term is logged
+
+
+def test_nce_weight_warm_up():
+    from textebm.classify.train import nce_weight_at
+
+    assert [nce_weight_at(s, 10, 2.0, 0.0) for s in range(3)] == [2.0, 2.0, 2.0]
+    assert [nce_weight_at(s, 10, 2.0, 0.4) for s in range(6)] == [0.5, 1.0, 1.5, 2.0, 2.0, 2.0]
+
+
+def test_energy_head_lr_and_nce_warm_up_from_the_cli(classify_fixture, tmp_path):
+    import json
+
+    from textebm.cli import main
+
+    d = classify_fixture
+    assert main(["classify", "train", "--data", str(d / "data"), "--encoder", str(d / "encoder"),
+                 "--out", str(tmp_path / "r"), "--energy", "scalar", "--noise", str(d / "noise.jsonl"),
+                 "--lr", "1e-3", "--energy-lr", "4e-3", "--nce-warmup", "0.5", "--max-steps", "6",
+                 "--log-every", "1", "--warmup", "0", "--no-progress", "--precision", "fp32", "--eval-split", ""]) == 0
+    hist = json.loads((tmp_path / "r" / "metrics.json").read_text())["train"]["history"]
+    assert all(h["lr_energy_head"] == pytest.approx(4 * h["lr"]) for h in hist)
+    assert [h["nce_weight"] for h in hist] == pytest.approx([1 / 3, 2 / 3, 1.0, 1.0, 1.0, 1.0])
+    assert main(["classify", "train", "--data", str(d / "data"), "--encoder", str(d / "encoder"),
+                 "--out", str(tmp_path / "r2"), "--energy", "hidden", "--noise", str(d / "noise.jsonl"),
+                 "--energy-lr", "4e-3"]) == 2

@@ -36,6 +36,9 @@ weight decay off biases and norms; warm-up and decay scale every group alike; th
 
 `on_step_end(step)` runs on every process after each optimizer step (after logging and
 checkpointing), with the number of steps done; the tests use it to kill a run hard.
+`on_step_start(step, total)` runs before every batch's loss with the optimizer steps done so far
+and the run's total: a schedule that depends on it (a loss weight's warm-up) resumes exactly,
+since the step count comes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -420,6 +423,7 @@ def train(
     streams: dict[str, Stream] | None = None,
     param_groups: Sequence[ParamGroup] = (),
     on_step_end: Callable[[int], None] | None = None,
+    on_step_start: Callable[[int, int], None] | None = None,
 ) -> dict:
     """Train `model` on `dataset` by minimising `step_fn(model, batch)`; return metrics.json.
 
@@ -450,7 +454,7 @@ def train(
     try:
         main = Stream(dataset=dataset, lengths=lengths, collate=collate, batch_size=opts.batch_size)
         return _train(opts, choice, model, main, streams or {}, step_fn, save_model, evaluate, accelerator,
-                      on_epoch_start, on_epoch_end, param_groups, on_step_end)
+                      on_epoch_start, on_epoch_end, param_groups, on_step_end, on_step_start)
     except BaseException:
         if accelerator.is_main_process and not opts.resume:
             abandon_failed_start(run, created)
@@ -492,7 +496,8 @@ def _zip_streams(batches: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _train(opts, choice, model, main: Stream, extra: dict[str, Stream], step_fn, save_model,
-           evaluate, accelerator, on_epoch_start, on_epoch_end, param_groups, on_step_end) -> dict:
+           evaluate, accelerator, on_epoch_start, on_epoch_end, param_groups, on_step_end,
+           on_step_start=None) -> dict:
     run = Path(opts.out)
 
     seed_everything(opts.seed)
@@ -544,6 +549,8 @@ def _train(opts, choice, model, main: Stream, extra: dict[str, Stream], step_fn,
             on_epoch_start(epoch)
         for batch in batches:
             with accelerator.accumulate(model):
+                if on_step_start is not None:
+                    on_step_start(step, total)
                 with accelerator.autocast():
                     loss, logs = step_fn(model, batch)
                 _check_finite(loss, step, run, accelerator)

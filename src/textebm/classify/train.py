@@ -39,6 +39,13 @@ class ClassifyTrainConfig(TrainOptions):
     poscal: bool = field(default=False, metadata={"help": "add the PosCal calibration penalty (baseline of Jung et al.)"})
     poscal_lambda: float = field(default=1.0, metadata={"help": "weight of the PosCal penalty", "gt": 0})
     poscal_bins: int = field(default=20, metadata={"help": "PosCal confidence bins", "min": 2})
+    nce_weight: float = field(default=1.0, metadata={
+        "help": "weight of the NCE term: L = L_CE + w L_NCE (paper: 1)", "gt": 0})
+    nce_warmup: float = field(default=0.0, metadata={
+        "help": "fraction of the steps over which the NCE weight rises linearly from 0 to --nce-weight",
+        "min": 0, "lt": 1})
+    energy_lr: float | None = field(default=None, metadata={
+        "help": "peak learning rate of the scalar energy head g_S (default: --lr)", "gt": 0})
     head: str = field(default="mlp", metadata={"help": "classifier f_CLS", "choices": ["linear", "mlp"]})
     pooling: str = field(default="mean", metadata={"help": "sentence representation", "choices": list(POOLINGS)})
     max_len: int = field(default=64, metadata={"help": "truncate inputs to this many tokens", "min": 2})
@@ -55,8 +62,10 @@ class ClassifyTrainConfig(TrainOptions):
         super().check()
         if not self.poscal:
             refuse_unused(self, ["poscal_lambda", "poscal_bins"], "without --poscal")
+        if self.energy != "scalar":
+            refuse_unused(self, ["energy_lr"], "without --energy scalar (the other energies have no head of their own)")
         if self.energy == "none":
-            refuse_unused(self, ["noise_ratio"], "without --energy")
+            refuse_unused(self, ["noise_ratio", "nce_weight", "nce_warmup"], "without --energy")
             if self.noise:
                 raise TextebmError("--noise is only used with --energy scalar|hidden|sharp-hidden")
         elif not self.noise:
@@ -103,10 +112,25 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     if noise is not None:  # each epoch's K samples per example, bucketed by their own length
         streams = {"noise": noise_stream(examples, noise, cfg.noise_ratio, cfg.batch_size, collate.pad_id)}
 
+    progress = {"step": 0, "total": 1}  # set by the loop before every batch (exact on resume)
+
+    def on_step_start(step, total):
+        progress.update(step=step, total=total)
+
     def step_fn(m, batch):
         if streams:  # {MAIN: data batch, "noise": noise batch of K x its size}
             batch = {**batch[MAIN], "noise": batch["noise"]}
-        return joint_loss(m, batch, cfg)
+        w = nce_weight_at(progress["step"], progress["total"], cfg.nce_weight, cfg.nce_warmup)
+        loss, logs = joint_loss(m, batch, cfg, nce_weight=w)
+        if streams and cfg.nce_warmup:
+            logs["nce_weight"] = w
+        return loss, logs
+
+    groups = []
+    if cfg.energy_lr is not None:
+        from textebm.train import ParamGroup
+
+        groups.append(ParamGroup(name="energy_head", prefix="energy_head.", lr=cfg.energy_lr))
 
     def on_epoch_end(m, epoch):
         if cfg.poscal:
@@ -125,11 +149,19 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     config = {**options_dict(cfg), "labels": labels, "train_examples": len(rows)}
     return train(cfg, config, model, examples, lengths, collate, step_fn,
                  save_model=lambda m, d: save_classifier(m, tokenizer, d), evaluate=evaluate,
-                 on_epoch_end=on_epoch_end, streams=streams)
+                 on_epoch_end=on_epoch_end, streams=streams, param_groups=groups, on_step_start=on_step_start)
 
 
-def joint_loss(model, batch: dict, cfg: ClassifyTrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
-    """CE (+ NCE of eq. 7) (+ λ PosCal) for one batch."""
+def nce_weight_at(step: int, total: int, weight: float, warmup: float) -> float:
+    """The NCE weight of the batch after `step` of `total` optimizer steps: `weight`, reached
+    linearly over the first `warmup` fraction of the steps (step 0 gets weight / warm-up steps)."""
+    ramp = int(warmup * total)
+    return weight if ramp <= 0 else weight * min(1.0, (step + 1) / ramp)
+
+
+def joint_loss(model, batch: dict, cfg: ClassifyTrainConfig, nce_weight: float = 1.0
+               ) -> tuple[torch.Tensor, dict[str, float]]:
+    """CE (+ w NCE of eq. 7) (+ λ PosCal) for one batch; eq. (8) is w = 1."""
     from textebm.losses.nce import nce_loss
     from textebm.losses.poscal import poscal_penalty
 
@@ -143,7 +175,7 @@ def joint_loss(model, batch: dict, cfg: ClassifyTrainConfig) -> tuple[torch.Tens
     ce = F.cross_entropy(logits, labels)
     loss, logs = ce, {"ce": float(ce.detach())}
     if nce is not None:
-        loss = loss + nce.loss
+        loss = loss + nce_weight * nce.loss
         logs.update(nce=float(nce.loss.detach()), nce_acc=float(nce.accuracy))
     unwrapped = getattr(model, "module", model)
     if cfg.poscal and hasattr(unwrapped, "poscal_table"):
