@@ -65,6 +65,11 @@ class QuickstartConfig:
         "help": "training examples for the classifiers (0: all; default: 2500 in bf16, 1200 in fp32)", "min": 0})
     epochs: float = field(default=3.0, metadata={"help": "classifier epochs", "gt": 0})
     noise_ratio: int = field(default=1, metadata={"help": "K noise samples per data sample", "min": 1})
+    nce_weight: float = field(default=1.0, metadata={"help": "EBMs: weight of the NCE term (paper: 1)", "gt": 0})
+    nce_warmup: float = field(default=0.0, metadata={
+        "help": "EBMs: fraction of the steps over which the NCE weight rises from 0", "min": 0, "lt": 1})
+    energy_lr: float | None = field(default=None, metadata={
+        "help": "EBM scalar: peak learning rate of the energy head (default: the classifier's)", "gt": 0})
     lm_epochs: float | None = field(default=None, metadata={
         "help": "noise LM epochs over the whole training split (default: 2 in bf16, 1 in fp32)", "gt": 0})
     lm_layers: int = field(default=4, metadata={"help": "noise LM layers (from scratch)", "min": 1})
@@ -204,7 +209,8 @@ def check_dataset(data: Path) -> None:
 
 
 RESULT_SETTINGS = ("encoder", "noise_lm", "train_limit", "epochs", "noise_ratio", "lm_epochs", "lm_layers",
-                   "lm_width", "lm_vocab_size", "batch_size", "max_len", "seed", "full")
+                   "lm_width", "lm_vocab_size", "batch_size", "max_len", "seed", "full", "nce_weight",
+                   "nce_warmup", "energy_lr")
 
 
 def check_settings(out: Path, cfg: QuickstartConfig, precision: str, data: Path) -> None:
@@ -221,7 +227,10 @@ def check_settings(out: Path, cfg: QuickstartConfig, precision: str, data: Path)
     f = out / "settings.json"
     if f.is_file():
         old = read_json(f)
-        diff = [k for k in now if old.get(k) != now[k]]
+        from dataclasses import fields
+
+        defaults = {f.name: f.default for f in fields(QuickstartConfig)}  # settings added since it was made
+        diff = [k for k in now if old.get(k, defaults.get(k)) != now[k]]
         if diff:
             raise TextebmError(f"--out {out}: holds a quickstart made with other settings or data ("
                                + ", ".join(f"{k}: {old.get(k)!r} -> {now[k]!r}" if k != "data_sha256" else
@@ -262,10 +271,12 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
 
     for name, kw in RUNS.items():
         run = out / "runs" / name
+        ebm = kw["energy"] != "none"
         c = ClassifyTrainConfig(out=str(run), data=str(data), encoder=cfg.encoder, limit=cfg.train_limit,
                                 epochs=cfg.epochs, batch_size=cfg.batch_size, max_len=cfg.max_len,
-                                noise=str(noise) if kw["energy"] != "none" else "",
-                                noise_ratio=cfg.noise_ratio if kw["energy"] != "none" else 1,
+                                noise=str(noise) if ebm else "", noise_ratio=cfg.noise_ratio if ebm else 1,
+                                nce_weight=cfg.nce_weight if ebm else 1.0, nce_warmup=cfg.nce_warmup if ebm else 0.0,
+                                energy_lr=cfg.energy_lr if kw["energy"] == "scalar" else None,
                                 eval_split="", checkpoint_every=100, **kw, **common)
         step(f"seed {seed}: train {name}", run_completed(run), lambda c=c: classify_train(_resumable(c)))
 

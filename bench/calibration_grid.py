@@ -1,0 +1,88 @@
+"""Why do the EBM variants lose accuracy? Remedies of issue 9, each a cell run over several seeds.
+
+    python bench/calibration_grid.py [--out runs/grid] [--seeds 3] [--cells default k4 ...] [--data DIR]
+
+Every cell is a `textebm quickstart` with its own settings in OUT/CELL (per seed: noise LM, noise,
+five classifiers, evaluation). A quickstart folder continues where it stopped, so the grid is
+cached per cell and per seed and resumable: kill it, run it again, and finished work is kept.
+At the end (and with --report alone) it writes OUT/grid.md: per cell, the baseline and every EBM
+variant as mean ± standard deviation over seeds of accuracy and class-wise ECE, and each EBM's
+change against its baseline with the 95% t-interval over seeds.
+
+The cells (settings on top of the quickstart's defaults):
+  default     the quickstart as it is (K=1, noise LM from scratch, 2 epochs in bf16)
+  lm4         a stronger noise LM: 4 epochs instead of 2
+  smollm2     the noise LM fine-tuned from SmolLM2-135M (as the paper fine-tunes GPT-2)
+  k4          more noise: K=4
+  w05         a lighter NCE term: weight 0.5
+  warmup      the NCE weight warmed up over the first 30% of the steps
+  elr         the scalar energy head at 10x the encoder's learning rate
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CELLS: dict[str, list[str]] = {
+    "default": [],
+    "lm4": ["--lm-epochs", "4"],
+    "smollm2": ["--noise-lm", "smollm2-135m", "--lm-epochs", "1"],
+    "k4": ["--noise-ratio", "4"],
+    "w05": ["--nce-weight", "0.5"],
+    "warmup": ["--nce-warmup", "0.3"],
+    "elr": ["--energy-lr", "5e-4"],
+}
+EBMS = ("ebm-scalar", "ebm-hidden", "ebm-sharp-hidden")
+
+
+def report(out: Path, cells: list[str]) -> str:
+    lines = ["| cell | seeds | method | accuracy | class-wise ECE | change in acc. vs baseline [95% CI] | "
+             "change in ECE vs baseline [95% CI] |", "|---|---|---|---|---|---|---|"]
+    for cell in cells:
+        f = out / cell / "results.json"
+        if not f.is_file():
+            lines.append(f"| {cell} | - | (not run yet) | | | | |")
+            continue
+        r = json.loads(f.read_text())
+        n = len(r["seeds"])
+        for m in ("baseline", *EBMS):
+            acc, ece = r["summary"][m]["accuracy"], r["summary"][m]["ece_classwise"]
+            cells_ = [f"{acc['mean']:.3f} ± {acc['std']:.3f}" if n > 1 else f"{acc['mean']:.3f}",
+                      f"{ece['mean']:.3f} ± {ece['std']:.3f}" if n > 1 else f"{ece['mean']:.3f}"]
+            if m == "baseline":
+                cells_ += ["", ""]
+            else:
+                ch = r["change_vs_baseline"][m]
+                cells_ += [f"{ch[k]['mean']:+.3f} [{ch[k]['lo']:+.3f}, {ch[k]['hi']:+.3f}]" if n > 1
+                           else f"{ch[k]['mean']:+.3f}" for k in ("accuracy", "ece_classwise")]
+            lines.append(f"| {cell} | {n} | {m} | " + " | ".join(cells_) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="runs/grid")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--cells", nargs="+", default=list(CELLS), choices=list(CELLS))
+    ap.add_argument("--data", default="", help="a prepared dataset folder (default: rt-polarity)")
+    ap.add_argument("--report", action="store_true", help="only write OUT/grid.md from what has finished")
+    args = ap.parse_args()
+    out = Path(args.out)
+    if not args.report:
+        for cell in args.cells:
+            cmd = [sys.executable, "-m", "textebm", "quickstart", "--out", str(out / cell), "--seeds",
+                   str(args.seeds), "--no-progress", *CELLS[cell], *(["--data", args.data] if args.data else [])]
+            print("+", " ".join(cmd), flush=True)
+            if subprocess.run(cmd).returncode != 0:
+                print(f"cell {cell} failed; the grid goes on (rerun to retry it)", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "grid.md").write_text(report(out, args.cells))
+    print((out / "grid.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
