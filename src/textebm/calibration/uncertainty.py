@@ -145,7 +145,7 @@ def seed_summary(values: Sequence[float], level: float = 0.95) -> dict[str, floa
         raise ValueError("seed_summary needs at least one value")
     mean = float(v.mean())
     if n == 1:
-        return {"n": 1, "mean": mean, "std": float("nan"), "lo": float("nan"), "hi": float("nan")}
+        return {"n": 1, "mean": mean, "std": None, "lo": None, "hi": None}  # JSON null: no spread from one
     std = float(v.std(ddof=1))
     half = t_quantile(1 - (1 - level) / 2, n - 1) * std / math.sqrt(n)
     return {"n": n, "mean": mean, "std": std, "lo": mean - half, "hi": mean + half}
