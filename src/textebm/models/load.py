@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -35,7 +34,7 @@ from typing import Iterator
 import torch
 from safetensors import SafetensorError
 
-from textebm.errors import InputError, TextebmError
+from textebm.errors import TextebmError
 
 CAUSAL_LM, ENCODER, CLASSIFIER, OTHER, NONE = "causal-lm", "encoder", "classifier", "other", "none"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -309,12 +308,9 @@ def load_classifier(name_or_path: str | Path, dtype: torch.dtype | None = None,
 
     path = find_model(name_or_path, CLASSIFIER, option, ids=False).path
     spec_file = path / SPEC_FILE
-    try:
-        raw = json.loads(spec_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(spec_file, f"not a readable classifier description ({e}); the folder is damaged: "
-                                    "train the classifier again") from None
-    spec = spec_from_dict(raw, spec_file)
+    from textebm.io import read_json_object
+
+    spec = spec_from_dict(read_json_object(spec_file, "classifier description"), spec_file)
     tokenizer = _tokenizer(option, path)
     weights = path / "model.safetensors"
     try:
