@@ -141,11 +141,10 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
         for name in entries:
             target = path / name
             if target.is_dir() and not target.is_symlink():
-                aside = path / f".{name}.old"
-                remove(aside)
-                os.replace(target, aside)
+                aside = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".old", dir=path))  # a fresh name: never a user's
+                os.replace(target, aside / name)
                 os.replace(tmp / name, target)
-                remove(aside)
+                shutil.rmtree(aside)
             else:
                 os.replace(tmp / name, target)
         os.replace(tmp / MARKER, path / MARKER)
