@@ -3,8 +3,11 @@
     python bench/calibration_grid.py [--out runs/grid] [--seeds 3] [--cells default k4 ...] [--data DIR]
 
 Every cell is a `textebm quickstart` with its own settings in OUT/CELL (per seed: noise LM, noise,
-five classifiers, evaluation). A quickstart folder continues where it stopped, so the grid is
-cached per cell and per seed and resumable: kill it, run it again, and finished work is kept.
+five classifiers, evaluation) on one dataset folder, OUT/data. A quickstart folder continues where
+it stopped, so the grid is cached per cell and per seed and resumable: kill it, run it again, and
+finished work is kept. Cells after `default` take its finished steps whose inputs they share
+(`quickstart --reuse`): the EBM-only cells train only the three EBMs, and every cell reuses the
+baseline and PosCal, so each compares against the same baselines.
 At the end (and with --report alone) it writes OUT/grid.md: per cell, the baseline and every EBM
 variant as mean ± standard deviation over seeds of accuracy and class-wise ECE, and each EBM's
 change against its baseline with the 95% t-interval over seeds.
@@ -73,9 +76,14 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     if not args.report:
+        data = args.data or str(out / "data")
+        if not args.data and not (out / "data" / "dataset.json").is_file():
+            subprocess.run([sys.executable, "-m", "textebm", "data", "prepare", "rt-polarity", "--out", data,
+                            "--seed", "0"], check=True)
         for cell in args.cells:
+            reuse = ["--reuse", str(out / "default")] if cell != "default" and (out / "default" / "settings.json").is_file() else []
             cmd = [sys.executable, "-m", "textebm", "quickstart", "--out", str(out / cell), "--seeds",
-                   str(args.seeds), "--no-progress", *CELLS[cell], *(["--data", args.data] if args.data else [])]
+                   str(args.seeds), "--no-progress", "--data", data, *reuse, *CELLS[cell]]
             print("+", " ".join(cmd), flush=True)
             if subprocess.run(cmd).returncode != 0:
                 print(f"cell {cell} failed; the grid goes on (rerun to retry it)", flush=True)

@@ -245,6 +245,7 @@ CASES = [
      "--train-limit"),
     ("quickstart --out a foreign folder", lambda w: _quickstart(w)[:5] + ["--out", w["foreign"]], "mine"),
     ("quickstart --out a trained run", lambda w: _quickstart(w)[:5] + ["--out", w["clf"]], "clf"),
+    ("quickstart --reuse a trained run", lambda w: _quickstart(w, "--reuse", w["clf"]), "--reuse"),
 ]
 
 

@@ -270,6 +270,26 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
     assert _run(*[a if a != "16" else "8" for a in argv]) == 2
     assert "batch_size: 16 -> 8" in capsys.readouterr().err
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    # --reuse: a study of an EBM setting takes the noise LM, noise, baseline and PosCal of the same
+    # seed from the first folder (the same files) and trains only the EBMs; another noise-LM setting
+    # keeps only the classifiers that do not see the noise.
+    other = tmp_path / "qs-w05"
+    assert _run(*argv[:-4], "--seeds", "1", "--bootstrap", "0", "--out", other, "--reuse", out,
+                "--nce-weight", "0.5") == 0
+    for rel in ("noise.jsonl", "runs/baseline/model/model.safetensors", "runs/poscal/model/model.safetensors",
+                "noise-lm/model/model.safetensors"):
+        assert (other / "seed-0" / rel).read_bytes() == (out / "seed-0" / rel).read_bytes(), rel
+    ebm = "runs/ebm-scalar/model/model.safetensors"
+    assert (other / "seed-0" / ebm).read_bytes() != (out / "seed-0" / ebm).read_bytes()
+    assert json.loads((other / "seed-0" / "runs/ebm-scalar/config.json").read_text())["nce_weight"] == 0.5
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # the source is left as it was
+    lm2 = tmp_path / "qs-lm2"
+    assert _run(*argv[:-4], "--seeds", "1", "--bootstrap", "0", "--out", lm2, "--reuse", out, "--lm-layers", "2") == 0
+    assert (lm2 / "seed-0/runs/baseline/model/model.safetensors").read_bytes() == \
+        (out / "seed-0/runs/baseline/model/model.safetensors").read_bytes()
+    assert (lm2 / "seed-0/noise.jsonl").read_bytes() != (out / "seed-0/noise.jsonl").read_bytes()
+    assert _run("quickstart", "--data", d / "data", "--out", tmp_path / "qs-x", "--reuse", d / "data") == 2
+    assert "not a quickstart folder" in capsys.readouterr().err
 
 
 def test_quickstart_checks_its_data_before_any_work(tmp_path, capsys):

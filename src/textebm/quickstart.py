@@ -88,6 +88,10 @@ class QuickstartConfig:
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
     bootstrap: int = field(default=1000, metadata={"help": "bootstrap resamples of the test half (0: none)",
                                                    "min": 0})
+    reuse: str = field(default="", metadata={
+        "help": "another quickstart folder on the same data: take from it the finished steps whose inputs are "
+                "the same here (noise LM, noise, baseline, PosCal), copied, not retrained; for studies of the "
+                "EBM settings"})
 
     def check(self) -> None:
         from textebm.options import refuse_unused
@@ -141,6 +145,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     data = Path(cfg.data) if cfg.data else out / "data"
     if cfg.data:
         check_dataset(data)  # before any work: a step late in the pipeline must not fail on the data
+    reuse = reuse_source(cfg, out)
     out.mkdir(parents=True, exist_ok=True)
     write_marker(out, QUICKSTART_KIND, ["data", "settings.json", "results.json", "report.md"]
                  + [f"seed-{s}" for s in seeds_of(cfg)])
@@ -162,7 +167,9 @@ def quickstart(cfg: QuickstartConfig) -> dict:
         step("data", (data / "dataset.json").is_file(), lambda: prepare("rt-polarity", data, seed=cfg.seed))
         check_dataset(data)
     info = read_json(data / "dataset.json") if (data / "dataset.json").is_file() else {}
-    check_settings(out, cfg, choice.precision, data)
+    settings = check_settings(out, cfg, choice.precision, data)
+    if reuse is not None:
+        reuse.match(settings)
     n_train = info.get("splits", {}).get("train", 10_000)
     n_eval = info.get("splits", {}).get("dev", 1_280)
     est = estimate_seconds(choice.precision, n_train, min(n_train, cfg.train_limit or n_train), n_eval, cfg)
@@ -170,7 +177,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
              "(%s)", choice.precision, sum(est.values()) / 60, cfg.seeds,
              ", ".join(f"{k} {v / 60:.1f}" for k, v in est.items()))
 
-    per_seed = {s: run_seed(cfg, choice.precision, data, out / f"seed-{s}", s, step) for s in seeds_of(cfg)}
+    per_seed = {s: run_seed(cfg, choice.precision, data, out / f"seed-{s}", s, step, reuse) for s in seeds_of(cfg)}
 
     prev = read_json(out / "results.json") if (out / "results.json").is_file() else {}
     timings = {**prev.get("timings", {}), **timings}
@@ -213,9 +220,10 @@ RESULT_SETTINGS = ("encoder", "noise_lm", "train_limit", "epochs", "noise_ratio"
                    "nce_warmup", "energy_lr")
 
 
-def check_settings(out: Path, cfg: QuickstartConfig, precision: str, data: Path) -> None:
+def check_settings(out: Path, cfg: QuickstartConfig, precision: str, data: Path) -> dict:
     """A quickstart folder continues only with the settings and data it was made with: steps whose
-    inputs changed would otherwise be reused without a word. Writes OUT/settings.json first time."""
+    inputs changed would otherwise be reused without a word. Writes OUT/settings.json first time;
+    returns the settings."""
     from textebm.errors import TextebmError
     from textebm.io import write_json
 
@@ -236,8 +244,78 @@ def check_settings(out: Path, cfg: QuickstartConfig, precision: str, data: Path)
                                + ", ".join(f"{k}: {old.get(k)!r} -> {now[k]!r}" if k != "data_sha256" else
                                            "the data files changed" for k in diff)
                                + "); choose another --out (only --seeds and --progress may change)")
-        return
+        return now
     write_json(f, now)
+    return now
+
+
+# The settings each reusable step's output depends on (beyond the seed, whose folder it is).
+STEP_INPUTS = {
+    "noise-lm": ("precision", "data_sha256", "noise_lm", "lm_epochs", "lm_layers", "lm_width", "lm_vocab_size",
+                 "max_len"),
+    "baseline": ("precision", "data_sha256", "encoder", "train_limit", "epochs", "batch_size", "max_len"),
+}
+STEP_INPUTS["noise"] = STEP_INPUTS["noise-lm"] + ("train_limit", "noise_ratio", "epochs")
+STEP_INPUTS["poscal"] = STEP_INPUTS["baseline"]
+
+
+@dataclass
+class ReuseSource:
+    """Another quickstart folder whose finished steps may be copied when their inputs are the same."""
+
+    root: Path
+    settings: dict
+    steps: tuple[str, ...] = ()
+
+    def match(self, here: dict) -> None:
+        self.steps = tuple(name for name, keys in STEP_INPUTS.items()
+                           if all(self.settings.get(k) == here.get(k) for k in keys))
+        log.info("[quickstart] --reuse %s: steps with the same inputs: %s", self.root,
+                 ", ".join(self.steps) or "none (every step's settings differ)")
+
+    def take(self, name: str, src: Path, dst: Path, done) -> bool:
+        """Copy `src` (a finished step of the source) to `dst` when step `name` may be reused."""
+        import shutil
+
+        if name not in self.steps or not src.exists() or not done(src):
+            return False
+        tmp = dst.with_name(f".{dst.name}.reuse-partial")
+        if tmp.exists():  # left by an interrupted copy: the quickstart's own
+            shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+        if src.is_dir():
+            shutil.copytree(src, tmp, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(src, tmp)
+        tmp.replace(dst)
+        log.info("[quickstart] %s: reused %s", name, src)
+        return True
+
+
+def _link_or_copy(src, dst) -> None:
+    """A hard link where the file system allows it (finished outputs are only ever replaced by a
+    rename, never written in place), else a copy."""
+    import os
+    import shutil
+
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def reuse_source(cfg: QuickstartConfig, out: Path) -> ReuseSource | None:
+    from textebm.errors import TextebmError
+    from textebm.outputs import MARKER
+
+    if not cfg.reuse:
+        return None
+    root = Path(cfg.reuse)
+    settings = root / "settings.json"
+    if not (root / MARKER).is_file() or not settings.is_file():
+        raise TextebmError(f"--reuse {root}: not a quickstart folder (no {MARKER} and settings.json)")
+    if root.resolve() == out.resolve():
+        raise TextebmError(f"--reuse {root}: is --out itself")
+    return ReuseSource(root, read_json(settings))
 
 
 RUNS = {"baseline": dict(energy="none"), "poscal": dict(energy="none", poscal=True),
@@ -245,8 +323,10 @@ RUNS = {"baseline": dict(energy="none"), "poscal": dict(energy="none", poscal=Tr
         "ebm-sharp-hidden": dict(energy="sharp-hidden")}
 
 
-def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed: int, step) -> dict:
-    """Noise LM, noise, the five classifiers and their evaluation for one training seed."""
+def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed: int, step,
+             reuse: ReuseSource | None = None) -> dict:
+    """Noise LM, noise, the five classifiers and their evaluation for one training seed; with
+    `reuse`, finished steps of the same seed and inputs are copied from another quickstart."""
     from textebm.classify.evaluate import ClassifyEvalConfig, evaluate_runs
     from textebm.classify.train import ClassifyTrainConfig, classify_train
     from textebm.lm.sampling import SampleConfig, sample_file
@@ -254,20 +334,28 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
     from textebm.train import run_completed
 
     common = dict(seed=seed, precision=precision, progress=cfg.progress, resume=False)
+    src = reuse.root / out.name if reuse else None
+
+    def reused(name: str, path: Path, done) -> bool:
+        if reuse is None or done(path):
+            return done(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return reuse.take(name, src / path.relative_to(out), path, done)
+
     lm_dir = out / "noise-lm"
     lm_cfg = LMTrainConfig(out=str(lm_dir), data=str(data), objective="infill", mask_ratio=0.4,
                            init=cfg.noise_lm, vocab_size=cfg.lm_vocab_size, layers=cfg.lm_layers,
                            width=cfg.lm_width, heads=4,
                            epochs=cfg.lm_epochs, batch_size=32, lr=1e-3 if not cfg.noise_lm else 5e-5,
                            max_len=cfg.max_len, checkpoint_every=500, **common)
-    step(f"seed {seed}: noise-lm", run_completed(lm_dir), lambda: lm_train(_resumable(lm_cfg)))
+    step(f"seed {seed}: noise-lm", reused("noise-lm", lm_dir, run_completed), lambda: lm_train(_resumable(lm_cfg)))
 
     noise = out / "noise.jsonl"
     sample_cfg = SampleConfig(model=str(lm_dir / "model"), data=str(data), split="train", mode="infill",
                               top_k=20, per_example=cfg.noise_ratio * math.ceil(cfg.epochs), mask_ratio=0.4,
                               out=str(noise), limit=cfg.train_limit, seed=seed, precision=precision,
                               progress=cfg.progress)
-    step(f"seed {seed}: noise", noise.is_file(), lambda: sample_file(sample_cfg))
+    step(f"seed {seed}: noise", reused("noise", noise, Path.is_file), lambda: sample_file(sample_cfg))
 
     for name, kw in RUNS.items():
         run = out / "runs" / name
@@ -278,7 +366,8 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
                                 nce_weight=cfg.nce_weight if ebm else 1.0, nce_warmup=cfg.nce_warmup if ebm else 0.0,
                                 energy_lr=cfg.energy_lr if kw["energy"] == "scalar" else None,
                                 eval_split="", checkpoint_every=100, **kw, **common)
-        step(f"seed {seed}: train {name}", run_completed(run), lambda c=c: classify_train(_resumable(c)))
+        done = reused(name, run, run_completed) if name in STEP_INPUTS else run_completed(run)
+        step(f"seed {seed}: train {name}", done, lambda c=c: classify_train(_resumable(c)))
 
     # The dev halving keeps --seed (not the training seed): every seed is scored on the same test half.
     ev_cfg = ClassifyEvalConfig(model=[str(out / "runs" / n) for n in RUNS], data=str(data),
