@@ -21,6 +21,8 @@ GROUPS = {
                + ", ".join(__import__("textebm.assets", fromlist=["MODELS"]).MODELS) + ")"),
     "tokenizer": ("textebm.cli.tokenizer", "train a tokenizer on a prepared dataset"),
     "lm": ("textebm.cli.lm", "language models (noise models, generators): train, sample, score, eval"),
+    "cloze": ("textebm.cli.cloze", "cloze models as EBMs (Clark et al. 2020): Electric, ELECTRA-TT, masked LM, "
+              "TwoTower: train"),
     "classify": ("textebm.cli.classify", "calibrated classifiers by joint EBM training: train, eval"),
     "quickstart": ("textebm.cli.quickstart", "the main job: the calibration comparison of He et al. (2021), "
                    "end to end on rt-polarity (or --data)"),

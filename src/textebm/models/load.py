@@ -7,12 +7,13 @@ contains, never by its name (`inspect_folder`):
 | kind | the folder holds |
 |---|---|
 | `classifier` | `classifier.json` (written by `classify train`) |
+| `cloze` | `cloze.json` (written by `cloze train`: Electric, ELECTRA-TT, masked LM, TwoTower) |
 | `causal-lm` | `config.json` whose `architectures` is a `...ForCausalLM` / `...LMHeadModel`, or no architectures and a decoder-only `model_type` |
 | `encoder` | `config.json` of an encoder family (BERT, RoBERTa, ELECTRA, MPNet, ...: a `model_type` with a masked-LM head in transformers), whatever head it was saved with |
 | `other` | any other Hugging Face model (e.g. a `LlamaModel` without its LM head) |
 | `none` | no `config.json` |
 
-`load_lm`, `load_encoder` and `load_classifier` refuse a folder of another kind with a
+`load_lm`, `load_encoder`, `load_classifier` and `load_cloze` refuse a folder of another kind with a
 `TextebmError` (exit 2) that names the folder, what it holds and what was expected, before any
 weights are read; a folder whose weights are missing or do not fit its config is refused too
 (transformers would otherwise fill the gaps with random layers and carry on).
@@ -36,7 +37,7 @@ from safetensors import SafetensorError
 
 from textebm.errors import TextebmError
 
-CAUSAL_LM, ENCODER, CLASSIFIER, OTHER, NONE = "causal-lm", "encoder", "classifier", "other", "none"
+CAUSAL_LM, ENCODER, CLASSIFIER, CLOZE, OTHER, NONE = "causal-lm", "encoder", "classifier", "cloze", "other", "none"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
@@ -48,8 +49,10 @@ NEEDS = {
     CAUSAL_LM: "a causal LM (train one with `textebm lm train`, or use `smollm2-135m`)",
     ENCODER: "a pretrained text encoder (`minilm-l6`, `mpnet-base`, or a BERT-like Hugging Face folder)",
     CLASSIFIER: "a classifier trained with `textebm classify train` (RUN or RUN/model)",
+    CLOZE: "a cloze model trained with `textebm cloze train` (RUN or RUN/model)",
 }
-NAMES = {CAUSAL_LM: "a causal LM", ENCODER: "an encoder", CLASSIFIER: "a textebm classifier"}
+NAMES = {CAUSAL_LM: "a causal LM", ENCODER: "an encoder", CLASSIFIER: "a textebm classifier",
+         CLOZE: "a textebm cloze model"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class FolderInfo:
         arch = self.architecture or (f"{self.model_type} model" if self.model_type else "model")
         if self.kind == CLASSIFIER:
             return f"a textebm classifier ({arch} encoder)"
+        if self.kind == CLOZE:
+            return "a textebm cloze model"
         if self.kind == CAUSAL_LM:
             return f"a {arch} causal LM"
         if self.kind == ENCODER:
@@ -93,11 +98,13 @@ def inspect_folder(path: str | Path) -> FolderInfo:
     """What the folder at `path` holds (see the module doc). A run folder (with `model/`) is
     described by its model."""
     path, run = Path(path), None
-    if (path / "model" / "config.json").is_file() or (not (path / "config.json").is_file()
-                                                      and (path / "model").is_dir()):
+    if ((path / "model" / "config.json").is_file() or (path / "model" / "cloze.json").is_file()
+            or (not (path / "config.json").is_file() and (path / "model").is_dir())):
         path, run = path / "model", path  # a run folder: RUN/config.json is its training config
     elif path.name == "model" and _is_run(path.parent):
         run = path.parent  # RUN/model given directly: the run's settings (e.g. --limit) still apply
+    if (path / "cloze.json").is_file():
+        return FolderInfo(path, CLOZE, "", "", run)
     if not (path / "config.json").is_file():
         return FolderInfo(path, NONE, "", "", run)
     config = read_config(path)
@@ -150,9 +157,9 @@ def find_model(name_or_path: str | Path, kind: str, option: str = "--model", ids
     if info.kind != kind:
         found = info.describe() if info.kind == NONE else f"{info.describe()}, not {NAMES[kind]}"
         raise TextebmError(f"{option} {info.path}: {found}; expected {NEEDS[kind]}")
-    if info.kind == CLASSIFIER:
+    if info.kind in (CLASSIFIER, CLOZE):
         if not (info.path / "model.safetensors").is_file():
-            raise TextebmError(f"{option} {info.path}: no model.safetensors (the classifier's weights); "
+            raise TextebmError(f"{option} {info.path}: no model.safetensors ({NAMES[kind]}'s weights); "
                                "the folder is incomplete")
     elif not any((info.path / f).is_file() for f in WEIGHT_FILES):
         raise TextebmError(f"{option} {info.path}: no model weights (model.safetensors); the folder holds "
@@ -339,3 +346,37 @@ def build_classifier(encoder_path: str | Path, spec):
 
     enc, tok = load_encoder(encoder_path)
     return EBMClassifier(enc, spec), tok
+
+
+def load_cloze(name_or_path: str | Path, dtype: torch.dtype | None = None,
+               device: str | torch.device | None = None, option: str = "--model"):
+    """(ClozeModel, tokenizer) in eval mode from a folder written by `cloze train` (RUN or
+    RUN/model). Checks `cloze.json` field by field (InputError naming the file)."""
+    from safetensors.torch import load_model
+    from transformers import AutoConfig
+
+    from textebm.io import read_json_object
+    from textebm.models.cloze import SPEC_FILE, ClozeModel, spec_from_dict
+
+    path = find_model(name_or_path, CLOZE, option, ids=False).path
+    spec = spec_from_dict(read_json_object(path / SPEC_FILE, "cloze model description"), path / SPEC_FILE)
+    tokenizer = _tokenizer(option, path)
+    weights = path / "model.safetensors"
+    try:
+        encoder = None
+        if spec.objective != "twotower":
+            encoder = encoder_from_config(AutoConfig.from_pretrained(path, local_files_only=True))
+        with _quiet_transformers():
+            model = ClozeModel(encoder, spec)
+        missing, unexpected = load_model(model, str(weights), strict=False)
+    except LOAD_ERRORS as e:
+        raise _load_error(option, path, e) from None
+    from textebm.checkpoint import tied_names
+
+    missing = [k for k in missing if k not in tied_names(model)]
+    if missing or unexpected:
+        raise TextebmError(f"{option} {path}: {weights.name} does not fit cloze.json and config.json "
+                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    model = _place(model, dtype, device)
+    model.eval()
+    return model, tokenizer
