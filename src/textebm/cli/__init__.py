@@ -23,6 +23,8 @@ GROUPS = {
     "lm": ("textebm.cli.lm", "language models (noise models, generators): train, sample, score, eval"),
     "cloze": ("textebm.cli.cloze", "cloze models as EBMs (Clark et al. 2020): Electric, ELECTRA-TT, masked LM, "
               "TwoTower: train"),
+    "score": ("textebm.cli.score", "score texts per text, token and word: Electric (one pass), ELECTRA, "
+              "masked-LM PLL, two-tower, causal LM"),
     "classify": ("textebm.cli.classify", "calibrated classifiers by joint EBM training: train, eval"),
     "quickstart": ("textebm.cli.quickstart", "the main job: the calibration comparison of He et al. (2021), "
                    "end to end on rt-polarity (or --data)"),

@@ -97,6 +97,12 @@ def scaled_tower(width: int, ffn: int, heads: int, layers: int, scale: float) ->
     return TowerShape(layers=layers, width=h * head_dim, heads=h, ffn=max(8, round(ffn * scale)))
 
 
+def _out_layer(h: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """h W^T + b in fp32 (a model loaded in bf16 still gives fp32 scores); under training's
+    autocast the multiply runs in the autocast precision as every other."""
+    return nn.functional.linear(h.float(), weight.float(), bias.float())
+
+
 class TwoTower(nn.Module):
     """q(x_t | x_\\t) from two causal transformers. With `embedding` (the encoder's nn.Embedding)
     the token embeddings are shared and projected to the towers' width; else its own."""
@@ -141,7 +147,7 @@ class TwoTower(nn.Module):
         right = torch.cat([h_b[:, 1:], zero], 1)  # (B, T, w) h_bwd(t+1) (padding beyond the end)
         right = torch.where((pos + 1 < lengths[:, None])[..., None], right, torch.zeros_like(right))
         h = self.proj_out(torch.cat([left, right], -1))  # (B, T, D)
-        return h @ self.embed.weight.t() + self.out_bias  # (B, T, V)
+        return _out_layer(h, self.embed.weight, self.out_bias)  # (B, T, V)
 
 
 class MLMHead(nn.Module):
@@ -156,7 +162,7 @@ class MLMHead(nn.Module):
 
     def forward(self, h: Tensor) -> Tensor:
         h = self.norm(nn.functional.gelu(self.dense(h)))  # (B, T, D)
-        return h @ self.embed.weight.t() + self.bias  # (B, T, V)
+        return _out_layer(h, self.embed.weight, self.bias)  # (B, T, V)
 
 
 class ClozeModel(nn.Module):
@@ -181,7 +187,8 @@ class ClozeModel(nn.Module):
 
     def token_scores(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """electric: energies E(x)_t; electra: logits s_t of "replaced".  (B, T) fp32."""
-        return self.head(self.hidden(input_ids, attention_mask)).squeeze(-1).float()  # (B, T)
+        h = self.hidden(input_ids, attention_mask)  # (B, T, H)
+        return _out_layer(h, self.head.weight, self.head.bias).squeeze(-1)  # (B, T)
 
     def mlm_logits(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         return self.mlm_head(self.hidden(input_ids, attention_mask))  # (B, T, V)

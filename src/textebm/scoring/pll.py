@@ -1,0 +1,164 @@
+"""Per-token log-scores of texts, and their sum (a pseudo-log-likelihood), by five methods.
+
+    electric   log p̂(x_t | x_\\t) = −E(x)_t            one pass (Clark et al. 2020, sec. 3.2)
+    electra    log q(x_t | x_\\t) − s_t + log(k/(n−k))   one encoder pass + one two-tower pass
+    twotower   log q(x_t | x_\\t)                         one pass of the two-tower model
+    mlm        log p(x_t | x with x_t masked)            n passes, one masked copy per token
+                                                         (Salazar et al. 2020), sub-batched under a
+                                                         token budget
+    causal     log p(x_t | x_<t) (and [eos])             one pass (`textebm.lm.scoring`)
+
+Each scorer takes texts and returns `TextScores`: the scored tokens, their character spans in the
+text and their log-scores in nats, computed from fp32 values whatever precision the model runs in.
+PLL(x) = the sum over tokens. Electric's scores are unnormalised (NCE makes them approximately
+self-normalised); the others are log-probabilities. The texts' framing tokens ([CLS]/[SEP] or
+<s>/</s>) are not scored; a causal LM scores its [eos] (span (len, len)).
+
+Masked-LM PLL: a text of n tokens becomes n copies with one position replaced by [MASK]. The
+copies are cut into passes of at most `token_budget` tokens (copies × sequence length), and
+the output layer runs only at the masked position of each copy, so the largest tensors are
+bounded by the budget, not by n²: a 400-token text runs in about the memory of a 40-token one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from textebm.data.batching import right_pad
+
+METHODS = ("electric", "electra", "twotower", "mlm", "causal")
+
+
+@dataclass
+class TextScores:
+    token_ids: list[int]
+    offsets: list[tuple[int, int]]  # character span of each token in the text
+    scores: list[float]  # log-score of each token (nats)
+
+    @property
+    def total(self) -> float:
+        return math.fsum(self.scores)
+
+
+def _encode(tokenizer, texts: list[str]) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    return enc["input_ids"], [[tuple(o) for o in offs] for offs in enc["offset_mapping"]]
+
+
+def _framed_batches(model, ids: list[list[int]], batch_size: int, fn: Callable, device) -> list[list[float]]:
+    """fn(input_ids, attention_mask) → (B, T) token scores over framed, right-padded batches;
+    returns each text's scores at its token positions (1..n), in input order."""
+    from textebm.inference import batched
+
+    spec = model.spec
+    framed = [[spec.start_id, *x, spec.end_id] for x in ids]
+
+    def run(batch: list[list[int]]) -> list[list[float]]:
+        inp, attn = right_pad(batch, spec.pad_id)  # (B, T)
+        s = fn(inp.to(device), attn.to(device)).float().cpu()  # (B, T)
+        return [s[b, 1:len(seq) - 1].tolist() for b, seq in enumerate(batch)]
+
+    return batched(framed, [len(f) for f in framed], batch_size, run)
+
+
+def check_length(model, ids: list[list[int]]) -> None:
+    from textebm.errors import TextebmError
+
+    limit = model.spec.context
+    if model.encoder is not None:
+        limit = min(limit, getattr(model.encoder.config, "max_position_embeddings", limit))
+    for i, x in enumerate(ids):
+        if len(x) + 2 > limit:
+            raise TextebmError(f"text {i + 1} has {len(x)} tokens; the model takes at most {limit - 2}")
+
+
+@torch.inference_mode()
+def cloze_scores(model, tokenizer, texts: list[str], method: str, batch_size: int = 16,
+                 token_budget: int = 4096) -> list[TextScores]:
+    """Per-token scores of `texts` by a `ClozeModel` (textebm.models.cloze) with `method`."""
+    from textebm.errors import TextebmError
+    from textebm.losses.electric import electra_token_log_prob, num_replaced
+
+    objective = model.spec.objective
+    allowed = {"electric": ("electric", "twotower"), "electra": ("electra", "twotower"), "mlm": ("mlm",),
+               "twotower": ("twotower",)}[objective]
+    if method not in allowed:
+        raise TextebmError(f"--method {method}: a model trained with objective {objective} scores with "
+                           f"{' or '.join(allowed)}")
+    ids, offsets = _encode(tokenizer, texts)
+    check_length(model, ids)
+    device = next(model.parameters()).device
+    if method == "electric":
+        per_text = _framed_batches(model, ids, batch_size, lambda x, a: -model.token_scores(x, a), device)
+    elif method == "twotower":
+        per_text = _framed_batches(model, ids, batch_size, lambda x, a: _gather(model.noise_log_probs(x, a), x),
+                                   device)
+    elif method == "electra":
+        def electra(x, a):
+            n = a.sum(1) - 2  # (B,) real tokens
+            k = num_replaced(n, model.spec.mask_fraction)  # (B,) as in training
+            return electra_token_log_prob(_gather(model.noise_log_probs(x, a), x), model.token_scores(x, a), n, k)
+
+        per_text = _framed_batches(model, ids, batch_size, electra, device)
+    else:
+        per_text = [mlm_token_scores(model, x, token_budget) for x in ids]
+    return [TextScores(x, o, s) for x, o, s in zip(ids, offsets, per_text)]
+
+
+def _gather(log_probs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    return log_probs.gather(-1, ids[..., None]).squeeze(-1)  # (B, T)
+
+
+def mlm_token_scores(model, ids: list[int], token_budget: int = 4096) -> list[float]:
+    """log p(x_t | x with x_t masked) for every token of one text: n masked copies, in passes of
+    at most `token_budget` tokens (at least one copy per pass), the masked-LM head run only at
+    each copy's masked position."""
+    spec = model.spec
+    device = next(model.parameters()).device
+    seq = torch.tensor([spec.start_id, *ids, spec.end_id], device=device)  # (T,)
+    t_len, n = seq.shape[0], len(ids)
+    per_pass = max(1, token_budget // t_len)
+    out: list[float] = []
+    for s in range(0, n, per_pass):
+        pos = torch.arange(s, min(n, s + per_pass), device=device) + 1  # (C,) masked positions
+        copies = seq.repeat(len(pos), 1)  # (C, T)
+        copies[torch.arange(len(pos)), pos] = spec.mask_id
+        attn = torch.ones_like(copies)
+        h = model.hidden(copies, attn)[torch.arange(len(pos)), pos]  # (C, H) only the masked states
+        logp = torch.log_softmax(model.mlm_head(h).float(), -1)  # (C, V)
+        out += logp.gather(-1, seq[pos][:, None]).squeeze(-1).tolist()
+    return out
+
+
+def mlm_token_scores_reference(model, ids: list[int]) -> list[float]:
+    """The slow path: one masked copy per forward pass, the full output layer (tests)."""
+    spec = model.spec
+    seq = torch.tensor([[spec.start_id, *ids, spec.end_id]])
+    out = []
+    for t in range(1, len(ids) + 1):
+        x = seq.clone()
+        x[0, t] = spec.mask_id
+        logits = model.mlm_head(model.hidden(x, torch.ones_like(x))).float()  # (1, T, V)
+        out.append(float(torch.log_softmax(logits[0, t], -1)[seq[0, t]]))
+    return out
+
+
+@torch.inference_mode()
+def causal_scores(model, tokenizer, meta, texts: list[str], batch_size: int = 16) -> list[TextScores]:
+    """log p of each token and [eos] under a causal LM (either direction), tokens in text order."""
+    from textebm.lm.scoring import score_texts
+
+    _, offsets = _encode(tokenizer, texts)
+    results = score_texts(model, tokenizer, meta, texts, batch_size)
+    out = []
+    for text, off, r in zip(texts, offsets, results):
+        body_ids, body = r.token_ids[:-1], r.token_logprobs[:-1]
+        if meta.direction == "r2l":  # model order is reversed text order
+            body_ids, body = body_ids[::-1], body[::-1]
+        end = len(text)
+        out.append(TextScores([*body_ids, r.token_ids[-1]], [*off, (end, end)], [*body, r.token_logprobs[-1]]))
+    return out

@@ -1,0 +1,173 @@
+"""`textebm score`: per-text (and per-token, per-word) log-scores by Electric, ELECTRA, a masked
+LM's PLL, a two-tower model or a causal LM (the library: `textebm.scoring.pll`).
+
+Output: one JSON line per input item, in input order:
+
+    {"id", "text", "method", "score": sum of the token log-scores (nats), "n_tokens",
+     "tokens", "token_scores", "offsets"          with --per-token (or --html)
+     "words", "word_scores", "word_offsets"}      with --per-word (`textebm.scoring.words`)
+
+Texts are scored in chunks of --chunk items, each length-sorted into batches; every finished
+chunk is appended to OUT.partial, so a killed run continues where it stopped when run again with
+the same arguments (finished lines are checked against the input's ids and the method), and
+OUT appears, complete, only at the end. --html writes the token-colouring page as well.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from textebm.precision import CHOICES as PRECISIONS
+from textebm.scoring.pll import METHODS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class ScoreTextsConfig:
+    model: str = field(metadata={"help": "a cloze model (RUN of `cloze train`, or RUN/model) or a causal LM "
+                                         "(folder, RUN of `lm train`, or a models-fetch id)"})
+    input: str = field(metadata={"help": "texts to score (.jsonl with text, .csv, .tsv or .txt: one per line)"})
+    out: str = field(metadata={"help": "output JSONL, one line per input item (OUT.partial while running)"})
+    method: str = field(default="", metadata={
+        "help": "scoring method (default: the model's own; a cloze model with a two-tower noise model also "
+                "scores with twotower)", "choices": ["", *METHODS]})
+    per_token: bool = field(default=False, metadata={"help": "write each token's score and character span"})
+    per_word: bool = field(default=False, metadata={"help": "write each whitespace word's summed score"})
+    html: str = field(default="", metadata={"help": "also write a page colouring every token by its score"})
+    batch_size: int = field(default=16, metadata={"help": "texts per forward pass", "min": 1})
+    token_budget: int = field(default=4096, metadata={
+        "help": "mlm: tokens per forward pass (masked copies x length); bounds memory", "min": 1})
+    chunk: int = field(default=256, metadata={"help": "texts per written chunk (the unit of resume)", "min": 1})
+    precision: str = field(default="auto", metadata={
+        "help": "weights and matmuls in this precision; auto: bf16 where the hardware multiplies it natively, "
+                "else fp32 (scores always from fp32 values)", "choices": list(PRECISIONS)})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing --out (and --html) file"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+
+
+def _model_kind(model_arg: str) -> tuple[str, Path]:
+    """("cloze" | "causal", folder), checked before any weights are read."""
+    from textebm.errors import TextebmError
+    from textebm.models.load import CAUSAL_LM, CLOZE, find_model, inspect_folder
+
+    p = Path(model_arg).expanduser()
+    if p.is_dir():
+        info = inspect_folder(p)
+        if info.kind == CLOZE:
+            return "cloze", find_model(p, CLOZE).path
+        if info.kind != CAUSAL_LM:
+            raise TextebmError(f"--model {info.path}: {info.describe()}; expected a cloze model (`textebm cloze "
+                               "train`) or a causal LM (`textebm lm train`, `smollm2-135m`)")
+    from textebm.lm.score_command import scorable_folder
+
+    return "causal", scorable_folder(model_arg)
+
+
+def _read_partial(partial: Path, ids: list[str], method: str, chunk: int) -> int:
+    """Lines already written by an interrupted run, checked against the input's ids and the
+    method. The file is cut back to whole chunks (a torn chunk is scored again in the same
+    batches, so a resumed run writes the same numbers as an uninterrupted one)."""
+    from textebm.errors import TextebmError
+
+    raw = partial.read_bytes()
+    lines = raw[: raw.rfind(b"\n") + 1].decode("utf-8").splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise TextebmError(f"{partial}:{i + 1}: not a JSON line; delete {partial} to start afresh") from None
+        if i >= len(ids) or row.get("id") != ids[i] or row.get("method") != method:
+            raise TextebmError(f"{partial}:{i + 1}: was written for another input or method; delete {partial} "
+                               "to start afresh, or choose another --out")
+    lines = lines[: len(lines) - len(lines) % chunk]
+    keep = "".join(lines).encode("utf-8")
+    if len(keep) != len(raw):
+        with open(partial, "r+b") as f:
+            f.truncate(len(keep))
+    return len(lines)
+
+
+def score_command(cfg: ScoreTextsConfig) -> Path:
+    """Score every text of a file; write JSONL (and, with --html, the page)."""
+    from tqdm import tqdm
+
+    from textebm.data.readers import example_id, read_examples
+    from textebm.errors import TextebmError
+    from textebm.inference import inference_setup
+    from textebm.options import check_config
+    from textebm.outputs import check_output_file
+    from textebm.scoring.pll import causal_scores, cloze_scores
+    from textebm.scoring.words import word_scores
+
+    check_config(cfg)
+    out = Path(cfg.out)
+    check_output_file(out, cfg.overwrite)
+    if cfg.html:
+        check_output_file(cfg.html, cfg.overwrite, "--html")
+    partial = out.with_name(out.name + ".partial")
+    if partial.is_dir():
+        raise TextebmError(f"--out {out}: {partial} is a folder; textebm writes its unfinished scores there")
+    kind, folder = _model_kind(cfg.model)
+    rows = read_examples(cfg.input)
+    ids = [example_id(r, i) for i, r in enumerate(rows)]
+    device, choice = inference_setup(cfg.precision)
+    if kind == "cloze":
+        from textebm.models.load import load_cloze
+
+        model, tokenizer = load_cloze(folder, dtype=choice.dtype, device=device)
+        method = cfg.method or model.spec.objective
+        fn = lambda texts: cloze_scores(model, tokenizer, texts, method, cfg.batch_size, cfg.token_budget)  # noqa: E731
+    else:
+        from textebm.models.load import load_lm
+
+        if cfg.method not in ("", "causal"):
+            raise TextebmError(f"--method {cfg.method}: {folder} is a causal LM, which scores with causal")
+        model, tokenizer, meta = load_lm(folder, dtype=choice.dtype, device=device)
+        method = "causal"
+        fn = lambda texts: causal_scores(model, tokenizer, meta, texts, cfg.batch_size)  # noqa: E731
+    per_token = cfg.per_token or bool(cfg.html)
+    done = _read_partial(partial, ids, method, cfg.chunk) if partial.is_file() else 0
+    if done:
+        log.info("resuming %s: %d of %d texts already scored", partial, done, len(rows))
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    with open(partial, "a", encoding="utf-8") as sink, tqdm(total=len(rows), initial=done, unit="text",
+                                                               desc=f"scoring ({method})",
+                                                               disable=not cfg.progress) as bar:
+        for s in range(done, len(rows), cfg.chunk):
+            part = rows[s:s + cfg.chunk]
+            scored = fn([r["text"] for r in part])
+            lines = []
+            for i, (row, sc) in enumerate(zip(part, scored)):
+                rec = {"id": ids[s + i], "text": row["text"], "method": method, "score": sc.total,
+                       "n_tokens": len(sc.scores)}
+                if per_token:
+                    rec.update(tokens=tokenizer.convert_ids_to_tokens(sc.token_ids), token_scores=sc.scores,
+                               offsets=[list(o) for o in sc.offsets])
+                if cfg.per_word:
+                    words, wsc, wof = word_scores(row["text"], sc.offsets, sc.scores)
+                    rec.update(words=words, word_scores=wsc, word_offsets=[list(o) for o in wof])
+                lines.append(json.dumps(rec, ensure_ascii=False) + "\n")
+            sink.write("".join(lines))
+            sink.flush()
+            os.fsync(sink.fileno())
+            bar.update(len(part))
+    if cfg.html:
+        write_html(partial, Path(cfg.html), method, folder)
+    os.replace(partial, out)
+    log.info("wrote %s (%d texts, method %s, precision %s)", out, len(rows), method, choice.precision)
+    return out
+
+
+def write_html(scores: Path, page: Path, method: str, folder: Path) -> None:
+    from textebm.io import atomic_write, iter_jsonl
+    from textebm.scoring.html import render_html
+
+    records = [row for _, row in iter_jsonl(scores)]
+    value = "−E(x)_t (unnormalised log p̂)" if method == "electric" else f"log p ({method})"
+    with atomic_write(page) as f:
+        f.write(render_html(records, title=f"textebm score: {method}, {folder}", value_name=value))
