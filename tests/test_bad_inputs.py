@@ -59,6 +59,11 @@ def world(classify_fixture, tmp_path_factory) -> dict[str, Path]:
     existing = root / "existing.jsonl"
     existing.write_text('{"text": "mine"}\n')
     w["existing"] = existing
+    cloze = root / "cloze"
+    assert main(["cloze", "train", "--data", str(w["data"]), "--out", str(cloze), "--layers", "1", "--width", "16",
+                 "--heads", "2", "--vocab-size", "300", "--max-steps", "1", "--no-progress", "--precision", "fp32",
+                 "--eval-split", ""]) == 0
+    w["cloze"] = cloze
     return w
 
 
@@ -90,6 +95,16 @@ def _score(w, *extra, model=None, out=None):
 def _eval(w, *extra, model=None):
     return ["lm", "eval", "--model", model or w["lm"], "--data", w["data"], "--split", "test",
             "--metrics", w["root"] / "m.json", *extra]
+
+
+def _cloze_train(w, *extra):
+    return ["cloze", "train", "--data", w["data"], "--out", w["root"] / "new-cloze", "--layers", "1", "--width", "16",
+            "--heads", "2", "--vocab-size", "300", "--max-steps", "1", "--no-progress", *extra]
+
+
+def _score_texts(w, *extra, model=None, out=None):
+    return ["score", "--model", model or w["cloze"], "--input", w["file"], "--out",
+            out or w["root"] / "pll.jsonl", "--no-progress", *extra]
 
 
 def _quickstart(w, *extra):
@@ -245,6 +260,38 @@ CASES = [
      "--train-limit"),
     ("quickstart --out a foreign folder", lambda w: _quickstart(w)[:5] + ["--out", w["foreign"]], "mine"),
     ("quickstart --out a trained run", lambda w: _quickstart(w)[:5] + ["--out", w["clf"]], "clf"),
+    # cloze train
+    *[(f"cloze-train {flag} {val}", lambda w, f=flag, v=val: _cloze_train(w, f, v), flag)
+      for flag, val in [("--objective", "bert"), ("--mask-fraction", "1.5"), ("--mask-fraction", "0"),
+                        ("--noise-scale", "0"), ("--disc-weight", "-1"), ("--flops", "-1"),
+                        ("--estimator", "exact"), ("--max-len", "3")]],
+    ("cloze-train --estimator with electra", lambda w: _cloze_train(w, "--objective", "electra", "--estimator",
+                                                                    "naive"), "--estimator"),
+    ("cloze-train --disc-weight with mlm", lambda w: _cloze_train(w, "--objective", "mlm", "--disc-weight", "5"),
+     "--disc-weight"),
+    ("cloze-train --flops with --max-steps", lambda w: _cloze_train(w, "--flops", "1e9"), "--flops"),
+    ("cloze-train size flags with --init", lambda w: _cloze_train(w, "--init", w["encoder"]), "--layers"),
+    ("cloze-train --init a causal LM", lambda w: ["cloze", "train", "--data", w["data"], "--out",
+                                                  w["root"] / "new-cloze", "--init", w["lm"], "--max-steps", "1"],
+     "expected a pretrained text encoder"),
+    ("cloze-train --out a foreign folder", lambda w: _cloze_train(w)[:4] + ["--out", w["foreign"]]
+     + _cloze_train(w)[6:], "mine"),
+    ("cloze-train missing data", lambda w: _cloze_train(w)[:2] + ["--data", w["root"] / "nope"] + _cloze_train(w)[4:],
+     "nope"),
+    # score
+    *[(f"score {flag} {val}", lambda w, f=flag, v=val: _score_texts(w, f, v), flag)
+      for flag, val in [("--batch-size", "0"), ("--token-budget", "0"), ("--chunk", "0"), ("--method", "bert"),
+                        ("--precision", "fp17")]],
+    ("score --method mlm for an electric model", lambda w: _score_texts(w, "--method", "mlm"), "--method"),
+    ("score --method electric for a causal LM", lambda w: _score_texts(w, "--method", "electric", model=w["lm"]),
+     "--method"),
+    ("score --model an encoder", lambda w: _score_texts(w, model=w["encoder"]), "expected a cloze model"),
+    ("score --model a classifier", lambda w: _score_texts(w, model=w["clf"]), "expected a cloze model"),
+    ("score --model a missing folder", lambda w: _score_texts(w, model=w["root"] / "nomodel"), "nomodel"),
+    ("score --input missing", lambda w: _score_texts(w)[:3] + ["--input", w["root"] / "none.txt"]
+     + _score_texts(w)[5:], "none.txt"),
+    ("score --out an existing file", lambda w: _score_texts(w, out=w["existing"]), "existing.jsonl"),
+    ("score --html an existing file", lambda w: _score_texts(w, "--html", w["existing"]), "--html"),
     ("quickstart --reuse a trained run", lambda w: _quickstart(w, "--reuse", w["clf"]), "--reuse"),
 ]
 

@@ -80,15 +80,9 @@ def check_length(model, ids: list[list[int]]) -> None:
 def cloze_scores(model, tokenizer, texts: list[str], method: str, batch_size: int = 16,
                  token_budget: int = 4096) -> list[TextScores]:
     """Per-token scores of `texts` by a `ClozeModel` (textebm.models.cloze) with `method`."""
-    from textebm.errors import TextebmError
     from textebm.losses.electric import electra_token_log_prob, num_replaced
 
-    objective = model.spec.objective
-    allowed = {"electric": ("electric", "twotower"), "electra": ("electra", "twotower"), "mlm": ("mlm",),
-               "twotower": ("twotower",)}[objective]
-    if method not in allowed:
-        raise TextebmError(f"--method {method}: a model trained with objective {objective} scores with "
-                           f"{' or '.join(allowed)}")
+    check_method(model.spec.objective, method)
     ids, offsets = _encode(tokenizer, texts)
     check_length(model, ids)
     device = next(model.parameters()).device
@@ -107,6 +101,17 @@ def cloze_scores(model, tokenizer, texts: list[str], method: str, batch_size: in
     else:
         per_text = [mlm_token_scores(model, x, token_budget) for x in ids]
     return [TextScores(x, o, s) for x, o, s in zip(ids, offsets, per_text)]
+
+
+def check_method(objective: str, method: str) -> None:
+    """A cloze model scores by its own objective, and (with a two-tower noise model) by q."""
+    from textebm.errors import TextebmError
+
+    allowed = {"electric": ("electric", "twotower"), "electra": ("electra", "twotower"), "mlm": ("mlm",),
+               "twotower": ("twotower",)}[objective]
+    if method not in allowed:
+        raise TextebmError(f"--method {method}: a model trained with objective {objective} scores with "
+                           f"{' or '.join(allowed)}")
 
 
 def _gather(log_probs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -33,9 +33,9 @@ class ScoreTextsConfig:
                                          "(folder, RUN of `lm train`, or a models-fetch id)"})
     input: str = field(metadata={"help": "texts to score (.jsonl with text, .csv, .tsv or .txt: one per line)"})
     out: str = field(metadata={"help": "output JSONL, one line per input item (OUT.partial while running)"})
-    method: str = field(default="", metadata={
-        "help": "scoring method (default: the model's own; a cloze model with a two-tower noise model also "
-                "scores with twotower)", "choices": ["", *METHODS]})
+    method: str = field(default="auto", metadata={
+        "help": "scoring method (auto: the model's own; a cloze model with a two-tower noise model also "
+                "scores with twotower)", "choices": ["auto", *METHODS]})
     per_token: bool = field(default=False, metadata={"help": "write each token's score and character span"})
     per_word: bool = field(default=False, metadata={"help": "write each whitespace word's summed score"})
     html: str = field(default="", metadata={"help": "also write a page colouring every token by its score"})
@@ -94,14 +94,12 @@ def _read_partial(partial: Path, ids: list[str], method: str, chunk: int) -> int
 
 def score_command(cfg: ScoreTextsConfig) -> Path:
     """Score every text of a file; write JSONL (and, with --html, the page)."""
-    from tqdm import tqdm
-
     from textebm.data.readers import example_id, read_examples
     from textebm.errors import TextebmError
     from textebm.inference import inference_setup
     from textebm.options import check_config
     from textebm.outputs import check_output_file
-    from textebm.scoring.pll import causal_scores, cloze_scores
+    from textebm.scoring.pll import causal_scores, check_method, cloze_scores
     from textebm.scoring.words import word_scores
 
     check_config(cfg)
@@ -120,12 +118,13 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
         from textebm.models.load import load_cloze
 
         model, tokenizer = load_cloze(folder, dtype=choice.dtype, device=device)
-        method = cfg.method or model.spec.objective
+        method = model.spec.objective if cfg.method == "auto" else cfg.method
+        check_method(model.spec.objective, method)
         fn = lambda texts: cloze_scores(model, tokenizer, texts, method, cfg.batch_size, cfg.token_budget)  # noqa: E731
     else:
         from textebm.models.load import load_lm
 
-        if cfg.method not in ("", "causal"):
+        if cfg.method not in ("auto", "causal"):
             raise TextebmError(f"--method {cfg.method}: {folder} is a causal LM, which scores with causal")
         model, tokenizer, meta = load_lm(folder, dtype=choice.dtype, device=device)
         method = "causal"
@@ -135,6 +134,22 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     if done:
         log.info("resuming %s: %d of %d texts already scored", partial, done, len(rows))
     partial.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores)
+    except BaseException:
+        if partial.is_file() and partial.stat().st_size == 0:  # nothing scored: leave nothing behind
+            partial.unlink()
+        raise
+    if cfg.html:
+        write_html(partial, Path(cfg.html), method, folder)
+    os.replace(partial, out)
+    log.info("wrote %s (%d texts, method %s, precision %s)", out, len(rows), method, choice.precision)
+    return out
+
+
+def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores) -> None:
+    from tqdm import tqdm
+
     with open(partial, "a", encoding="utf-8") as sink, tqdm(total=len(rows), initial=done, unit="text",
                                                                desc=f"scoring ({method})",
                                                                disable=not cfg.progress) as bar:
@@ -156,11 +171,6 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
             sink.flush()
             os.fsync(sink.fileno())
             bar.update(len(part))
-    if cfg.html:
-        write_html(partial, Path(cfg.html), method, folder)
-    os.replace(partial, out)
-    log.info("wrote %s (%d texts, method %s, precision %s)", out, len(rows), method, choice.precision)
-    return out
 
 
 def write_html(scores: Path, page: Path, method: str, folder: Path) -> None:
