@@ -274,3 +274,21 @@ def test_cloze_train_from_a_pretrained_encoder_folder(classify_fixture, corpus, 
     w1 = model.encoder.embeddings.position_embeddings.weight
     assert (w1 - w0).abs().max() < 0.01  # two small steps away from the pretrained weights
     assert np.isfinite(json.loads((out / "metrics.json").read_text())["train"]["history"][-1]["loss"])
+
+
+def test_two_processes_train_electric(corpus, tmp_path):
+    """`accelerate launch` with 2 CPU processes (gloo): the shared embedding, the towers' parameter
+    group and the objective module train under DDP, and the model is saved once."""
+    from test_distributed import _run, free_port
+    from textebm.models.load import load_cloze
+
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+           str(free_port()), "-m", "textebm", "cloze", "train", "--data", str(corpus), "--out", str(out),
+           "--objective", "electric", "--max-steps", "4", "--eval-split", "", *TINY]
+    res = _run(cmd, None, tmp_path / "hf_home")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((out / "metrics.json").read_text())["completed"]
+    model, _ = load_cloze(out)
+    assert model.spec.objective == "electric"
