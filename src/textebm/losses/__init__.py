@@ -2,6 +2,10 @@
 
 - `nce`: noise-contrastive estimation: `nce_core` over log-scores, noise log-probabilities, priors
   and a mask (per sequence or per token); `nce_loss` is eq. (7) of He et al. (2021) on top of it.
+- `electric`: Electric's Algorithms 1 and 2 and ELECTRA's replaced-token detection (Clark et al. 2020),
+  callers of the NCE core over per-token tensors.
+- `residual`: sequence energies against LM negatives (Bakhtin et al. 2019): BCE with the most
+  offending / a random / all negatives, the ranking loss, P@1.
 - `poscal`: PosCal calibration penalty (Jung et al. 2020).
 """
 
