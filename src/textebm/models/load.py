@@ -308,7 +308,6 @@ def load_classifier(name_or_path: str | Path, dtype: torch.dtype | None = None,
                     device: str | torch.device | None = None, option: str = "--model"):
     """(EBMClassifier, tokenizer) in eval mode from a folder written by `classify train` (RUN or
     RUN/model). Checks `classifier.json` field by field (InputError naming the file)."""
-    from safetensors.torch import load_model
     from transformers import AutoConfig
 
     from textebm.models.classifier import SPEC_FILE, EBMClassifier, spec_from_dict
@@ -324,19 +323,32 @@ def load_classifier(name_or_path: str | Path, dtype: torch.dtype | None = None,
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         with _quiet_transformers():
             model = EBMClassifier(encoder_from_config(config), spec)
-        missing, unexpected = load_model(model, str(weights), strict=False)
     except LOAD_ERRORS as e:
         raise _load_error(option, path, e) from None
-    unexpected = [k for k in unexpected if not k.startswith("encoder.pooler.")]  # saved before poolers were dropped
+    # "encoder.pooler.": saved before poolers were dropped
+    return _with_weights(model, weights, option, SPEC_FILE, dtype, device, ignore=("encoder.pooler.",)), tokenizer
+
+
+def _with_weights(model: torch.nn.Module, weights: Path, option: str, spec_file: str, dtype, device,
+                  ignore: tuple[str, ...] = ()) -> torch.nn.Module:
+    """`model` with the weights of `weights`, every tensor accounted for (tied ones aside), placed
+    and in eval mode; a file that does not fit is a TextebmError naming it."""
+    from safetensors.torch import load_model
+
     from textebm.checkpoint import tied_names
 
+    try:
+        missing, unexpected = load_model(model, str(weights), strict=False)
+    except LOAD_ERRORS as e:
+        raise _load_error(option, weights.parent, e) from None
+    unexpected = [k for k in unexpected if not k.startswith(ignore)] if ignore else list(unexpected)
     missing = [k for k in missing if k not in tied_names(model)]
     if missing or unexpected:
-        raise TextebmError(f"{option} {path}: {weights.name} does not fit classifier.json and config.json "
+        raise TextebmError(f"{option} {weights.parent}: {weights.name} does not fit {spec_file} and config.json "
                            f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     model = _place(model, dtype, device)
     model.eval()
-    return model, tokenizer
+    return model
 
 
 def build_classifier(encoder_path: str | Path, spec):
@@ -352,7 +364,6 @@ def load_cloze(name_or_path: str | Path, dtype: torch.dtype | None = None,
                device: str | torch.device | None = None, option: str = "--model"):
     """(ClozeModel, tokenizer) in eval mode from a folder written by `cloze train` (RUN or
     RUN/model). Checks `cloze.json` field by field (InputError naming the file)."""
-    from safetensors.torch import load_model
     from transformers import AutoConfig
 
     from textebm.io import read_json_object
@@ -368,15 +379,6 @@ def load_cloze(name_or_path: str | Path, dtype: torch.dtype | None = None,
             encoder = encoder_from_config(AutoConfig.from_pretrained(path, local_files_only=True))
         with _quiet_transformers():
             model = ClozeModel(encoder, spec)
-        missing, unexpected = load_model(model, str(weights), strict=False)
     except LOAD_ERRORS as e:
         raise _load_error(option, path, e) from None
-    from textebm.checkpoint import tied_names
-
-    missing = [k for k in missing if k not in tied_names(model)]
-    if missing or unexpected:
-        raise TextebmError(f"{option} {path}: {weights.name} does not fit cloze.json and config.json "
-                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-    model = _place(model, dtype, device)
-    model.eval()
-    return model, tokenizer
+    return _with_weights(model, weights, option, SPEC_FILE, dtype, device), tokenizer
