@@ -112,6 +112,28 @@ def _quickstart(w, *extra):
             "--no-progress", *extra]
 
 
+def _nbest(w) -> dict[str, Path]:
+    """Tiny n-best files and a score file for `rerank` (written once, before the case's snapshot)."""
+    d = w["root"] / "nbest"
+    if not d.is_dir():
+        d.mkdir()
+        good = '{"u1": {"ref": "a b", "hyp_1": {"text": "a b", "score": -1}, "hyp_2": {"text": "a c", "score": -2}}}\n'
+        (d / "dev.json").write_text(good)
+        (d / "test.json").write_text(good)
+        (d / "bad.json").write_text('{"u1": {"ref": "a b",\n "hyp_1": {"score": -1}}}\n')
+        (d / "scores.jsonl").write_text('{"text": "a b", "score": -3.0, "method": "electric"}\n'
+                                        '{"text": "a c", "score": -4.0, "method": "electric"}\n')
+        (d / "few-scores.jsonl").write_text('{"text": "a b", "score": -3.0, "method": "electric"}\n')
+    return {"dev": d / "dev.json", "test": d / "test.json", "bad": d / "bad.json", "scores": d / "scores.jsonl",
+            "few": d / "few-scores.jsonl"}
+
+
+def _rerank(w, *extra, dev=None, scores=None, out=None):
+    f = _nbest(w)
+    return ["rerank", "--dev", dev or f["dev"], "--test", f["test"], "--scores", scores or f["scores"],
+            "--out", out or w["root"] / "rr", *extra]
+
+
 # (case id, argv builder, the text the message must contain)
 CASES = [
     # shared training options, on both training commands
@@ -293,6 +315,21 @@ CASES = [
     ("score --out an existing file", lambda w: _score_texts(w, out=w["existing"]), "existing.jsonl"),
     ("score --html an existing file", lambda w: _score_texts(w, "--html", w["existing"]), "--html"),
     ("quickstart --reuse a trained run", lambda w: _quickstart(w, "--reuse", w["clf"]), "--reuse"),
+    # rerank
+    ("rerank --grid fine", lambda w: _rerank(w, "--grid", "fine"), "--grid"),
+    ("rerank a bad n-best file", lambda w: _rerank(w, dev=_nbest(w)["bad"]), "bad.json:2"),
+    ("rerank a missing n-best file", lambda w: _rerank(w, dev=w["root"] / "none.json"), "none.json"),
+    ("rerank --out a foreign folder", lambda w: _rerank(w, out=w["foreign"]), "mine"),
+    ("rerank --out a trained run", lambda w: _rerank(w, "--overwrite", out=w["clf"]), "clf"),
+    ("rerank --out a file", lambda w: _rerank(w, out=w["existing"]), "existing.jsonl"),
+    ("rerank a text without a score", lambda w: _rerank(w, scores=_nbest(w)["few"]), "few-scores.jsonl"),
+    ("rerank a score file that is not JSONL", lambda w: _rerank(w, scores=_nbest(w)["dev"]), "dev.json"),
+    ("rerank --write-texts with --scores",
+     lambda w: ["rerank", "--dev", _nbest(w)["dev"], "--test", _nbest(w)["test"], "--scores", _nbest(w)["scores"],
+                "--write-texts", w["root"] / "texts.txt"], "--scores"),
+    ("rerank --write-texts an existing file",
+     lambda w: ["rerank", "--dev", _nbest(w)["dev"], "--test", _nbest(w)["test"], "--write-texts", w["existing"]],
+     "existing.jsonl"),
 ]
 
 

@@ -28,6 +28,8 @@ GROUPS = {
     "classify": ("textebm.cli.classify", "calibrated classifiers by joint EBM training: train, eval"),
     "quickstart": ("textebm.cli.quickstart", "the main job: the calibration comparison of He et al. (2021), "
                    "end to end on rt-polarity (or --data)"),
+    "rerank": ("textebm.cli.rerank", "rerank speech n-best lists with text scores (Clark et al. 2020, sec. 3.2): "
+               "lambda on dev, WER on test"),
 }
 
 

@@ -1,0 +1,127 @@
+"""Rerank speech-recognition n-best lists with text scores (Clark et al. 2020, sec. 3.2): the argmax
+over each n-best list of f(x|s) + lambda * score(x), lambda chosen per subset on --dev, applied to
+--test; --write-texts writes the texts to score first (docs/rerank.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+KIND = "rerank"
+PLOT = "wer_vs_lambda.png"
+
+
+@dataclass(kw_only=True)
+class RerankConfig:
+    dev: str = field(metadata={"help": "n-best JSON (awslabs/mlm-scoring format) to choose lambda on, per subset"})
+    test: str = field(metadata={"help": "n-best JSON to rerank with the lambdas chosen on --dev"})
+    scores: list[str] = field(default_factory=list, metadata={
+        "help": "JSONL files of `textebm score` covering every hypothesis text of --dev and --test; one per "
+                "method, each reranked separately"})
+    out: str = field(default="", metadata={
+        "help": "folder for metrics.json, chosen.jsonl, report.md and wer_vs_lambda.png"})
+    grid: str = field(default="paper", metadata={
+        "help": "lambda values to try: paper = 0.05, 0.10, ..., 1.0; wide = 0, the paper's, 1.25, 1.5, 2, 3, 5, 10",
+        "choices": ["paper", "wide"]})
+    write_texts: str = field(default="", metadata={
+        "help": "only write the unique hypothesis texts of --dev and --test to this .txt (one a line) or "
+                ".jsonl file, for `textebm score --input`, and stop"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace earlier `rerank` output in --out (or an existing --write-texts file)"})
+
+    def check(self) -> None:
+        from textebm.errors import TextebmError
+        from textebm.options import refuse_unused
+
+        if self.write_texts:
+            refuse_unused(self, ["scores", "out", "grid"], "with --write-texts (which only writes the texts)")
+            if Path(self.write_texts).suffix.lower() not in (".txt", ".jsonl"):
+                raise TextebmError(f"--write-texts {self.write_texts}: name a .txt or .jsonl file")
+            return
+        if not self.scores:
+            raise TextebmError("--scores: give at least one score file of `textebm score` (or --write-texts FILE "
+                               "to write the texts to score)")
+        if not self.out:
+            raise TextebmError("--out: give a folder for the results")
+
+
+def rerank_command(cfg: RerankConfig) -> None:
+    """Rerank --test with lambdas chosen on --dev; or, with --write-texts, write the texts to score."""
+    from textebm.options import check_config
+
+    check_config(cfg)
+    if cfg.write_texts:
+        n = write_texts(cfg)
+        print(f"wrote {n} unique hypothesis texts to {cfg.write_texts}; score them with\n"
+              f"  textebm score --model MODEL --input {cfg.write_texts} --out SCORES.jsonl")
+        return
+    out = run_rerank(cfg)
+    print(f"wrote {out / 'report.md'}")
+
+
+def write_texts(cfg: RerankConfig) -> int:
+    """The unique hypothesis texts of --dev then --test, in order of first appearance."""
+    from textebm.data.nbest import read_nbest
+    from textebm.errors import TextebmError
+    from textebm.io import atomic_write
+    from textebm.outputs import check_output_file
+
+    target = Path(cfg.write_texts)
+    check_output_file(target, cfg.overwrite, "--write-texts")
+    texts = list(dict.fromkeys(h.text for p in (cfg.dev, cfg.test) for u in read_nbest(p) for h in u.hyps))
+    jsonl = target.suffix.lower() == ".jsonl"
+    if not jsonl:
+        bad = next((t for t in texts if "\n" in t or "\r" in t or t != t.strip()), None)
+        if bad is not None:  # a .txt line is stripped when read back: the score would not match
+            raise TextebmError(f"--write-texts {target}: the hypothesis text {bad!r} has a line break or spaces at "
+                               "an end, which a .txt file cannot keep; write a .jsonl file instead")
+    with atomic_write(target) as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"id": f"t{i}", "text": t}, ensure_ascii=False) + "\n" if jsonl else t + "\n")
+    return len(texts)
+
+
+def run_rerank(cfg: RerankConfig) -> Path:
+    from textebm.data.nbest import read_nbest
+    from textebm.errors import InputError
+    from textebm.io import atomic_write, write_json, write_jsonl
+    from textebm.outputs import check_output_dir, output_dir
+    from textebm.scoring.rerank import GRIDS, attach, evaluate, plot_curves, prepare, read_score_files, render_report
+
+    check_output_dir(cfg.out, KIND, cfg.overwrite)
+    grid = GRIDS[cfg.grid]
+    items = {}
+    for split, path in (("dev", cfg.dev), ("test", cfg.test)):
+        items[split] = prepare(read_nbest(path))
+        words: dict[str, int] = {}
+        for it in items[split]:
+            words[it.subset] = words.get(it.subset, 0) + it.words
+        empty = [s for s, w in words.items() if w == 0]
+        if empty and split == "dev":
+            raise InputError(path, f"the references of subset {empty[0]!r} hold no words: WER is undefined")
+    files = read_score_files(cfg.scores)
+    how = (f"write the texts with `textebm rerank --dev {cfg.dev} --test {cfg.test} --write-texts texts.txt`, "
+           "then score them: `textebm score --model MODEL --input texts.txt --out SCORES.jsonl`")
+    methods = {sf.method: (attach(items["dev"], sf, how), attach(items["test"], sf, how)) for sf in files}
+    metrics, chosen = evaluate(items["dev"], items["test"], methods, grid)
+    sources = {"dev": cfg.dev, "test": cfg.test, "grid": cfg.grid, "scores": {sf.method: str(sf.path) for sf in files}}
+    metrics = {"dev": cfg.dev, "test": cfg.test, "grid_name": cfg.grid, "scores": sources["scores"], **metrics}
+    with output_dir(cfg.out, KIND, cfg.overwrite) as tmp:
+        write_json(tmp / "metrics.json", metrics)
+        write_jsonl(tmp / "chosen.jsonl", chosen)
+        plot_curves(metrics, tmp / PLOT)
+        with atomic_write(tmp / "report.md") as f:
+            f.write(render_report(metrics, PLOT, sources))
+    for s, e in metrics["subsets"].items():
+        for name, m in e["methods"].items():
+            log.info("subset %s, %s: lambda %g, dev WER %.2f%%, test WER %s (1-best %.2f%%)", s, name, m["lambda"],
+                     100 * m["dev_wer"], "–" if m["test_wer"] is None else f"{100 * m['test_wer']:.2f}%",
+                     100 * e["one_best"]["dev_wer"])
+    return Path(cfg.out)
+
+
+COMMAND = (RerankConfig, rerank_command)
