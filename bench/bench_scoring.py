@@ -131,12 +131,19 @@ def causal_score(model, tokenizer, texts, batch_size):
 
 
 MEMORY_CHILD = r"""
-import json, os, resource, sys, torch
+import json, os, sys, torch
 sys.path[:0] = json.loads(sys.argv[4])
 n, which, folder = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 torch.set_num_threads(2)
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def reset_peak():  # Linux: writing 5 to clear_refs resets the peak resident set (VmHWM)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+def peak_rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
 text = " ".join(["the"] * n)
 if which == "textebm":
     from textebm.models.load import load_cloze
@@ -144,15 +151,18 @@ if which == "textebm":
     model, tok = load_cloze(folder)
     ids = tok(text, add_special_tokens=False)["input_ids"]
     base = rss()
+    reset_peak()
     with torch.inference_mode():
         mlm_token_scores(model, ids, 4096)
 else:
     from minicons import scorer
     s = scorer.MaskedLMScorer(folder, "cpu")
+    s.tokenizer.batch_encode_plus = lambda *a, **k: s.tokenizer(*a, **k)  # removed in transformers 5
     base = rss()
+    reset_peak()
     with torch.inference_mode():
         s.sequence_score([text], reduction=lambda x: x.sum(0).item())
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = peak_rss()
 print(json.dumps({"tokens": n, "which": which, "growth_mb": (peak - base) / 2**20}))
 """
 
