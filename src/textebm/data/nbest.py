@@ -82,11 +82,16 @@ def read_nbest(path: str | Path) -> list[Utterance]:
     first_seen: dict[str, int] = {}
     for uid, kpos, value, vpos in _members(text, start):
         line = line_of(kpos)
-        if uid in first_seen:
-            raise InputError(path, f"utterance id {uid!r} appears twice (first at line {first_seen[uid]})", line)
-        first_seen[uid] = line
+        _first_time(path, first_seen, uid, line, f"utterance id {uid!r}")
         utterances.append(_utterance(path, text, uid, line, value, vpos, line_of))
     return utterances
+
+
+def _first_time(path: Path, seen: dict[str, int], key: str, line: int, what: str) -> None:
+    """Record where `key` appears; a second appearance is an InputError naming both lines."""
+    if key in seen:
+        raise InputError(path, f"{what} appears twice (first at line {seen[key]})", line)
+    seen[key] = line
 
 
 def _utterance(path: Path, text: str, uid: str, line: int, value: Any, vpos: int, line_of) -> Utterance:
@@ -98,9 +103,7 @@ def _utterance(path: Path, text: str, uid: str, line: int, value: Any, vpos: int
     seen: dict[str, int] = {}
     for key, kpos, item, ipos in _members(text, vpos):
         kline = line_of(kpos)
-        if key in seen:
-            raise InputError(path, f"utterance {uid!r}: key {key!r} appears twice (first at line {seen[key]})", kline)
-        seen[key] = kline
+        _first_time(path, seen, key, kline, f"utterance {uid!r}: key {key!r}")
         if key == "ref":
             if not isinstance(item, str):
                 raise InputError(path, f"utterance {uid!r}: \"ref\" must be a string (the reference transcript), "

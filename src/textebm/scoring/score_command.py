@@ -134,10 +134,11 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     if done:
         log.info("resuming %s: %d of %d texts already scored", partial, done, len(rows))
     partial.parent.mkdir(parents=True, exist_ok=True)
+    created = not partial.exists()
     try:
         _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores)
     except BaseException:
-        if partial.is_file() and partial.stat().st_size == 0:  # nothing scored: leave nothing behind
+        if created and partial.is_file() and partial.stat().st_size == 0:  # this run made it and scored nothing
             partial.unlink()
         raise
     if cfg.html:
