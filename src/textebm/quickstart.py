@@ -337,8 +337,9 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
     src = reuse.root / out.name if reuse else None
 
     def reused(name: str, path: Path, done) -> bool:
-        if reuse is None or done(path):
-            return done(path)
+        finished = done(path)
+        if finished or reuse is None:
+            return finished
         path.parent.mkdir(parents=True, exist_ok=True)
         return reuse.take(name, src / path.relative_to(out), path, done)
 
