@@ -11,6 +11,7 @@ import torch
 
 from textebm.errors import TextebmError
 from textebm.data.batching import left_pad
+from textebm import io
 from textebm.lm import sampling
 from textebm.lm.generate import generate, positions, sample_top_k
 from textebm.models.lm import LMMeta, save_lm, special_ids
@@ -307,9 +308,9 @@ def test_read_partial_rewrites_a_torn_file_atomically(tmp_path, monkeypatch):
 
     monkeypatch.setattr(textebm.io.os, "replace", crash)
     with pytest.raises(OSError, match="power cut"):
-        sampling.read_partial(partial)
+        io.read_partial(partial)
     assert partial.read_bytes() == good + b'{"id": "s3-n0", "te'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.jsonl.partial"]
     monkeypatch.undo()
-    assert sampling.read_partial(partial) == rows
+    assert io.read_partial(partial) == rows
     assert partial.read_bytes() == good

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from textebm.errors import InputError
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -128,3 +131,29 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
             if not isinstance(obj, dict):
                 raise InputError(path, f"expected a JSON object, got {type(obj).__name__}", lineno)
             yield lineno, obj
+
+
+def read_partial(path: str | Path) -> list[dict]:
+    """Rows of an interrupted run. A torn last line (no final newline, or unparsable) is dropped and
+    the file rewritten without it, atomically (a crash during the rewrite leaves the old file, every
+    finished sample in it), so appending continues on a clean line."""
+    path = Path(path)
+    lines = path.read_bytes().split(b"\n")
+    torn = lines[-1] != b""  # the last write stopped before its newline
+    lines = lines[:-1]
+    rows = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            if lineno != len(lines):
+                raise InputError(path, "malformed line in an unfinished sample file; delete it to "
+                                       "start over", lineno) from None
+            torn, lines = True, lines[:-1]
+    if torn:
+        log.info("%s: dropping a truncated last line", path)
+        with atomic_write(path, "wb") as f:
+            f.write(b"".join(line + b"\n" for line in lines))
+    return rows

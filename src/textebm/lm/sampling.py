@@ -41,6 +41,7 @@ import torch
 
 from textebm.errors import InputError, TextebmError
 from textebm.models.lm_format import SpecialIds, infill_context, mask_tokens
+from textebm.io import read_partial
 from textebm.lm.generate import Generation, generate
 from textebm.precision import CHOICES as PRECISIONS
 
@@ -201,33 +202,6 @@ def _encode_fields(tokenizer, examples: list[dict]) -> list[list[list[int]]]:
     texts = [row[f] for row in examples for f in source_fields(row)]
     flat = iter(tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
     return [[next(flat) for _ in source_fields(row)] for row in examples]
-
-
-def read_partial(path: Path) -> list[dict]:
-    """Rows of an interrupted run. A torn last line (no final newline, or unparsable) is dropped and
-    the file rewritten without it, atomically (a crash during the rewrite leaves the old file, every
-    finished sample in it), so appending continues on a clean line."""
-    lines = path.read_bytes().split(b"\n")
-    torn = lines[-1] != b""  # the last write stopped before its newline
-    lines = lines[:-1]
-    rows = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if lineno != len(lines):
-                raise InputError(path, "malformed line in an unfinished sample file; delete it to "
-                                       "start over", lineno) from None
-            torn, lines = True, lines[:-1]
-    if torn:
-        from textebm.io import atomic_write
-
-        log.info("%s: dropping a truncated last line", path)
-        with atomic_write(path, "wb") as f:
-            f.write(b"".join(line + b"\n" for line in lines))
-    return rows
 
 
 def _check_resumable(rows: list[dict], expected: dict, order: dict[str, tuple[int, int]], path: Path) -> None:

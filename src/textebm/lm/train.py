@@ -39,11 +39,19 @@ class LMTrainConfig(TrainOptions):
                                                          "(default: train one on the data)"})
     vocab_size: int = field(default=8000, metadata={"help": "vocabulary of a tokenizer trained on the data",
                                                         "min": 64})
-    layers: int = field(default=4, metadata={"help": "from scratch: transformer layers", "min": 1})
+    arch: str = field(default="transformer", metadata={
+        "help": "from scratch: a transformer (Llama blocks) or a gated convolutional LM (Dauphin et al. 2017)",
+        "choices": ["transformer", "gcnn"]})
+    kernel: int = field(default=4, metadata={"help": "from scratch, --arch gcnn: convolution width", "min": 2})
+    layers: int = field(default=4, metadata={"help": "from scratch: transformer or convolution layers", "min": 1})
     width: int = field(default=256, metadata={"help": "from scratch: hidden size", "min": 8})
     heads: int = field(default=4, metadata={"help": "from scratch: attention heads", "min": 1})
     context: int = field(default=256, metadata={"help": "from scratch: maximum positions", "min": 8})
     max_len: int = field(default=128, metadata={"help": "truncate texts to this many tokens", "min": 1})
+    chunk: int = field(default=0, metadata={
+        "help": "train on running text: each document's texts (rows sharing `doc`) joined and cut into "
+                "pieces of this many tokens, as generators of windows need (0: one text per example)",
+        "min": 0})
     eval_split: str | None = field(default=None, metadata={
         "help": "split for the final perplexity (default: dev when --data is a dataset folder; '' to skip)"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
@@ -56,11 +64,19 @@ class LMTrainConfig(TrainOptions):
         if self.objective != "infill":
             refuse_unused(self, ["mask_ratio"], "with --objective causal")
         if self.init:
-            refuse_unused(self, ["tokenizer", "vocab_size", "layers", "width", "heads", "context"],
+            refuse_unused(self, ["tokenizer", "vocab_size", "arch", "kernel", "layers", "width", "heads", "context"],
                           "with --init (the model's own size and tokenizer are used)")
         elif self.tokenizer:
             refuse_unused(self, ["vocab_size"], "with --tokenizer (its vocabulary is used)")
-        if not self.init and self.width % self.heads:
+        if self.chunk:
+            refuse_unused(self, ["max_len"], "with --chunk (pieces are --chunk tokens long)")
+            if self.objective != "causal":
+                raise TextebmError("--chunk trains causal LMs on running text; it does not apply to --objective infill")
+        if self.arch != "gcnn":
+            refuse_unused(self, ["kernel"], "without --arch gcnn")
+        else:
+            refuse_unused(self, ["heads"], "with --arch gcnn (it has no attention)")
+        if not self.init and self.arch == "transformer" and self.width % self.heads:
             raise TextebmError(f"--width {self.width} must be divisible by --heads {self.heads}")
 
 
@@ -69,6 +85,11 @@ def _texts(rows: list[dict]) -> list[str]:
     from textebm.lm.scoring import item_texts
 
     return [t for t in item_texts(rows)[0] if t.strip()]
+
+
+def _docs(rows: list[dict]) -> list[tuple[str, str]]:
+    """(text, document) of each row; a row without `doc` is its own document."""
+    return [(r["text"], str(r.get("doc", r.get("id", i)))) for i, r in enumerate(rows) if r["text"].strip()]
 
 
 def build_lm(cfg: LMTrainConfig, train_texts: list[str]):
@@ -92,8 +113,16 @@ def build_lm(cfg: LMTrainConfig, train_texts: list[str]):
             log.info("training a %d-token BPE tokenizer on %d texts", cfg.vocab_size, len(train_texts))
             tokenizer = train_tokenizer(train_texts, vocab_size=cfg.vocab_size, kind="bpe", lowercase=False)
         meta = ensure_special_tokens(tokenizer, None, infill=cfg.objective == "infill")
-        model = build_causal_lm(SmallLMConfig(layers=cfg.layers, width=cfg.width, heads=cfg.heads,
-                                              context=cfg.context), tokenizer)
+        if cfg.arch == "gcnn":
+            from textebm.models.gcnn import build_gcnn
+            from textebm.models.lm import special_ids
+
+            sp = special_ids(tokenizer, meta)
+            model = build_gcnn(len(tokenizer), cfg.width, cfg.layers, cfg.kernel, cfg.context, sp.pad, sp.bos,
+                               sp.eos, seed=cfg.seed)
+        else:
+            model = build_causal_lm(SmallLMConfig(layers=cfg.layers, width=cfg.width, heads=cfg.heads,
+                                                  context=cfg.context), tokenizer, seed=cfg.seed)
     meta = ensure_special_tokens(tokenizer, model, infill=cfg.objective == "infill")
     meta.objective, meta.direction = cfg.objective, cfg.direction
     meta.mask_ratio = cfg.mask_ratio if cfg.objective == "infill" else None
@@ -154,6 +183,16 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     sp = special_ids(tokenizer, meta)
     limit = min(cfg.max_len, model.config.max_position_embeddings // (2 if cfg.objective == "infill" else 1) - 3)
     encode = lambda texts: [ids[:limit] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    if cfg.chunk:
+        from textebm.data.streams import chunks, doc_streams
+
+        room = model.config.max_position_embeddings - 3
+        if cfg.chunk > room:
+            raise TextebmError(f"--chunk {cfg.chunk} does not fit the model's {room} positions (--context)")
+        encode = lambda texts: chunks(doc_streams([{"text": t, "doc": d} for t, d in texts], tokenizer),
+                                      cfg.chunk)
+        train_texts, eval_texts = _docs(load_split(cfg.data, "train")), eval_texts and _docs(
+            load_split(cfg.data, eval_split))
     train_ids = [ids for ids in encode(train_texts) if ids]
     batcher = LMBatcher(sp, cfg.objective, cfg.direction, cfg.mask_ratio)
     n_params = sum(p.numel() for p in model.parameters())

@@ -37,7 +37,8 @@ from safetensors import SafetensorError
 
 from textebm.errors import TextebmError
 
-CAUSAL_LM, ENCODER, CLASSIFIER, CLOZE, OTHER, NONE = "causal-lm", "encoder", "classifier", "cloze", "other", "none"
+CAUSAL_LM, ENCODER, CLASSIFIER, CLOZE, ENERGY, OTHER, NONE = ("causal-lm", "encoder", "classifier", "cloze", "energy",
+                                                            "other", "none")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
@@ -50,9 +51,10 @@ NEEDS = {
     ENCODER: "a pretrained text encoder (`minilm-l6`, `mpnet-base`, or a BERT-like Hugging Face folder)",
     CLASSIFIER: "a classifier trained with `textebm classify train` (RUN or RUN/model)",
     CLOZE: "a cloze model trained with `textebm cloze train` (RUN or RUN/model)",
+    ENERGY: "a sequence energy trained with `textebm residual train` (RUN or RUN/model)",
 }
 NAMES = {CAUSAL_LM: "a causal LM", ENCODER: "an encoder", CLASSIFIER: "a textebm classifier",
-         CLOZE: "a textebm cloze model"}
+         CLOZE: "a textebm cloze model", ENERGY: "a textebm sequence energy"}
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class FolderInfo:
             return f"a textebm classifier ({arch} encoder)"
         if self.kind == CLOZE:
             return "a textebm cloze model"
+        if self.kind == ENERGY:
+            return "a textebm sequence energy"
         if self.kind == CAUSAL_LM:
             return f"a {arch} causal LM"
         if self.kind == ENCODER:
@@ -99,12 +103,15 @@ def inspect_folder(path: str | Path) -> FolderInfo:
     described by its model."""
     path, run = Path(path), None
     if ((path / "model" / "config.json").is_file() or (path / "model" / "cloze.json").is_file()
+            or (path / "model" / "energy.json").is_file()
             or (not (path / "config.json").is_file() and (path / "model").is_dir())):
         path, run = path / "model", path  # a run folder: RUN/config.json is its training config
     elif path.name == "model" and _is_run(path.parent):
         run = path.parent  # RUN/model given directly: the run's settings (e.g. --limit) still apply
     if (path / "cloze.json").is_file():
         return FolderInfo(path, CLOZE, "", "", run)
+    if (path / "energy.json").is_file():
+        return FolderInfo(path, ENERGY, "", "", run)
     if not (path / "config.json").is_file():
         return FolderInfo(path, NONE, "", "", run)
     config = read_config(path)
@@ -157,7 +164,7 @@ def find_model(name_or_path: str | Path, kind: str, option: str = "--model", ids
     if info.kind != kind:
         found = info.describe() if info.kind == NONE else f"{info.describe()}, not {NAMES[kind]}"
         raise TextebmError(f"{option} {info.path}: {found}; expected {NEEDS[kind]}")
-    if info.kind in (CLASSIFIER, CLOZE):
+    if info.kind in (CLASSIFIER, CLOZE, ENERGY):
         if not (info.path / "model.safetensors").is_file():
             raise TextebmError(f"{option} {info.path}: no model.safetensors ({NAMES[kind]}'s weights); "
                                "the folder is incomplete")
@@ -231,6 +238,7 @@ def load_lm(name_or_path: str | Path, dtype: torch.dtype = torch.float32,
 
     from transformers import AutoModelForCausalLM
 
+    import textebm.models.gcnn  # noqa: F401  registers textebm's gated convolutional LM type
     from textebm.models.lm import ensure_special_tokens, read_meta
 
     path = find_model(name_or_path, CAUSAL_LM, option).path
@@ -382,3 +390,30 @@ def load_cloze(name_or_path: str | Path, dtype: torch.dtype | None = None,
     except LOAD_ERRORS as e:
         raise _load_error(option, path, e) from None
     return _with_weights(model, weights, option, SPEC_FILE, dtype, device), tokenizer
+
+
+def load_energy(name_or_path: str | Path, dtype: torch.dtype | None = None,
+                device: str | torch.device | None = None, option: str = "--model"):
+    """(energy module, EnergySpec, input tokenizer, shared vocabulary) in eval mode from a folder
+    written by `residual train` (RUN or RUN/model). The vocabulary is the input tokenizer itself
+    unless the energy re-tokenises (then vocab/)."""
+    from transformers import AutoConfig, AutoModel
+
+    from textebm.io import read_json_object
+    from textebm.models.seq_energy import SPEC_FILE, build_energy, spec_from_dict
+
+    path = find_model(name_or_path, ENERGY, option, ids=False).path
+    spec = spec_from_dict(read_json_object(path / SPEC_FILE, "energy description"), path / SPEC_FILE)
+    tokenizer = _tokenizer(option, path)
+    vocab = _tokenizer(option, path / "vocab") if spec.retokenize else tokenizer
+    try:
+        body = None
+        if spec.kind == "unitransf":
+            body = AutoModel.from_config(AutoConfig.from_pretrained(path, local_files_only=True))
+        elif spec.kind == "bitransf":
+            body = encoder_from_config(AutoConfig.from_pretrained(path, local_files_only=True))
+        with _quiet_transformers():
+            model = build_energy(spec, body)
+    except LOAD_ERRORS as e:
+        raise _load_error(option, path, e) from None
+    return _with_weights(model, path / "model.safetensors", option, SPEC_FILE, dtype, device), spec, tokenizer, vocab

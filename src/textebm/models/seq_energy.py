@@ -17,6 +17,9 @@ are shared by both systems.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
@@ -86,3 +89,88 @@ class BiTransfEnergy(nn.Module):
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
         return _head(h[:, 0], self.out)
+
+
+# ---------------------------------------------------------------- a saved energy: spec, build, save
+
+SPEC_FILE = "energy.json"
+
+
+@dataclass
+class EnergySpec:
+    """What `energy.json` records of a trained sequence energy (`residual train`)."""
+
+    kind: str  # linear | bilstm | unitransf | bitransf
+    vocab_size: int  # of the inputs the energy reads
+    length: int  # window length it was trained on (L)
+    embed: int = 0  # bilstm
+    hidden: int = 0  # bilstm
+    layers: int = 0  # bilstm
+    pad_id: int = 0
+    retokenize: bool = False  # reads its own tokenizer's ids: windows are decoded from the shared
+    #                           vocabulary (saved in vocab/) and re-tokenised (e.g. MiniLM WordPiece)
+    max_tokens: int = 0  # retokenize: cap on the re-tokenised length
+    init: str = ""  # what the body started from (provenance)
+
+
+def spec_from_dict(raw: dict, where) -> EnergySpec:
+    from textebm.errors import InputError
+
+    known = {f.name for f in dataclasses.fields(EnergySpec)}
+    try:
+        spec = EnergySpec(**{k: v for k, v in raw.items() if k in known})
+    except TypeError as e:
+        raise InputError(where, f"not an energy description: {e}") from None
+    if spec.kind not in KINDS:
+        raise InputError(where, f"kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
+    return spec
+
+
+def build_energy(spec: EnergySpec, body: nn.Module | None = None) -> nn.Module:
+    """The module of `spec`; transformer kinds wrap `body` (a LlamaModel / encoder)."""
+    if spec.kind == "linear":
+        return LinearEnergy(spec.vocab_size)
+    if spec.kind == "bilstm":
+        return BiLSTMEnergy(spec.vocab_size, spec.embed, spec.hidden, spec.layers, spec.pad_id)
+    if body is None:
+        raise ValueError(f"a {spec.kind} energy needs its transformer body")
+    return UniTransfEnergy(body) if spec.kind == "unitransf" else BiTransfEnergy(body)
+
+
+def body_of(model: nn.Module) -> nn.Module | None:
+    return getattr(model, "body", None) or getattr(model, "encoder", None)
+
+
+def save_energy(model: nn.Module, spec: EnergySpec, tokenizer, path, vocab=None) -> None:
+    """energy.json, model.safetensors, the input tokenizer, the body's config.json (transformer
+    kinds) and, for a re-tokenising energy, the shared vocabulary in vocab/."""
+    from pathlib import Path
+
+    from safetensors.torch import save_model
+
+    from textebm.io import write_json
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    body = body_of(model)
+    if body is not None:
+        body.config.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    if spec.retokenize:
+        vocab.save_pretrained(path / "vocab")
+    save_model(model, str(path / "model.safetensors"))
+    write_json(path / SPEC_FILE, dataclasses.asdict(spec))
+
+
+def encode_windows(seqs, spec: EnergySpec, tokenizer, vocab) -> dict:
+    """Energy inputs {input_ids (B, T), attention_mask (B, T)} of windows given as shared-vocabulary
+    ids: padded as they are, or (`spec.retokenize`) decoded and re-tokenised by the energy's own
+    tokenizer with its special tokens ([CLS] first), cut at `spec.max_tokens`."""
+    from textebm.data.batching import right_pad
+
+    if spec.retokenize:
+        enc = tokenizer(vocab.batch_decode([list(s) for s in seqs]), truncation=True, max_length=spec.max_tokens,
+                        padding=True, return_tensors="pt")
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+    ids, mask = right_pad([list(s) for s in seqs], spec.pad_id)  # (B, T)
+    return {"input_ids": ids, "attention_mask": mask}

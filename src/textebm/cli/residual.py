@@ -1,0 +1,65 @@
+"""residual: sequence energies that tell real from generated text (Bakhtin et al. 2019).
+
+  textebm residual train --train TRAIN.jsonl --val DEV.jsonl --vocab VOCAB --energy unitransf --out RUN
+  textebm residual fit --zeroshot fastdetectgpt --model LM --val DEV.jsonl --vocab VOCAB --out DET
+  textebm residual eval --model RUN --test TEST.jsonl
+  textebm residual score --model RUN --input texts.jsonl --out scores.jsonl
+  textebm residual threshold --model RUN --human human.txt --fpr 0.01 --out threshold.json
+  textebm residual matrix --config bench/residual/cpu.json --out runs/residual
+
+Negatives files come from `textebm negatives generate`. A detector (RUN of `residual train`, or
+DET of `residual fit` for a zero-shot one) carries its decision rule in detector.json: the
+threshold and the temperature fitted on validation windows, never on test.
+"""
+
+from textebm.residual.commands import EvalConfig, FitConfig, ScoreConfig, ThresholdConfig
+from textebm.residual.train import ResidualTrainConfig
+
+
+def train(cfg: ResidualTrainConfig) -> None:
+    """Train a sequence energy (linear, BiLSTM, UniTransf, BiTransf) against generated negatives."""
+    from textebm.residual.train import residual_train
+
+    m = residual_train(cfg)
+    print(f"{cfg.out}: validation " + ", ".join(f"{k}={v:.4g}" for k, v in m["rule"]["val"].items()))
+
+
+def fit(cfg: FitConfig) -> None:
+    """Fit a zero-shot detector's decision rule (loglik, Fast-DetectGPT, Binoculars) on validation windows."""
+    from textebm.residual.commands import fit_zeroshot
+
+    rule = fit_zeroshot(cfg)
+    print(f"{cfg.out}: validation " + ", ".join(f"{k}={v:.4g}" for k, v in rule["val"].items()))
+
+
+def evaluate(cfg: EvalConfig) -> None:
+    """Test metrics of a detector: class-balanced accuracy, AUROC, TPR at 1 % FPR, P@1."""
+    from textebm.residual.commands import evaluate_detector
+
+    m = evaluate_detector(cfg)
+    print(", ".join(f"{k}={v:.4g}" for k, v in m.items()))
+
+
+def score(cfg: ScoreConfig) -> None:
+    """Energy and calibrated P(machine-generated) of each text of a file."""
+    from textebm.residual.commands import score_texts
+
+    score_texts(cfg)
+
+
+def threshold(cfg: ThresholdConfig) -> None:
+    """Re-fit the threshold on your own human texts for a false-positive rate; report it held out."""
+    from textebm.residual.commands import refit_threshold
+
+    r = refit_threshold(cfg)
+    print(f"threshold {r['threshold']:.6g} for FPR {r['target_fpr']:g}: {r['fpr_fit']:.4f} on the {r['n_fit']} "
+          f"texts it was fitted on, {r['fpr_held_out']:.4f} on {r['n_held_out']} held-out texts; written to {cfg.out}")
+
+
+COMMANDS: dict = {
+    "train": (ResidualTrainConfig, train),
+    "fit": (FitConfig, fit),
+    "eval": (EvalConfig, evaluate),
+    "score": (ScoreConfig, score),
+    "threshold": (ThresholdConfig, threshold),
+}

@@ -1,0 +1,176 @@
+"""The `residual` commands besides training: fit a zero-shot detector's rule, evaluate a detector
+on test windows, score texts, and re-fit the threshold on a user's own human-written texts."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from textebm.errors import TextebmError
+from textebm.residual.detect import ZEROSHOT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class FitConfig:
+    zeroshot: str = field(metadata={"help": "zero-shot detector", "choices": list(ZEROSHOT)})
+    model: str = field(metadata={"help": "causal LM folder (loglik: the TRAINING generator's LM; binoculars: "
+                                         "the performer)"})
+    val: list[str] = field(metadata={"help": "negatives files of validation windows"})
+    vocab: str = field(metadata={"help": "tokenizer folder of the shared vocabulary of the windows"})
+    out: str = field(metadata={"help": "detector folder to write (detector.json)"})
+    observer: str = field(default="", metadata={"help": "binoculars: the observer LM (same tokenizer)"})
+    batch_size: int = field(default=32, metadata={"help": "windows per batch", "min": 1})
+    overwrite: bool = field(default=False, metadata={"help": "replace an earlier detector in --out"})
+
+
+@dataclass(kw_only=True)
+class EvalConfig:
+    model: str = field(metadata={"help": "detector folder (RUN of `residual train`, or of `residual fit`)"})
+    test: list[str] = field(metadata={"help": "negatives files of test windows (another generator's)"})
+    out: str = field(default="", metadata={"help": "write the metrics to this JSON file (default: print only)"})
+    batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
+
+
+@dataclass(kw_only=True)
+class ScoreConfig:
+    model: str = field(metadata={"help": "detector folder (RUN of `residual train`, or of `residual fit`)"})
+    input: str = field(metadata={"help": "texts: JSONL (`text`), CSV/TSV or plain text (one per line)"})
+    out: str = field(metadata={"help": "output JSONL: energy / score, P(machine-generated), decision"})
+    threshold: str = field(default="", metadata={"help": "a threshold file of `residual threshold` to decide "
+                                                         "with (default: the detector's own)"})
+    batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
+
+
+@dataclass(kw_only=True)
+class ThresholdConfig:
+    model: str = field(metadata={"help": "detector folder"})
+    human: str = field(metadata={"help": "your human-written texts (JSONL / CSV / text, one per line)"})
+    out: str = field(metadata={"help": "threshold JSON to write (use with `residual score --threshold`)"})
+    fpr: float = field(default=0.01, metadata={"help": "false-positive rate to aim for", "gt": 0, "lt": 1})
+    held_out: float = field(default=0.5, metadata={"help": "fraction of the human texts kept to check the "
+                                                           "rate reached", "gt": 0, "lt": 1})
+    seed: int = field(default=0, metadata={"help": "seed of the fit / held-out split", "min": 0})
+    batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
+
+
+def _windows(paths: list[str], option: str) -> list[dict]:
+    from textebm.residual.windows import read_window_file
+
+    rows = []
+    for p in paths:
+        if not Path(p).is_file():
+            raise TextebmError(f"{option} {p}: no such file; write one with `textebm negatives generate`")
+        rows.extend(read_window_file(p))
+    return rows
+
+
+def fit_zeroshot(cfg: FitConfig) -> dict:
+    """Fit a zero-shot detector's rule (sign for loglik, threshold, temperature) on validation."""
+    from textebm.models.load import CAUSAL_LM, find_model, load_tokenizer
+    from textebm.options import check_config
+    from textebm.outputs import check_output_dir, output_dir
+    from textebm.residual import detect
+
+    check_config(cfg)
+    check_output_dir(cfg.out, "residual fit", cfg.overwrite)
+    vocab = load_tokenizer(cfg.vocab, "--vocab")
+    rows = _windows(cfg.val, "--val")
+    model = str(find_model(cfg.model, CAUSAL_LM).path.resolve())
+    observer = str(find_model(cfg.observer, CAUSAL_LM, "--observer").path.resolve()) if cfg.observer else ""
+    scorer = detect.ZeroShotScorer(cfg.zeroshot, model, vocab, observer or None)
+    real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
+    rule = detect.fit_rule(real, fake.ravel(), fit_sign=cfg.zeroshot == "loglik")
+    with output_dir(cfg.out, "residual fit", cfg.overwrite) as tmp:
+        detect.write_rule(tmp / detect.RULE_FILE, {
+            "detector": cfg.zeroshot, "model": model, "observer": observer, "vocab": str(Path(cfg.vocab).resolve()),
+            "length": len(rows[0]["positive"]), "val": [str(Path(v).resolve()) for v in cfg.val]}, rule)
+    log.info("%s: validation balanced accuracy %.3f, AUROC %.3f", cfg.zeroshot, rule.val["balanced_accuracy"],
+             rule.val["auroc"])
+    return rule.as_dict()
+
+
+def evaluate_detector(cfg: EvalConfig) -> dict:
+    """Test metrics of a detector at its stored rule (accuracy, AUROC, TPR at 1 % FPR, P@1)."""
+    from textebm.io import write_json
+    from textebm.options import check_config
+    from textebm.outputs import check_output_file
+    from textebm.residual import detect
+
+    check_config(cfg)
+    if cfg.out:
+        check_output_file(cfg.out, cfg.overwrite)
+    rows = _windows(cfg.test, "--test")
+    scorer, rule, _ = detect.load_detector(cfg.model)
+    real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
+    out = detect.evaluate(rule, real, fake.ravel(), fake)
+    if cfg.out:
+        write_json(cfg.out, out)
+    return out
+
+
+def _texts(path: str) -> tuple[list[str], list[str]]:
+    from textebm.data.readers import example_id, read_examples
+
+    rows = read_examples(path)
+    return [example_id(r, i) for i, r in enumerate(rows)], [r["text"] for r in rows]
+
+
+def score_texts(cfg: ScoreConfig) -> Path:
+    """Energy (or zero-shot score), P(machine-generated) and the decision for each text."""
+    from textebm.io import atomic_write, read_json_object
+    from textebm.options import check_config
+    from textebm.outputs import check_output_file
+    from textebm.residual import detect
+
+    check_config(cfg)
+    check_output_file(cfg.out, cfg.overwrite)
+    ids, texts = _texts(cfg.input)
+    scorer, rule, info = detect.load_detector(cfg.model)
+    threshold, source = rule.threshold, "the detector's (best balanced accuracy on validation)"
+    if cfg.threshold:
+        t = read_json_object(cfg.threshold, "threshold file").get("threshold")
+        if not isinstance(t, (int, float)):
+            raise TextebmError(f"--threshold {cfg.threshold}: no numeric `threshold`; write one with "
+                               "`residual threshold`")
+        threshold, source = float(t), f"{cfg.threshold}"
+    vocab = scorer.vocab
+    wins, owner = detect.text_windows(texts, vocab, detect.scorer_length(scorer, info))
+    scores = detect.per_text(scorer.score_ids(wins, cfg.batch_size), owner, len(texts))
+    probs = rule.prob_generated(scores)
+    name = "energy" if info.get("detector") == "energy" else "score"
+    with atomic_write(cfg.out) as f:
+        for i, t, s, p in zip(ids, texts, scores, probs):
+            f.write(json.dumps({"id": i, name: float(s), "p_generated": float(p),
+                                "generated": bool(rule.sign * s > threshold)}) + "\n")
+    log.info("scored %d texts; decisions at threshold %.4g from %s; P(generated) calibrated on validation "
+             "windows (ECE %.4f)", len(texts), threshold, source, rule.val.get("ece", float("nan")))
+    return Path(cfg.out)
+
+
+def refit_threshold(cfg: ThresholdConfig) -> dict:
+    """Re-fit the decision threshold on your own human-written texts for a target false-positive
+    rate, and report the rate it reaches on a held-out part of them."""
+    from textebm.io import write_json
+    from textebm.options import check_config
+    from textebm.outputs import check_output_file
+    from textebm.residual import detect
+
+    check_config(cfg)
+    check_output_file(cfg.out, cfg.overwrite)
+    _, texts = _texts(cfg.human)
+    scorer, rule, info = detect.load_detector(cfg.model)
+    wins, owner = detect.text_windows(texts, scorer.vocab, detect.scorer_length(scorer, info))
+    scores = detect.per_text(scorer.score_ids(wins, cfg.batch_size), owner, len(texts))
+    out = detect.refit_threshold(scores, rule, cfg.fpr, cfg.seed, cfg.held_out)
+    out.update(model=str(Path(cfg.model).resolve()), human=str(Path(cfg.human).resolve()))
+    write_json(cfg.out, out)
+    return out

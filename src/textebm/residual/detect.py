@@ -1,0 +1,293 @@
+"""Detectors of generated text: scores of windows and texts, and the fitted decision rule.
+
+A score is "higher = more likely machine-generated" (`textebm.residual.metrics`):
+
+- a trained energy (`residual train`): the score is E(x) itself;
+- a zero-shot detector from causal LM folders (`textebm.residual.zeroshot`): `loglik` (the
+  log-likelihood baseline; its sign is fitted on validation), `fastdetectgpt`, `binoculars`
+  (observer and performer must share a tokenizer).
+
+Windows arrive as token ids of the shared vocabulary; a scorer whose model reads another
+vocabulary (MiniLM's WordPiece, SmolLM2's BPE) decodes them and re-tokenises the text.
+
+`fit_rule` turns validation scores into the stored decision rule: the sign, the threshold of best
+class-balanced accuracy, the threshold of a 1 % false-positive rate, and a temperature T so that
+P(generated | s) = σ(sign·(s − threshold) / T) is calibrated (temperature scaling of
+`textebm.calibration`, its ECE reported). Never fitted on test windows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from textebm.errors import TextebmError
+
+ZEROSHOT = ("loglik", "fastdetectgpt", "binoculars")
+RULE_FILE = "detector.json"
+
+
+# ---------------------------------------------------------------- scorers
+
+
+def _same_vocab(a, b) -> bool:
+    return a is b or a.get_vocab() == b.get_vocab()
+
+
+class EnergyScorer:
+    """E(x) of windows (shared-vocabulary ids) or texts, from a `residual train` model folder."""
+
+    def __init__(self, path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
+        from textebm.models.load import load_energy
+
+        self.model, self.spec, self.tokenizer, self.vocab = load_energy(path, dtype=dtype, device=device)
+        self.device = device
+
+    def score_ids(self, seqs: Sequence[Sequence[int]], batch_size: int = 64) -> np.ndarray:
+        return energies(self.model, self.spec, self.tokenizer, self.vocab, seqs, batch_size)
+
+
+@torch.no_grad()
+def energies(model, spec, tokenizer, vocab, seqs: Sequence[Sequence[int]], batch_size: int = 64) -> np.ndarray:
+    """E(x) (N,) float64 of windows given as shared-vocabulary ids, in length-sorted batches."""
+    from textebm.inference import batched
+    from textebm.models.seq_energy import encode_windows
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+
+    def fn(batch):
+        b = {k: v.to(device) for k, v in encode_windows(batch, spec, tokenizer, vocab).items()}
+        return model(b["input_ids"], b["attention_mask"]).double().cpu().tolist()
+
+    out = np.asarray(batched(list(seqs), [len(s) for s in seqs], batch_size, fn), dtype=np.float64)
+    model.train(was_training)
+    return out
+
+
+class ZeroShotScorer:
+    """A zero-shot detector's score of windows from causal LMs (see the module doc)."""
+
+    def __init__(self, method: str, model_path, vocab, observer_path=None, device="cpu",
+                 dtype: torch.dtype = torch.float32):
+        from textebm.models.load import load_lm
+        from textebm.models.lm import special_ids
+
+        if method not in ZEROSHOT:
+            raise TextebmError(f"unknown zero-shot detector {method!r}; choose one of {', '.join(ZEROSHOT)}")
+        if (method == "binoculars") != bool(observer_path):
+            raise TextebmError("binoculars needs --observer (a second LM with the same tokenizer); "
+                               "loglik and fastdetectgpt take none")
+        self.method, self.vocab, self.device = method, vocab, device
+        self.model, self.tokenizer, self.meta = load_lm(model_path, dtype=dtype, device=device)
+        self.sp = special_ids(self.tokenizer, self.meta)
+        self.observer = None
+        if observer_path:
+            self.observer, otok, ometa = load_lm(observer_path, dtype=dtype, device=device, option="--observer")
+            if not _same_vocab(otok, self.tokenizer) or ometa.direction != self.meta.direction:
+                raise TextebmError(f"--observer {observer_path}: binoculars needs an observer with the "
+                                   "performer's tokenizer and direction")
+        self.native = _same_vocab(self.tokenizer, vocab)
+
+    def _ids(self, seqs: Sequence[Sequence[int]]) -> list[list[int]]:
+        if self.native:
+            ids = [list(s) for s in seqs]
+        else:
+            ids = self.tokenizer(self.vocab.batch_decode([list(s) for s in seqs]), add_special_tokens=False)["input_ids"]
+        return [[self.sp.bos, *(s[::-1] if self.meta.direction == "r2l" else s)] for s in ids]
+
+    @torch.no_grad()
+    def score_ids(self, seqs: Sequence[Sequence[int]], batch_size: int = 32) -> np.ndarray:
+        from textebm.data.batching import right_pad
+        from textebm.inference import batched
+        from textebm.residual import zeroshot
+
+        def fn(batch):
+            ids, mask = right_pad(batch, self.sp.pad)  # (B, T)
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()  # (B, T-1, V)
+            targets, tmask = ids[:, 1:], mask[:, 1:].bool()  # (B, T-1)
+            if self.method == "loglik":
+                s = zeroshot.loglik(logits, targets, tmask)
+            elif self.method == "fastdetectgpt":
+                s = zeroshot.fast_detectgpt(logits, targets, tmask)
+            else:
+                obs = self.observer(input_ids=ids, attention_mask=mask).logits[:, :-1].float()  # (B, T-1, V)
+                s = zeroshot.binoculars(logits, obs, targets, tmask)
+            return s.cpu().tolist()
+
+        items = self._ids(seqs)
+        return np.asarray(batched(items, [len(s) for s in items], batch_size, fn), dtype=np.float64)
+
+
+def window_scores(score_ids, rows: list[dict], batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scores of the real windows (N,), of their negatives (N, k)) of negatives-file rows, by
+    `score_ids(seqs, batch_size)`."""
+    k = len(rows[0]["negatives"])
+    seqs = [s for r in rows for s in (r["positive"], *r["negatives"])]
+    s = np.asarray(score_ids(seqs, batch_size)).reshape(len(rows), 1 + k)
+    return s[:, 0], s[:, 1:]
+
+
+def text_windows(texts: Sequence[str], vocab, length: int) -> tuple[list[list[int]], list[int]]:
+    """Texts as windows of at most `length` shared-vocabulary tokens (consecutive, the last one
+    possibly shorter) and, for each window, the index of its text. An empty text is an error."""
+    ids = vocab(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+    wins, owner = [], []
+    for i, s in enumerate(ids):
+        if not s:
+            raise TextebmError(f"text {i + 1} is empty")
+        for a in range(0, len(s), length):
+            wins.append(s[a:a + length])
+            owner.append(i)
+    return wins, owner
+
+
+def per_text(scores: np.ndarray, owner: Sequence[int], n: int) -> np.ndarray:
+    """Mean window score of each of n texts."""
+    total, count = np.zeros(n), np.zeros(n)
+    np.add.at(total, np.asarray(owner), scores)
+    np.add.at(count, np.asarray(owner), 1)
+    return total / np.maximum(count, 1)
+
+
+# ---------------------------------------------------------------- the decision rule
+
+
+@dataclass
+class Rule:
+    """How scores become decisions and probabilities (stored in detector.json)."""
+
+    sign: int = 1  # +1: the score already means "generated"; -1: it is flipped (e.g. loglik)
+    threshold: float = 0.0  # best class-balanced accuracy on validation, on sign * score
+    temperature: float = 1.0
+    threshold_fpr: float = 0.0  # the 1 % false-positive threshold on validation (sign * score)
+    fpr: float = 0.01
+    val: dict = field(default_factory=dict)  # validation metrics of the fit
+
+    def oriented(self, scores) -> np.ndarray:
+        return self.sign * np.asarray(scores, dtype=np.float64)
+
+    def prob_generated(self, scores) -> np.ndarray:
+        """σ((sign·s − threshold) / T), in float64."""
+        z = (self.oriented(scores) - self.threshold) / self.temperature
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -700, 700)))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _two_class(z: np.ndarray) -> np.ndarray:
+    """Logits (N, 2) whose softmax gives σ(z) to class 1 ("generated")."""
+    return np.stack([-z / 2, z / 2], axis=1)
+
+
+def fit_rule(real_val, fake_val, fit_sign: bool = False, fpr: float = 0.01) -> Rule:
+    """The decision rule from validation scores of real and generated windows (module doc)."""
+    from textebm.calibration.calibrators import TemperatureScaling
+    from textebm.calibration.metrics import ece_toplabel
+    from textebm.residual import metrics
+
+    real, fake = np.asarray(real_val, dtype=np.float64), np.asarray(fake_val, dtype=np.float64)
+    sign = metrics.fit_sign(real, fake) if fit_sign else 1
+    r, f = sign * real, sign * fake
+    thr = metrics.best_threshold(r, f)
+    z = np.concatenate([r, f]) - thr
+    labels = np.concatenate([np.zeros(r.size, int), np.ones(f.size, int)])
+    ts = TemperatureScaling(t_min=1e-3, t_max=1e4).fit(_two_class(z), labels)
+    rule = Rule(sign=sign, threshold=thr, temperature=float(ts.temperature_), fpr=fpr,
+                threshold_fpr=metrics.threshold_at_fpr(r, fpr))
+    probs = rule.prob_generated(np.concatenate([real, fake]))
+    raw = Rule(sign=sign, threshold=thr).prob_generated(np.concatenate([real, fake]))  # T = 1
+    rule.val = {"balanced_accuracy": metrics.balanced_accuracy(r, f, thr), "auroc": metrics.auroc(r, f),
+                "ece": ece_toplabel(np.stack([1 - probs, probs], 1), labels),
+                "ece_before_scaling": ece_toplabel(np.stack([1 - raw, raw], 1), labels),
+                "n_real": int(r.size), "n_generated": int(f.size)}
+    return rule
+
+
+def evaluate(rule: Rule, real, fake, fake_by_window: np.ndarray | None = None) -> dict:
+    """Test metrics at the stored rule: class-balanced accuracy at its threshold, AUROC, the
+    true- and false-positive rates at its 1 % threshold, and P@1 when each real window's
+    negatives are given as rows of `fake_by_window` (N, k)."""
+    from textebm.residual import metrics
+
+    r, f = rule.oriented(real), rule.oriented(fake)
+    out = {"accuracy": metrics.balanced_accuracy(r, f, rule.threshold), "auroc": metrics.auroc(r, f),
+           f"tpr_at_{rule.fpr:g}_fpr": float((f > rule.threshold_fpr).mean()),
+           "fpr_reached": float((r > rule.threshold_fpr).mean()), "n_real": int(r.size), "n_generated": int(f.size)}
+    if fake_by_window is not None:
+        fw = rule.oriented(fake_by_window)
+        out["p_at_1"] = float((r < fw.min(1)).mean())
+    return out
+
+
+def refit_threshold(human_scores, rule: Rule, fpr: float, seed: int = 0, held_out: float = 0.5) -> dict:
+    """A threshold for `fpr` fitted on part of a user's human-written texts, and the false-positive
+    rate it reaches on the held-out rest (seeded split)."""
+    from textebm.residual import metrics
+
+    s = rule.oriented(human_scores)
+    if s.size < 4:
+        raise TextebmError(f"need at least 4 human texts to fit and check a threshold, got {s.size}")
+    perm = np.random.default_rng(seed).permutation(s.size)
+    n_hold = max(1, int(round(held_out * s.size)))
+    hold, fit = s[perm[:n_hold]], s[perm[n_hold:]]
+    thr = metrics.threshold_at_fpr(fit, fpr)
+    return {"threshold": thr, "target_fpr": fpr, "fpr_fit": float((fit > thr).mean()),
+            "fpr_held_out": float((hold > thr).mean()), "n_fit": int(fit.size), "n_held_out": int(hold.size),
+            "smallest_reachable_fpr": 1.0 / fit.size, "previous_threshold": rule.threshold_fpr}
+
+
+def write_rule(path, detector: dict, rule: Rule) -> None:
+    from textebm.io import write_json
+
+    write_json(path, {**detector, "rule": rule.as_dict()})
+
+
+def read_rule(path) -> tuple[dict, Rule]:
+    from textebm.errors import InputError
+    from textebm.io import read_json_object
+
+    raw = read_json_object(path, "detector description")
+    try:
+        rule = Rule(**raw["rule"])
+    except (KeyError, TypeError) as e:
+        raise InputError(path, f"no valid `rule`: {e}") from None
+    if not (math.isfinite(rule.threshold) and rule.temperature > 0):
+        raise InputError(path, "the rule's threshold must be finite and its temperature positive")
+    return raw, rule
+
+
+def load_detector(path, device="cpu", dtype: torch.dtype = torch.float32, option: str = "--model"):
+    """(scorer, Rule, detector.json contents) of a detector folder: a `residual train` run or a
+    `residual fit` folder of a zero-shot detector."""
+    from pathlib import Path
+
+    from textebm.models.load import load_tokenizer
+
+    folder = Path(path)
+    rule_file = folder / RULE_FILE
+    if not rule_file.is_file():
+        raise TextebmError(f"{option} {folder}: no {RULE_FILE}; expected a detector (a run of `residual train`, "
+                           "or a folder written by `residual fit`)")
+    info, rule = read_rule(rule_file)
+    if info.get("detector") == "energy":
+        return EnergyScorer(folder / info.get("model", "model"), device, dtype), rule, info
+    if info.get("detector") in ZEROSHOT:
+        vocab = load_tokenizer(info["vocab"], f"{rule_file}: vocab")
+        return ZeroShotScorer(info["detector"], info["model"], vocab, info.get("observer") or None, device,
+                              dtype), rule, info
+    from textebm.errors import InputError
+
+    raise InputError(rule_file, f"unknown detector {info.get('detector')!r}")
+
+
+def scorer_length(scorer, info: dict) -> int:
+    """The window length a detector's texts are cut into (its training windows' length)."""
+    return int(info.get("length") or getattr(getattr(scorer, "spec", None), "length", 0) or 64)

@@ -1,0 +1,210 @@
+"""`textebm residual train`: a sequence energy against LM-generated negatives (Bakhtin et al.
+2019, sec. 3-4), on the one training loop (checkpoints, resume, NaN stop).
+
+Data: files of `textebm negatives generate` (several --train files: their union, e.g. all
+corpora); --val files of held-out windows (the training generator's, never the test one's).
+Each batch holds B windows and their k negatives; the energy scores all B(1+k) windows, context
+and continuation together, and the loss is `textebm.losses.residual` (eq. 1's BCE with the worst,
+one random or all negatives, or appendix C's ranking loss).
+
+After training, validation windows fit the decision rule (`textebm.residual.detect.fit_rule`:
+threshold, 1 % false-positive threshold, temperature), written to RUN/detector.json beside
+RUN/model.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+
+from textebm.train import TrainOptions
+
+log = logging.getLogger(__name__)
+
+LOSSES = ("bce", "ranking")
+
+
+@dataclass(kw_only=True)
+class ResidualTrainConfig(TrainOptions):
+    COMMAND: ClassVar[str] = "residual train"
+    train: list[str] = field(metadata={"help": "negatives files of the training windows (several: their union)"})
+    val: list[str] = field(metadata={"help": "negatives files of held-out windows: evaluation and the "
+                                             "decision rule"})
+    vocab: str = field(metadata={"help": "tokenizer folder of the shared vocabulary the windows are in"})
+    energy: str = field(default="unitransf", metadata={"help": "energy function (sec. 4.3)",
+                                                       "choices": ["linear", "bilstm", "unitransf", "bitransf"]})
+    init: str = field(default="", metadata={
+        "help": "unitransf: a transformer LM in the shared vocabulary to start from (the paper's choice); "
+                "bitransf: an encoder (e.g. minilm-l6; windows are re-tokenised into its vocabulary); "
+                "default: from scratch"})
+    loss: str = field(default="bce", metadata={"help": "eq. 1 binary cross-entropy or appendix C ranking",
+                                               "choices": list(LOSSES)})
+    negatives: str = field(default="worst", metadata={
+        "help": "which negatives enter the loss: the lowest-energy one, one at random, or all k (table 7)",
+        "choices": ["worst", "random", "all"]})
+    margin: float = field(default=1.0, metadata={"help": "ranking loss margin (eq. 2: 1; figure 3: 0.1)",
+                                                 "min": 0})
+    layers: int = field(default=2, metadata={"help": "from scratch: transformer / LSTM layers", "min": 1})
+    width: int = field(default=128, metadata={"help": "from scratch: hidden size (bilstm: per direction)",
+                                              "min": 8})
+    heads: int = field(default=4, metadata={"help": "from scratch transformers: attention heads", "min": 1})
+    max_tokens: int = field(default=160, metadata={"help": "bitransf from an encoder: cap on re-tokenised "
+                                                           "window length", "min": 8})
+    eval_batch_size: int = field(default=128, metadata={"help": "windows per evaluation batch", "min": 1})
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
+
+    def check(self) -> None:
+        from textebm.errors import TextebmError
+        from textebm.options import refuse_unused
+
+        super().check()
+        if self.loss != "ranking":
+            refuse_unused(self, ["margin"], "with --loss bce")
+        if self.energy in ("linear",):
+            refuse_unused(self, ["layers", "width", "heads", "init"], "with --energy linear")
+        if self.energy == "bilstm":
+            refuse_unused(self, ["heads", "init"], "with --energy bilstm")
+        if self.init:
+            refuse_unused(self, ["layers", "width", "heads"], "with --init (the model's own size is used)")
+        if not (self.energy == "bitransf" and self.init):
+            refuse_unused(self, ["max_tokens"], "unless --energy bitransf starts from an encoder (--init)")
+        if self.energy in ("unitransf", "bitransf") and not self.init and self.width % self.heads:
+            raise TextebmError(f"--width {self.width} must be divisible by --heads {self.heads}")
+
+
+def build_energy_model(cfg: ResidualTrainConfig, vocab, length: int):
+    """(module, EnergySpec, input tokenizer) of a fresh or initialised energy."""
+    from textebm.errors import TextebmError
+    from textebm.models.build import SmallLMConfig, build_causal_lm, build_encoder
+    from textebm.models.seq_energy import EnergySpec, build_energy
+
+    pad = vocab.pad_token_id if vocab.pad_token_id is not None else 0
+    spec = EnergySpec(kind=cfg.energy, vocab_size=len(vocab), length=length, pad_id=pad, init=cfg.init)
+    tokenizer, body = vocab, None
+    if cfg.energy == "bilstm":
+        spec.embed, spec.hidden, spec.layers = cfg.width, cfg.width, cfg.layers
+    elif cfg.energy == "unitransf":
+        if cfg.init:
+            from textebm.models.load import load_lm
+
+            lm, tok, meta = load_lm(cfg.init, option="--init")
+            if not hasattr(lm, "model") or tok.get_vocab() != vocab.get_vocab():
+                raise TextebmError(f"--init {cfg.init}: unitransf starts from a transformer LM in the shared "
+                                   "vocabulary of --vocab (train one with `lm train --tokenizer VOCAB`)")
+            if meta.direction != "l2r":
+                log.warning("--init %s reads right to left; the energy reads windows left to right", cfg.init)
+            body = lm.model
+        else:
+            body = build_causal_lm(SmallLMConfig(cfg.layers, cfg.width, cfg.heads, context=length + 8), vocab,
+                                   seed=cfg.seed).model
+        body.config.architectures = [type(body).__name__]
+    elif cfg.energy == "bitransf":
+        if cfg.init:
+            from textebm.models.load import load_encoder
+
+            body, tokenizer = load_encoder(cfg.init, option="--init")
+            spec.retokenize = tokenizer.get_vocab() != vocab.get_vocab()
+            spec.max_tokens = cfg.max_tokens
+            spec.vocab_size = len(tokenizer)
+            spec.pad_id = tokenizer.pad_token_id or 0
+        else:
+            body = build_encoder(SmallLMConfig(cfg.layers, cfg.width, cfg.heads, context=length + 8), vocab,
+                                 seed=cfg.seed)
+            body.pooler = None  # the first position is pooled by the energy; an unused pooler breaks DDP
+    return build_energy(spec, body), spec, tokenizer
+
+
+class WindowBatcher:
+    """Rows of a negatives file -> {input_ids (B(1+k), T), attention_mask, k}, positives first."""
+
+    def __init__(self, spec, tokenizer, vocab):
+        self.spec, self.tokenizer, self.vocab = spec, tokenizer, vocab
+
+    def __call__(self, rows: list[dict]) -> dict:
+        from textebm.models.seq_energy import encode_windows
+
+        k = len(rows[0]["negatives"])
+        seqs = [s for r in rows for s in (r["positive"], *r["negatives"])]
+        return {**encode_windows(seqs, self.spec, self.tokenizer, self.vocab), "k": k}
+
+
+def residual_step(model, batch: dict, loss: str, negatives: str, margin: float) -> tuple[torch.Tensor, dict]:
+    """The loss of one batch and what to log (NCE accuracy, P@1)."""
+    from textebm.losses.residual import precision_at_1, ranking_loss, residual_bce
+
+    k = batch["k"]
+    e = model(batch["input_ids"], batch["attention_mask"]).float().view(-1, 1 + k)  # (B, 1+k)
+    e_pos, e_neg = e[:, 0], e[:, 1:]  # (B,), (B, k)
+    if loss == "bce":
+        out = residual_bce(e_pos, e_neg, negatives)
+        value, logs = out.loss, {"acc": float(out.accuracy)}
+    else:
+        value, logs = ranking_loss(e_pos, e_neg, margin, negatives), {}
+    logs["p_at_1"] = float(precision_at_1(e_pos.detach(), e_neg.detach()))
+    return value, logs
+
+
+def _read(paths: list[str], option: str) -> list[dict]:
+    from textebm.errors import TextebmError
+    from textebm.residual.windows import read_window_file
+
+    rows = []
+    for p in paths:
+        if not Path(p).is_file():
+            raise TextebmError(f"{option} {p}: no such file; write one with `textebm negatives generate`")
+        rows.extend(read_window_file(p))
+    return rows
+
+
+def residual_train(cfg: ResidualTrainConfig) -> dict:
+    """Train the energy, then fit and write its decision rule on the validation windows."""
+    from textebm.errors import TextebmError
+    from textebm.io import read_json
+    from textebm.models.load import load_tokenizer
+    from textebm.models.seq_energy import save_energy
+    from textebm.options import check_config
+    from textebm.residual import detect
+    from textebm.train import check_run_dir, options_dict, seed_everything, train
+
+    check_config(cfg)
+    check_run_dir(cfg, None)
+    vocab = load_tokenizer(cfg.vocab, "--vocab")
+    train_rows, val_rows = _read(cfg.train, "--train"), _read(cfg.val, "--val")
+    lengths = {len(r["positive"]) for r in train_rows + val_rows}
+    if max(t for r in train_rows + val_rows for t in r["positive"]) >= len(vocab):
+        raise TextebmError(f"--vocab {cfg.vocab}: the windows hold token ids beyond its {len(vocab)} entries; "
+                           "they were cut in another vocabulary")
+    seed_everything(cfg.seed)
+    model, spec, tokenizer = build_energy_model(cfg, vocab, max(lengths))
+    batcher = WindowBatcher(spec, tokenizer, vocab)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("%s energy: %.2fM parameters, %d training windows x (1 + %d negatives), %d validation windows",
+             cfg.energy, n_params / 1e6, len(train_rows), len(train_rows[0]["negatives"]), len(val_rows))
+
+    def evaluate(m):
+        from textebm.residual import metrics
+
+        real, fake = detect.window_scores(lambda seqs, b: detect.energies(m, spec, tokenizer, vocab, seqs, b),
+                                          val_rows, cfg.eval_batch_size)
+        thr = metrics.best_threshold(real, fake.ravel())
+        return {"val_balanced_accuracy": metrics.balanced_accuracy(real, fake.ravel(), thr),
+                "val_auroc": metrics.auroc(real, fake.ravel()), "val_p_at_1": float((real < fake.min(1)).mean())}
+
+    config = {**options_dict(cfg), "parameters": n_params, "spec": spec.__dict__}
+    metrics_ = train(cfg, config, model, train_rows, [len(r["positive"]) for r in train_rows], batcher,
+                     lambda m, b: residual_step(m, b, cfg.loss, cfg.negatives, cfg.margin),
+                     save_model=lambda m, d: save_energy(m, spec, tokenizer, d, vocab), evaluate=evaluate)
+    rule_file = Path(cfg.out) / detect.RULE_FILE
+    if not rule_file.is_file():  # also after a crash between the model and its rule
+        scorer = detect.EnergyScorer(Path(cfg.out) / "model")
+        real, fake = detect.window_scores(scorer.score_ids, val_rows, cfg.eval_batch_size)
+        rule = detect.fit_rule(real, fake.ravel())
+        detect.write_rule(rule_file, {"detector": "energy", "energy": cfg.energy, "model": "model",
+                                      "length": max(lengths), "val": [str(Path(v).resolve()) for v in cfg.val]}, rule)
+        log.info("decision rule on validation: balanced accuracy %.3f, AUROC %.3f, ECE %.4f (T = %.3g)",
+                 rule.val["balanced_accuracy"], rule.val["auroc"], rule.val["ece"], rule.temperature)
+    return {**metrics_, "rule": read_json(rule_file)["rule"]}

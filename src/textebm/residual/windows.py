@@ -1,0 +1,111 @@
+"""Windows of real text and where generation starts in them (Bakhtin et al. 2019, sec. 4.1-4.2).
+
+A corpus is split by document first (`textebm data prepare` does so), so no window of one split
+shares text with another. Each document's sentences, joined by spaces, are tokenised into one
+stream in the shared vocabulary and cut into windows of `length` tokens every `stride` tokens
+(the paper: L = 160, stride L/4 on small corpora and L on large ones). A window keeps a context
+of c tokens, c drawn with equal probability from `contexts` (the paper: 120 or 140 of 160; the CPU
+default 48 or 56 of 64), and a generator replaces the rest:
+
+    direction l2r (suffix completion):  window = context (first c) + generated (last L − c)
+    direction r2l (prefix completion):  window = generated (first L − c) + context (last c)
+
+Which windows are kept (`max_windows`, a seeded subset in document order) and each window's c
+depend only on the seed, the corpus, the split and the window's place, never on the generator,
+so the negatives of two generators share their positives and contexts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+from textebm.data.streams import starts
+
+DIRECTIONS = ("l2r", "r2l")
+
+
+@dataclass(frozen=True)
+class Window:
+    key: str  # "{corpus}/{split}/{doc}/{start}": unique and stable
+    corpus: str
+    split: str
+    doc: str
+    start: int  # token offset in the document's stream
+    ids: tuple[int, ...]  # the real window, `length` tokens
+    context_len: int  # c
+
+
+def seed_of(*parts) -> int:
+    """A 63-bit seed from any parts, stable across runs and machines."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little") >> 1
+
+
+def make_windows(streams: Sequence[tuple[str, list[int]]], corpus: str, split: str, length: int, stride: int,
+                 contexts: Sequence[int], seed: int, max_windows: int = 0) -> list[Window]:
+    """The windows of a split (see the module doc); `max_windows` > 0 keeps a seeded subset of
+    that many, in document order."""
+    if not contexts or any(not 0 < c < length for c in contexts):
+        raise ValueError(f"context lengths must lie strictly between 0 and the window length {length}, "
+                         f"got {list(contexts)}")
+    places = [(doc, s) for doc, ids in streams for s in starts(len(ids), length, stride)]
+    if max_windows and len(places) > max_windows:
+        keep = sorted(random.Random(seed_of(seed, corpus, split, "subset")).sample(range(len(places)), max_windows))
+        places = [places[i] for i in keep]
+    by_doc = dict(streams)
+    out = []
+    for doc, s in places:
+        c = contexts[random.Random(seed_of(seed, corpus, split, doc, s, "context")).randrange(len(contexts))]
+        out.append(Window(f"{corpus}/{split}/{doc}/{s}", corpus, split, doc, s,
+                          tuple(by_doc[doc][s:s + length]), c))
+    return out
+
+
+def context_ids(window: Window, direction: str) -> list[int]:
+    """The kept tokens in reading order: the first c (l2r) or the last c (r2l)."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be l2r or r2l, got {direction!r}")
+    c = window.context_len
+    return list(window.ids[:c]) if direction == "l2r" else list(window.ids[len(window.ids) - c:])
+
+
+def assemble(window: Window, direction: str, generated: Sequence[int]) -> list[int]:
+    """A negative window: the context kept as it is and `generated` (reading order) in the place
+    of the real continuation (suffix for l2r, prefix for r2l)."""
+    ctx = context_ids(window, direction)
+    return [*ctx, *generated] if direction == "l2r" else [*generated, *ctx]
+
+
+def generated_part(ids: Sequence[int], context_len: int, direction: str) -> list[int]:
+    """The part of a window that is not context (the continuation, reading order)."""
+    return list(ids[context_len:]) if direction == "l2r" else list(ids[:len(ids) - context_len])
+
+
+def read_window_file(path) -> list[dict]:
+    """The rows of a `negatives generate` file, checked: `positive` a list of token ids,
+    `negatives` a non-empty list of id lists, each as long as the positive, `context_len` and
+    `direction` present (InputError naming the file and line otherwise)."""
+    from textebm.errors import InputError
+    from textebm.io import iter_jsonl
+
+    rows = []
+    for lineno, row in iter_jsonl(path):
+        pos, negs = row.get("positive"), row.get("negatives")
+        if not (isinstance(pos, list) and pos and all(isinstance(t, int) for t in pos)):
+            raise InputError(path, "`positive` must be a non-empty list of token ids "
+                                   "(a file written by `textebm negatives generate`)", lineno)
+        if not (isinstance(negs, list) and negs and all(isinstance(n, list) and len(n) == len(pos)
+                                                         and all(isinstance(t, int) for t in n) for n in negs)):
+            raise InputError(path, "`negatives` must be a non-empty list of id lists as long as the positive",
+                             lineno)
+        if row.get("direction") not in DIRECTIONS or not isinstance(row.get("context_len"), int):
+            raise InputError(path, "missing `direction` (l2r / r2l) or `context_len`", lineno)
+        rows.append(row)
+    if not rows:
+        raise InputError(path, "no windows in the file")
+    k = {len(r["negatives"]) for r in rows}
+    if len(k) != 1:
+        raise InputError(path, f"windows have different numbers of negatives ({sorted(k)})")
+    return rows
