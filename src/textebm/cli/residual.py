@@ -13,6 +13,7 @@ threshold and the temperature fitted on validation windows, never on test.
 """
 
 from textebm.residual.commands import EvalConfig, FitConfig, ScoreConfig, ThresholdConfig
+from textebm.residual.matrix import MatrixConfig
 from textebm.residual.train import ResidualTrainConfig
 
 
@@ -56,10 +57,20 @@ def threshold(cfg: ThresholdConfig) -> None:
           f"texts it was fitted on, {r['fpr_held_out']:.4f} on {r['n_held_out']} held-out texts; written to {cfg.out}")
 
 
+def matrix(cfg: MatrixConfig) -> None:
+    """The generalisation tables as a config: every cell cached; results.json, tables.md, heatmaps."""
+    from textebm.residual.matrix import run_matrix
+
+    summary = run_matrix(cfg)
+    if summary:
+        print(f"{len(summary['cells'])} cells; tables in {cfg.out}/tables.md")
+
+
 COMMANDS: dict = {
     "train": (ResidualTrainConfig, train),
     "fit": (FitConfig, fit),
     "eval": (EvalConfig, evaluate),
     "score": (ScoreConfig, score),
     "threshold": (ThresholdConfig, threshold),
+    "matrix": (MatrixConfig, matrix),
 }

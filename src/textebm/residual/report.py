@@ -1,0 +1,147 @@
+"""The matrix's report: Markdown tables per slice, heatmaps, and the plan with its estimated CPU
+time (from per-unit rates measured by bench/bench_residual.py, or the config's `rates`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+# Seconds per unit on one CPU thread (AVX512 + avx512_bf16 EPYC, fp32 inference / bf16 training),
+# measured by bench/bench_residual.py; a config's "rates" overrides them.
+DEFAULT_RATES = {"generator_step": 0.30, "negative_window": 0.004, "foreign_negative_window": 0.25,
+                 "energy_step": {"linear": 0.01, "bilstm": 0.12, "unitransf": 0.15, "bitransf": 0.15,
+                                 "bitransf-init": 2.5},
+                 "eval_window": 0.002}
+
+
+def _fmt(r: dict | None) -> str:
+    return "–" if r is None else f"{100 * r['accuracy']:.1f} ({r['auroc']:.3f})"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _heatmap(title: str, rows: list[str], cols: list[str], values, path: Path) -> None:
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from textebm.io import atomic_write
+
+    v = np.array(values, dtype=float)
+    fig = Figure(figsize=(1.6 + 1.1 * len(cols), 1.2 + 0.5 * len(rows)))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    im = ax.imshow(v, vmin=0.5, vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel("test")
+    ax.set_ylabel("train")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            if np.isfinite(v[i, j]):
+                ax.text(j, i, f"{100 * v[i, j]:.1f}", ha="center", va="center",
+                        color="white" if v[i, j] < 0.8 else "black", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.05)
+    fig.tight_layout()
+    with atomic_write(path, "wb", encoding=None) as f:
+        fig.savefig(f, format="png", dpi=120)
+
+
+def write_report(summary: dict, out: Path) -> Path:
+    """tables.md (accuracy % and AUROC per cell, grouped per slice) and a heatmap per matrix."""
+    from textebm.io import atomic_write
+
+    by_table: dict[str, list[dict]] = defaultdict(list)
+    for r in summary["cells"]:
+        by_table[r["table"]].append(r)
+    kinds = {t.get("name", t["kind"]): t["kind"] for t in summary["config"]["tables"]}
+    parts = ["# Real vs generated: the matrix\n",
+             "Class-balanced accuracy % at the threshold fitted on validation (AUROC in brackets); "
+             "test negatives come from another seed of the generator (or another generator).\n"]
+    for name, cells in by_table.items():
+        kind = kinds.get(name, name)
+        parts.append(f"\n## {name} ({kind})\n")
+        if kind in ("cross-arch", "cross-corpus"):
+            trains = list(dict.fromkeys(c["train"] for c in cells))
+            tests = list(dict.fromkeys(c["test"] for c in cells))
+            get = {(c["train"], c["test"]): c for c in cells}
+            parts.append(_table(["train \\ test", *tests], [[tr, *(_fmt(get.get((tr, te))) for te in tests)]
+                                                           for tr in trains]))
+            safe = name.replace("/", "-").replace(" ", "_")
+            _heatmap(f"{name}: accuracy %", trains, tests,
+                     [[get[(tr, te)]["accuracy"] if (tr, te) in get else float("nan") for te in tests] for tr in trains],
+                     out / f"heatmap-{safe}.png")
+            parts.append(f"\n![{name}](heatmap-{safe}.png)\n")
+        else:
+            cols = list(dict.fromkeys(c["test"] for c in cells))
+            rows = list(dict.fromkeys((c["detector"], c["negatives"] if kind == "negatives" else "", c["train"]
+                                       if kind == "unseen" else "") for c in cells))
+            get = {(c["detector"], c["negatives"] if kind == "negatives" else "",
+                    c["train"] if kind == "unseen" else "", c["test"]): c for c in cells}
+            label = lambda r: " ".join(x for x in r if x)
+            parts.append(_table(["detector", *cols], [[label(r), *(_fmt(get.get((*r, col))) for col in cols)]
+                                                      for r in rows]))
+            tpr = [c for c in cells if any(k.startswith("tpr_at_") for k in c)]
+            if tpr:
+                key = next(k for k in tpr[0] if k.startswith("tpr_at_"))
+                parts.append(f"\n\nTrue-positive rate at the validation threshold for 1 % false positives "
+                             f"({key}; the false-positive rate it reached on test in brackets):\n")
+                parts.append(_table(["detector", *cols], [[label(r), *(
+                    f"{100 * g[key]:.1f} ({100 * g['fpr_reached']:.1f})" if (g := get.get((*r, col))) else "–"
+                    for col in cols)] for r in rows]))
+        parts.append("\n")
+    path = out / "tables.md"
+    with atomic_write(path) as f:
+        f.write("\n".join(parts))
+    return path
+
+
+def plan_report(matrix, cells, left) -> str:
+    """The work a run would still do and its estimated CPU time."""
+    from textebm.residual.detect import ZEROSHOT
+    from textebm.train import run_completed
+
+    cfg = matrix.cfg
+    rates = {**DEFAULT_RATES, **cfg.get("rates", {})}
+    gens, negs, energies, zs = set(), set(), set(), set()
+    for c in left:
+        for side, splits in ((c.train, ("train", "dev")), (c.test, ("test",))):
+            for corpus in side.corpora:
+                for split in splits:
+                    if c.detector in ZEROSHOT and split == "train":
+                        continue
+                    if not matrix.negatives(corpus, side.generator, side.direction, split).is_file():
+                        negs.add((corpus, side.generator, side.direction, split))
+                        seed = 1 if split == "test" else 0
+                        if not matrix.foreign(side.generator) and not run_completed(
+                                matrix.gen(corpus, side.generator, side.direction, seed)):
+                            gens.add((corpus, side.generator, side.direction, seed))
+        if c.detector in ZEROSHOT:
+            zs.add((c.detector, c.train))
+        elif not run_completed(matrix.energy_dir(c.detector, c.train, c.negatives)):
+            energies.add((c.detector, c.train, c.negatives))
+    w = cfg["windows"]
+    t_gen = sum(cfg["generators"][g].get("steps", 300) * rates["generator_step"] for _, g, _, _ in gens)
+    t_neg = sum(w["max_windows"].get(s, 1000) * w["k"] / 3 * (rates["foreign_negative_window"] if matrix.foreign(g)
+                                                              else rates["negative_window"]) for _, g, _, s in negs)
+    t_en = 0.0
+    for e, _, _ in energies:
+        spec = cfg["energies"][e]
+        kind = spec["energy"] + ("-init" if spec["energy"] == "bitransf" and spec.get("init") else "")
+        t_en += spec.get("steps", 300) * rates["energy_step"].get(kind, 0.2)
+    t_eval = len(left) * w["max_windows"].get("test", 500) * (1 + w["k"]) * rates["eval_window"]
+    total = t_gen + t_neg + t_en + t_eval
+    return "\n".join([
+        f"{len(cells)} cells, {len(cells) - len(left)} cached, {len(left)} to run",
+        f"  generators to train: {len(gens):3d}   ~{t_gen / 60:6.1f} min",
+        f"  negatives files:     {len(negs):3d}   ~{t_neg / 60:6.1f} min",
+        f"  energies to train:   {len(energies):3d}   ~{t_en / 60:6.1f} min",
+        f"  zero-shot fits:      {len(zs):3d}",
+        f"  cell evaluations:    {len(left):3d}   ~{t_eval / 60:6.1f} min",
+        f"estimated CPU time: {total / 3600:.2f} h on one thread (rates: bench/bench_residual.py; "
+        "override with the config's \"rates\")"])
