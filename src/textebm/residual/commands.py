@@ -133,8 +133,8 @@ def score_texts(cfg: ScoreConfig) -> Path:
 
     check_config(cfg)
     check_output_file(cfg.out, cfg.overwrite)
-    ids, texts = _texts(cfg.input)
     scorer, rule, info = detect.load_detector(cfg.model)
+    ids, texts = _texts(cfg.input)
     threshold, source = rule.threshold, "the detector's (best balanced accuracy on validation)"
     if cfg.threshold:
         t = read_json_object(cfg.threshold, "threshold file").get("threshold")
@@ -166,8 +166,8 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
 
     check_config(cfg)
     check_output_file(cfg.out, cfg.overwrite)
-    _, texts = _texts(cfg.human)
     scorer, rule, info = detect.load_detector(cfg.model)
+    _, texts = _texts(cfg.human)
     wins, owner = detect.text_windows(texts, scorer.vocab, detect.scorer_length(scorer, info))
     scores = detect.per_text(scorer.score_ids(wins, cfg.batch_size), owner, len(texts))
     out = detect.refit_threshold(scores, rule, cfg.fpr, cfg.seed, cfg.held_out)

@@ -1,0 +1,387 @@
+"""Real-vs-generated detection (Bakhtin et al. 2019) end to end on a tiny corpus: the gated
+convolutional LM, windows, negatives, `residual train | fit | eval | score | threshold`, the
+matrix and its cache, and their errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from textebm.cli import main
+
+WORDS = ("the nation shall build roads and schools for every citizen while congress votes on the "
+         "budget of war and peace in our time").split()
+
+
+def _doc(rng: random.Random, n: int) -> list[str]:
+    """Sentences that walk WORDS in order from a random start: strongly predictable text."""
+    out = []
+    for _ in range(n):
+        s = rng.randrange(len(WORDS))
+        out.append(" ".join(WORDS[(s + i) % len(WORDS)] for i in range(rng.randint(6, 12))) + ".")
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A dataset folder split by document, a shared BPE vocabulary, and tiny l2r / r2l generators
+    (transformer and gated conv) trained for a few steps by `lm train`."""
+    from textebm.data.layout import write_dataset
+    from textebm.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("residual")
+    rng = random.Random(0)
+    splits = {split: [{"text": t, "doc": f"{split}-doc{d}"} for d in range(n) for t in _doc(rng, 12)]
+              for split, n in (("train", 12), ("dev", 4), ("test", 4))}
+    write_dataset(root / "data", splits, {"name": "toy"})
+    tok = train_tokenizer([r["text"] for rows in splits.values() for r in rows], vocab_size=300)
+    tok.save_pretrained(root / "vocab")
+    gens = {}
+    for arch, direction, seed in (("transformer", "l2r", 0), ("transformer", "r2l", 0), ("transformer", "l2r", 1),
+                                  ("gcnn", "l2r", 0)):
+        out = root / f"gen-{arch}-{direction}-{seed}"
+        extra = ["--heads", "2"] if arch == "transformer" else ["--kernel", "3"]
+        assert main(["lm", "train", "--data", str(root / "data"), "--tokenizer", str(root / "vocab"), "--arch", arch,
+                     "--layers", "1", "--width", "32", *extra, "--context", "48", "--chunk", "32", "--max-steps", "3",
+                     "--batch-size", "8", "--lr", "3e-3", "--direction", direction, "--seed", str(seed),
+                     "--out", str(out), "--no-progress", "--eval-split", ""]) == 0
+        gens[(arch, direction, seed)] = out
+    return {"root": root, "data": root / "data", "vocab": root / "vocab", "gens": gens}
+
+
+def _negatives(corpus, split: str, gen, out: Path, *extra) -> list[dict]:
+    rc = main(["negatives", "generate", "--data", str(corpus["data"]), "--generator", str(gen),
+               "--vocab", str(corpus["vocab"]), "--split", split, "--length", "24", "--contexts", "16", "20",
+               "--stride", "8", "--k", "2", "--out", str(out), "--no-progress", *extra])
+    assert rc == 0
+    return [json.loads(x) for x in out.read_text().splitlines()]
+
+
+# ---------------------------------------------------------------- the gated convolutional LM
+
+
+def test_gcnn_cached_sampling_equals_recomputation_and_is_causal(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from textebm.lm.generate import generate
+    from textebm.models.gcnn import build_gcnn
+
+    m = build_gcnn(40, 16, 2, 3, 64, pad=0, bos=2, eos=3, seed=1).eval()
+    ctx = [[2, 5, 6, 7], [2, 9], [2, 10, 11, 12, 13, 14]]
+    gens = lambda: [torch.Generator().manual_seed(i) for i in range(3)]
+    fast = generate(m, ctx, [6, 6, 6], gens(), 3, 0, 8, use_cache=True)
+    slow = generate(m, ctx, [6, 6, 6], gens(), 3, 0, 8, use_cache=False)
+    assert [g.tokens for g in fast] == [g.tokens for g in slow]
+    assert np.allclose([g.logprob for g in fast], [g.logprob for g in slow], atol=1e-5)
+    x = torch.tensor([[2, 5, 6, 7, 8, 9]])
+    y = x.clone()
+    y[0, 4:] = torch.tensor([30, 31])
+    with torch.no_grad():
+        a, b = m(x).logits, m(y).logits
+    assert torch.equal(a[:, :4], b[:, :4]) and not torch.equal(a[:, 4:], b[:, 4:])  # the future is unseen
+    # left padding changes nothing for the real tokens
+    pad = torch.tensor([[0, 0, 2, 5, 6, 7]])
+    with torch.no_grad():
+        padded = m(pad, attention_mask=torch.tensor([[0, 0, 1, 1, 1, 1]])).logits
+    assert torch.allclose(padded[:, 2:], m(x[:, :4]).logits, atol=1e-5)
+    m.save_pretrained(tmp_path)
+    again = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert torch.equal(again(x).logits, m(x).logits)
+
+
+def test_lm_train_gcnn_learns_and_loads(corpus):
+    from textebm.models.load import folder_kind, load_lm
+
+    run = corpus["gens"][("gcnn", "l2r", 0)]
+    assert folder_kind(run) == "causal-lm"
+    model, _, meta = load_lm(run)
+    assert type(model).__name__ == "GatedConvForCausalLM" and meta.direction == "l2r"
+    hist = json.loads((run / "metrics.json").read_text())["train"]
+    assert hist["steps"] == 3
+
+
+# ---------------------------------------------------------------- windows and negatives
+
+
+def test_windows_strides_contexts_and_splits():
+    from textebm.data.streams import starts
+    from textebm.residual.windows import assemble, context_ids, generated_part, make_windows
+
+    assert list(starts(10, 4, 2)) == [0, 2, 4, 6] and list(starts(3, 4, 1)) == []
+    streams = [("d1", list(range(100, 120))), ("d2", list(range(200, 205)))]
+    wins = make_windows(streams, "c", "dev", 8, 4, [5, 6], seed=0)
+    assert [w.start for w in wins] == [0, 4, 8, 12] and all(w.doc == "d1" for w in wins)  # d2 is too short
+    for w in wins:
+        assert list(w.ids) == list(range(100 + w.start, 108 + w.start)) and w.context_len in (5, 6)
+        assert w.key == f"c/dev/d1/{w.start}"
+    assert {w.context_len for w in make_windows([("d", list(range(400)))], "c", "dev", 8, 1, [5, 6], 0)} == {5, 6}
+    w = wins[0]
+    assert context_ids(w, "l2r") == list(w.ids[:w.context_len])
+    assert context_ids(w, "r2l") == list(w.ids[-w.context_len:])
+    gen = [1] * (8 - w.context_len)
+    assert assemble(w, "r2l", gen)[:len(gen)] == gen and generated_part(assemble(w, "l2r", gen), w.context_len, "l2r") == gen
+    sub = make_windows(streams, "c", "dev", 8, 1, [5], seed=3, max_windows=5)
+    assert len(sub) == 5 and [x.start for x in sub] == sorted(x.start for x in sub)
+    assert sub == make_windows(streams, "c", "dev", 8, 1, [5], seed=3, max_windows=5)  # seeded
+
+
+def test_negatives_keep_the_context_and_replace_only_the_rest(corpus, tmp_path):
+    data_docs = {json.loads(x)["doc"] for x in (corpus["data"] / "dev.jsonl").read_text().splitlines()}
+    for direction in ("l2r", "r2l"):
+        rows = _negatives(corpus, "dev", corpus["gens"][("transformer", direction, 0)], tmp_path / f"{direction}.jsonl")
+        assert rows and all(r["doc"] in data_docs and r["split"] == "dev" for r in rows)  # no window crosses a split
+        for r in rows:
+            c, pos = r["context_len"], r["positive"]
+            assert r["direction"] == direction and len(r["negatives"]) == 2 and r["top_k"] == 10
+            for neg in r["negatives"]:
+                assert len(neg) == len(pos) == 24
+                if direction == "l2r":
+                    assert neg[:c] == pos[:c]
+                else:
+                    assert neg[len(pos) - c:] == pos[len(pos) - c:]
+            assert any(neg != pos for neg in r["negatives"])
+
+
+def test_negatives_are_resumable_and_independent_of_the_batch(corpus, tmp_path):
+    gen = corpus["gens"][("transformer", "l2r", 0)]
+    full = _negatives(corpus, "dev", gen, tmp_path / "a.jsonl", "--batch-size", "64")
+    out = tmp_path / "b.jsonl"
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text("".join(json.dumps(r) + "\n" for r in full[:3]) + '{"key": "torn')
+    again = _negatives(corpus, "dev", gen, out, "--batch-size", "4")
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "neg_logq"} for r in rows]
+    assert strip(again) == strip(full)  # the same tokens; log q up to fp32 rounding of another batch
+    assert np.allclose([r["neg_logq"] for r in again], [r["neg_logq"] for r in full], atol=1e-4)
+
+
+def test_foreign_generator_is_retokenised_and_cut_to_the_exact_length(corpus, tmp_path):
+    """A generator with its own vocabulary (as SmolLM2): context ids unchanged, L - c shared tokens."""
+    from textebm.models.build import SmallLMConfig, build_causal_lm
+    from textebm.models.lm import LMMeta, ensure_special_tokens, save_lm
+    from textebm.tokenizer import train_tokenizer
+
+    texts = [json.loads(x)["text"] for x in (corpus["data"] / "train.jsonl").read_text().splitlines()]
+    tok = train_tokenizer(texts, vocab_size=280)
+    meta = ensure_special_tokens(tok)
+    save_lm(build_causal_lm(SmallLMConfig(1, 32, 2, context=256), tok, seed=0), tok, meta, tmp_path / "foreign")
+    rows = _negatives(corpus, "dev", tmp_path / "foreign", tmp_path / "f.jsonl")
+    assert rows and all(r["foreign_vocab"] and r["neg_logq"] == [None, None] for r in rows)
+    for r in rows:
+        c = r["context_len"]
+        assert all(len(n) == 24 and n[:c] == r["positive"][:c] for n in r["negatives"])
+
+
+# ---------------------------------------------------------------- training, rules, scoring
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    root = tmp_path_factory.mktemp("residual_runs")
+    gen = corpus["gens"][("transformer", "l2r", 0)]
+    files = {s: root / f"{s}.jsonl" for s in ("train", "dev")}
+    for s, f in files.items():
+        _negatives(corpus, s, gen, f)
+    _negatives(corpus, "test", gen, root / "test.jsonl")  # held-out windows, the training generator's
+    run = root / "linear"
+    assert main(["residual", "train", "--train", str(files["train"]), "--val", str(files["dev"]), "--vocab",
+                 str(corpus["vocab"]), "--energy", "linear", "--max-steps", "40", "--batch-size", "8", "--lr", "0.05",
+                 "--out", str(run), "--no-progress"]) == 0
+    return {"root": root, "run": run, **files, "test": root / "test.jsonl"}
+
+
+def test_residual_train_learns_to_tell_real_from_generated(trained, capsys):
+    rule = json.loads((trained["run"] / "detector.json").read_text())
+    # an almost untrained generator writes near-random tokens: a trained energy separates them
+    assert rule["rule"]["val"]["balanced_accuracy"] > 0.8 and rule["detector"] == "energy"
+    assert main(["residual", "eval", "--model", str(trained["run"]), "--test", str(trained["test"]),
+                 "--out", str(trained["root"] / "eval.json")]) == 0
+    m = json.loads((trained["root"] / "eval.json").read_text())
+    assert m["accuracy"] > 0.8 and m["auroc"] > 0.85 and m["p_at_1"] > 0.8
+
+
+@pytest.mark.parametrize("energy,extra", [("bilstm", ["--width", "16"]),
+                                          ("unitransf", ["--layers", "1", "--width", "32", "--heads", "2"]),
+                                          ("bitransf", ["--layers", "1", "--width", "32", "--heads", "2"])])
+def test_every_energy_trains_saves_and_loads_back(corpus, trained, tmp_path, energy, extra):
+    from textebm.residual.detect import EnergyScorer
+
+    run = tmp_path / energy
+    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+                 str(corpus["vocab"]), "--energy", energy, *extra, "--max-steps", "2", "--batch-size", "4",
+                 "--out", str(run), "--no-progress"]) == 0
+    rows = [json.loads(x) for x in trained["dev"].read_text().splitlines()][:3]
+    scorer = EnergyScorer(run)
+    s = scorer.score_ids([r["positive"] for r in rows])
+    assert s.shape == (3,) and np.isfinite(s).all()
+
+
+def test_unitransf_starts_from_the_lm_and_bitransf_from_an_encoder(corpus, trained, tmp_path, classify_fixture):
+    from textebm.residual.detect import EnergyScorer
+
+    run = tmp_path / "uni"
+    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+                 str(corpus["vocab"]), "--energy", "unitransf", "--init", str(corpus["gens"][("transformer", "l2r", 0)]),
+                 "--max-steps", "1", "--lr", "1e-9", "--out", str(run), "--no-progress"]) == 0
+    from textebm.models.load import load_lm
+
+    lm, _, _ = load_lm(corpus["gens"][("transformer", "l2r", 0)])
+    scorer = EnergyScorer(run)
+    w = lm.model.embed_tokens.weight
+    assert torch.allclose(scorer.model.body.embed_tokens.weight, w, atol=1e-4)
+    # an encoder with its own (WordPiece) vocabulary: windows are decoded and re-tokenised
+    enc = tmp_path / "enc"
+    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+                 str(corpus["vocab"]), "--energy", "bitransf", "--init", str(classify_fixture / "encoder"),
+                 "--max-tokens", "40", "--max-steps", "1", "--out", str(enc), "--no-progress"]) == 0
+    spec = json.loads((enc / "model" / "energy.json").read_text())
+    assert spec["retokenize"] and (enc / "model" / "vocab" / "tokenizer.json").is_file()
+    sc = EnergyScorer(enc)
+    rows = [json.loads(x) for x in trained["dev"].read_text().splitlines()][:2]
+    from textebm.models.seq_energy import encode_windows
+
+    batch = encode_windows([r["positive"] for r in rows], sc.spec, sc.tokenizer, sc.vocab)
+    want = sc.tokenizer(sc.vocab.decode(rows[0]["positive"]), truncation=True, max_length=40)["input_ids"]
+    assert batch["input_ids"][0, :len(want)].tolist() == want and sc.vocab.get_vocab() != sc.tokenizer.get_vocab()
+    assert np.isfinite(sc.score_ids([r["positive"] for r in rows])).all()
+
+
+def test_zeroshot_fit_and_score_with_a_calibrated_probability(corpus, trained, tmp_path):
+    det = tmp_path / "fd"
+    gen = corpus["gens"][("transformer", "l2r", 0)]
+    assert main(["residual", "fit", "--zeroshot", "fastdetectgpt", "--model", str(gen), "--val", str(trained["dev"]),
+                 "--vocab", str(corpus["vocab"]), "--out", str(det)]) == 0
+    info = json.loads((det / "detector.json").read_text())
+    assert info["rule"]["sign"] == 1 and info["rule"]["temperature"] > 0
+    texts = tmp_path / "t.jsonl"
+    texts.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["the nation shall build roads.", "x y z q"]))
+    for model in (det, trained["run"]):
+        out = tmp_path / f"{model.name}.jsonl"
+        assert main(["residual", "score", "--model", str(model), "--input", str(texts), "--out", str(out)]) == 0
+        rows = [json.loads(x) for x in out.read_text().splitlines()]
+        assert len(rows) == 2 and all(0 <= r["p_generated"] <= 1 for r in rows)
+
+
+def test_binoculars_needs_an_observer_with_the_same_tokenizer(corpus, trained, tmp_path):
+    gens = corpus["gens"]
+    assert main(["residual", "fit", "--zeroshot", "binoculars", "--model", str(gens[("gcnn", "l2r", 0)]),
+                 "--observer", str(gens[("transformer", "l2r", 0)]), "--val", str(trained["dev"]),
+                 "--vocab", str(corpus["vocab"]), "--out", str(tmp_path / "b")]) == 0
+    assert main(["residual", "fit", "--zeroshot", "binoculars", "--model", str(gens[("gcnn", "l2r", 0)]),
+                 "--val", str(trained["dev"]), "--vocab", str(corpus["vocab"]), "--out", str(tmp_path / "c")]) == 2
+    assert not (tmp_path / "c").exists()
+
+
+def test_refitted_threshold_reaches_its_false_positive_rate_on_held_out_human_texts(corpus, trained, tmp_path):
+    from textebm.residual.detect import Rule, refit_threshold
+
+    rng = np.random.default_rng(0)
+    human = rng.normal(size=4000)
+    r = refit_threshold(human, Rule(), fpr=0.05, seed=1)
+    assert r["fpr_fit"] <= 0.05 and abs(r["fpr_held_out"] - 0.05) < 0.015
+    texts = tmp_path / "human.txt"  # the held-out human sentences of the fixture
+    texts.write_text("".join(json.loads(x)["text"] + "\n" for x in (corpus["data"] / "test.jsonl").read_text().splitlines()))
+    out = tmp_path / "thr.json"
+    assert main(["residual", "threshold", "--model", str(trained["run"]), "--human", str(texts), "--fpr", "0.1",
+                 "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["fpr_fit"] <= 0.1 and got["n_fit"] + got["n_held_out"] == len(texts.read_text().splitlines())
+    scored = tmp_path / "s.jsonl"
+    assert main(["residual", "score", "--model", str(trained["run"]), "--input", str(texts), "--threshold", str(out),
+                 "--out", str(scored)]) == 0
+    flagged = np.mean([json.loads(x)["generated"] for x in scored.read_text().splitlines()])
+    assert flagged <= 0.25  # about the rate asked for (0.1 on the fitted half, near it held out)
+
+
+# ---------------------------------------------------------------- the matrix
+
+
+def _matrix_config(corpus, tmp_path) -> Path:
+    cfg = {"corpora": {"a": str(corpus["data"])}, "vocab_size": 300,
+           "generators": {"tf": {"arch": "transformer", "layers": 1, "width": 32, "heads": 2, "steps": 2},
+                          "gcnn": {"arch": "gcnn", "layers": 1, "width": 32, "kernel": 3, "steps": 2}},
+           "lm": {"context": 48, "chunk": 32, "batch_size": 8},
+           "windows": {"length": 24, "contexts": [16, 20], "stride": 8, "k": 2,
+                       "max_windows": {"train": 30, "dev": 16, "test": 16}},
+           "energies": {"linear": {"energy": "linear", "steps": 3, "lr": 0.05}},
+           "tables": [{"kind": "in-domain", "energies": ["linear"], "corpora": ["a"], "generators": ["tf"],
+                       "directions": ["l2r", "r2l"]},
+                      {"kind": "zeroshot", "detectors": ["loglik"], "corpora": ["a"], "generators": ["tf"]},
+                      {"kind": "cross-arch", "energy": "linear", "corpus": "a", "generators": ["tf", "gcnn"]},
+                      {"kind": "negatives", "energy": "linear", "corpus": "a", "generator": "tf",
+                       "negatives": ["random", "worst"]}]}
+    path = tmp_path / "matrix.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_tiny_matrix_end_to_end_and_a_resumed_one_recomputes_nothing(corpus, tmp_path, monkeypatch):
+    import textebm.lm.train
+    import textebm.residual.commands
+    import textebm.residual.negatives
+    import textebm.residual.train
+
+    cfg, out = _matrix_config(corpus, tmp_path), tmp_path / "m"
+    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert len(res["cells"]) == 2 + 1 + 4 + 2
+    assert (out / "tables.md").read_text().count("|") > 20 and (out / "heatmap-cross-arch.png").stat().st_size > 1000
+    # the test negatives come from the second seed, the training ones from the first
+    negs = sorted(p.name for p in (out / "neg").glob("*.jsonl"))
+    assert any("-s1-test-" in n for n in negs) and any("-s0-train-" in n for n in negs)
+    assert not any("-s0-test-" in n for n in negs)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.suffix != ".lock"}
+
+    def boom(*a, **k):
+        raise AssertionError("a cached artifact was recomputed")
+
+    for mod, name in ((textebm.lm.train, "lm_train"), (textebm.residual.train, "residual_train"),
+                      (textebm.residual.negatives, "generate_negatives"), (textebm.residual.commands, "fit_zeroshot")):
+        monkeypatch.setattr(mod, name, boom)
+    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    after = {p: p.stat().st_mtime_ns for p in before}
+    changed = [p.name for p in before if after[p] != before[p] and p.name not in ("results.json", "tables.md")
+               and not p.name.endswith(".png")]
+    assert changed == []
+
+
+def test_matrix_plan_prints_the_estimate_and_runs_nothing(corpus, tmp_path, capsys):
+    cfg = _matrix_config(corpus, tmp_path)
+    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "p"), "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "estimated CPU time" in out and "generators to train:   6" in out  # tf l2r/r2l and gcnn l2r, seeds 0 and 1
+    assert not (tmp_path / "p").exists()
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_inputs_exit_2_naming_the_file(corpus, trained, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"positive": [1, 2], "negatives": [[1]], "direction": "l2r", "context_len": 1}) + "\n")
+    assert main(["residual", "train", "--train", str(bad), "--val", str(trained["dev"]), "--vocab", str(corpus["vocab"]),
+                 "--energy", "linear", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:1" in err and "negatives" in err and not (tmp_path / "r").exists()
+    assert main(["residual", "score", "--model", str(corpus["gens"][("gcnn", "l2r", 0)]), "--input", str(bad),
+                 "--out", str(tmp_path / "s.jsonl")]) == 2
+    assert "detector.json" in capsys.readouterr().err and not (tmp_path / "s.jsonl").exists()
+    assert main(["negatives", "generate", "--data", str(corpus["data"]), "--generator", str(trained["run"]),
+                 "--vocab", str(corpus["vocab"]), "--out", str(tmp_path / "n.jsonl")]) == 2
+    assert "causal LM" in capsys.readouterr().err
+    assert main(["negatives", "generate", "--data", str(corpus["data"]), "--generator",
+                 str(corpus["gens"][("transformer", "l2r", 0)]), "--vocab", str(corpus["vocab"]),
+                 "--length", "10", "--contexts", "10", "--out", str(tmp_path / "n.jsonl")]) == 2
+    assert "--contexts" in capsys.readouterr().err
+    cfg = tmp_path / "m.json"
+    cfg.write_text(json.dumps({"corpora": ["x"], "generators": {}, "tables": [{"kind": "nope"}]}))
+    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m")]) == 2
+    assert f"{cfg}" in capsys.readouterr().err
+    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m"), "--shard", "3/2"]) == 2
+    assert main(["lm", "train", "--data", str(corpus["data"]), "--arch", "gcnn", "--heads", "2",
+                 "--out", str(tmp_path / "g")]) == 2
+    assert "--heads" in capsys.readouterr().err
