@@ -385,3 +385,35 @@ def test_bad_inputs_exit_2_naming_the_file(corpus, trained, tmp_path, capsys):
     assert main(["lm", "train", "--data", str(corpus["data"]), "--arch", "gcnn", "--heads", "2",
                  "--out", str(tmp_path / "g")]) == 2
     assert "--heads" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- analyses
+
+
+def test_perturbations_by_hand():
+    from textebm.residual.analysis import perturb
+
+    w = ["a", "b", "c"]
+    assert perturb(w, 1, "john") == ["a", "John", "c"] and perturb(w, 0, "the") == ["the", "b", "c"]
+    assert perturb(w, 1, "swap") == ["a", "c", "b"] and w == ["a", "b", "c"]
+    with pytest.raises(ValueError):
+        perturb(w, 2, "swap")
+
+
+def test_analyze_per_context_length_and_perturbation(corpus, trained, tmp_path):
+    from textebm.residual.analysis import by_context
+    from textebm.residual.detect import Rule
+
+    rows = [{"context_len": c, "positive": [0] * 24} for c in (16, 16, 20, 20)]
+    real, fake = np.array([0.0, 0.0, 0.0, 2.0]), np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+    got = by_context(Rule(threshold=0.5), rows, real, fake)
+    assert [(g["context_len"], g["generated_tokens"], g["accuracy"]) for g in got] == [(16, 8, 1.0), (20, 4, 0.75)]
+    out = tmp_path / "an"
+    assert main(["residual", "analyze", "--model", str(trained["run"]), "--test", str(trained["test"]),
+                 "--lm", str(corpus["gens"][("transformer", "l2r", 0)]), "--windows", "5", "--positions", "3",
+                 "--bins", "4", "--out", str(out)]) == 0
+    res = json.loads((out / "analysis.json").read_text())
+    assert {p["context_len"] for p in res["context"]} == {16, 20}
+    pert = res["perturbations"]
+    assert pert["windows"] == 5 and sum(pert["swap"]["count"]) == 15 and len(pert["john"]["energy"]) == 4
+    assert (out / "perturbations.png").stat().st_size > 1000

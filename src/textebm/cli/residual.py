@@ -5,6 +5,7 @@
   textebm residual eval --model RUN --test TEST.jsonl
   textebm residual score --model RUN --input texts.jsonl --out scores.jsonl
   textebm residual threshold --model RUN --human human.txt --fpr 0.01 --out threshold.json
+  textebm residual analyze --model RUN --test TEST.jsonl --lm GENERATOR --out DIR
   textebm residual matrix --config bench/residual/cpu.json --out runs/residual
 
 Negatives files come from `textebm negatives generate`. A detector (RUN of `residual train`, or
@@ -12,7 +13,7 @@ DET of `residual fit` for a zero-shot one) carries its decision rule in detector
 threshold and the temperature fitted on validation windows, never on test.
 """
 
-from textebm.residual.commands import EvalConfig, FitConfig, ScoreConfig, ThresholdConfig
+from textebm.residual.commands import AnalyzeConfig, EvalConfig, FitConfig, ScoreConfig, ThresholdConfig
 from textebm.residual.matrix import MatrixConfig
 from textebm.residual.train import ResidualTrainConfig
 
@@ -57,6 +58,14 @@ def threshold(cfg: ThresholdConfig) -> None:
           f"texts it was fitted on, {r['fpr_held_out']:.4f} on {r['n_held_out']} held-out texts; written to {cfg.out}")
 
 
+def analyze(cfg: AnalyzeConfig) -> None:
+    """Accuracy against context length (fig. 1); energy and LM NLL against a perturbation's position (fig. 2)."""
+    from textebm.residual.commands import analyze as run
+
+    r = run(cfg)
+    print("context length -> accuracy: " + ", ".join(f"{p['context_len']}: {p['accuracy']:.3f}" for p in r["context"]))
+
+
 def matrix(cfg: MatrixConfig) -> None:
     """The generalisation tables as a config: every cell cached; results.json, tables.md, heatmaps."""
     from textebm.residual.matrix import run_matrix
@@ -73,4 +82,5 @@ COMMANDS: dict = {
     "score": (ScoreConfig, score),
     "threshold": (ThresholdConfig, threshold),
     "matrix": (MatrixConfig, matrix),
+    "analyze": (AnalyzeConfig, analyze),
 }

@@ -62,6 +62,22 @@ class ThresholdConfig:
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
 
 
+@dataclass(kw_only=True)
+class AnalyzeConfig:
+    model: str = field(metadata={"help": "detector folder (a `residual train` run for the perturbations)"})
+    test: list[str] = field(metadata={"help": "negatives files of test windows (for the context analysis, "
+                                              "generated with several --contexts)"})
+    out: str = field(metadata={"help": "folder for context.json/png and perturbations.json/png"})
+    lm: str = field(default="", metadata={"help": "the generator LM: its NLL beside the energy in the "
+                                                  "perturbation analysis (figure 2); without it, none is run"})
+    windows: int = field(default=100, metadata={"help": "perturbation analysis: real windows used", "min": 1})
+    positions: int = field(default=12, metadata={"help": "perturbation analysis: word positions per window "
+                                                         "(a seeded sample; 0: all)", "min": 0})
+    bins: int = field(default=8, metadata={"help": "relative-position bins", "min": 1})
+    batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
+    overwrite: bool = field(default=False, metadata={"help": "replace an earlier analysis in --out"})
+
+
 def _windows(paths: list[str], option: str) -> list[dict]:
     from textebm.residual.windows import read_window_file
 
@@ -174,3 +190,32 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     out.update(model=str(Path(cfg.model).resolve()), human=str(Path(cfg.human).resolve()))
     write_json(cfg.out, out)
     return out
+
+
+def analyze(cfg: AnalyzeConfig) -> dict:
+    """Accuracy per context length (figure 1) and, with --lm, the energy and generator NLL against
+    the position of a single perturbation (figure 2)."""
+    from textebm.io import write_json
+    from textebm.options import check_config
+    from textebm.outputs import check_output_dir, output_dir
+    from textebm.residual import analysis, detect
+
+    check_config(cfg)
+    check_output_dir(cfg.out, "residual analyze", cfg.overwrite)
+    rows = _windows(cfg.test, "--test")
+    scorer, rule, info = detect.load_detector(cfg.model)
+    real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
+    result = {"context": analysis.by_context(rule, rows, real, fake)}
+    if cfg.lm:
+        if info.get("detector") != "energy":
+            raise TextebmError(f"--model {cfg.model}: the perturbation analysis needs a trained energy")
+        lm = detect.ZeroShotScorer("loglik", cfg.lm, scorer.vocab)
+        result["perturbations"] = analysis.perturbations(
+            [r["positive"] for r in rows[:cfg.windows]], scorer.vocab, lambda s: scorer.score_ids(s, cfg.batch_size),
+            lambda s: -lm.score_ids(s, cfg.batch_size), cfg.bins, cfg.positions)
+    with output_dir(cfg.out, "residual analyze", cfg.overwrite) as tmp:
+        write_json(tmp / "analysis.json", result)
+        analysis.plot_context(result["context"], tmp / "context.png")
+        if "perturbations" in result:
+            analysis.plot_perturbations(result["perturbations"], tmp / "perturbations.png")
+    return result
