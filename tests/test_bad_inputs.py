@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
+
 import pytest
 
 from test_lm_sampling import make_tiny_lm
@@ -126,6 +128,30 @@ def _nbest(w) -> dict[str, Path]:
         (d / "few-scores.jsonl").write_text('{"text": "a b", "score": -3.0, "method": "electric"}\n')
     return {"dev": d / "dev.json", "test": d / "test.json", "bad": d / "bad.json", "scores": d / "scores.jsonl",
             "few": d / "few-scores.jsonl"}
+
+
+def _res(w) -> dict[str, Path]:
+    """A vocabulary (the tiny LM's tokenizer), a valid and a broken negatives file, a matrix config."""
+    d = w["root"] / "res"
+    if not d.is_dir():
+        d.mkdir()
+        good = {"positive": [5, 6, 7, 8], "negatives": [[5, 6, 9, 9]], "direction": "l2r", "context_len": 2}
+        (d / "neg.jsonl").write_text(json.dumps(good) + "\n")
+        (d / "bad.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "negatives": [[5]]}) + "\n")
+        (d / "matrix.json").write_text(json.dumps({"corpora": ["sotu"], "generators": {"tf": {"arch": "rnn"}},
+                                                   "tables": []}))
+    return {"vocab": w["lm"], "neg": d / "neg.jsonl", "bad": d / "bad.jsonl", "matrix": d / "matrix.json"}
+
+
+def _neg(w, *extra, generator=None, out=None):
+    return ["negatives", "generate", "--data", w["data"], "--generator", generator or w["lm"], "--vocab",
+            _res(w)["vocab"], "--out", out or w["root"] / "neg.jsonl", "--no-progress", *extra]
+
+
+def _res_train(w, *extra, train=None, out=None):
+    r = _res(w)
+    return ["residual", "train", "--train", train or r["neg"], "--val", r["neg"], "--vocab", r["vocab"],
+            "--out", out or w["root"] / "new-det", "--max-steps", "1", "--no-progress", *extra]
 
 
 def _rerank(w, *extra, dev=None, scores=None, out=None):
@@ -327,6 +353,85 @@ CASES = [
     ("rerank --write-texts with --scores",
      lambda w: ["rerank", "--dev", _nbest(w)["dev"], "--test", _nbest(w)["test"], "--scores", _nbest(w)["scores"],
                 "--write-texts", w["root"] / "texts.txt"], "--scores"),
+    # negatives generate
+    *[(f"negatives-generate {flag} {val}", lambda w, f=flag, v=val: _neg(w, f, v), flag)
+      for flag, val in [("--length", "3"), ("--k", "0"), ("--top-k", "-1"), ("--batch-size", "0"),
+                        ("--temperature", "0"), ("--max-windows", "-1"), ("--precision", "fp17")]],
+    ("negatives-generate a context as long as the window", lambda w: _neg(w, "--length", "8", "--contexts", "8"),
+     "--contexts"),
+    ("negatives-generate --generator an encoder", lambda w: _neg(w, generator=w["encoder"]), "expected a causal LM"),
+    ("negatives-generate --generator a classifier", lambda w: _neg(w, generator=w["clf"]), "expected a causal LM"),
+    ("negatives-generate --generator an infill LM", lambda w: _neg(w, "--length", "6", "--contexts", "3",
+                                                                    generator=w["infill"]), "causal"),
+    ("negatives-generate a missing --vocab", lambda w: _neg(w)[:6] + ["--vocab", w["root"] / "no-vocab"] + _neg(w)[8:],
+     "no-vocab"),
+    ("negatives-generate documents shorter than the window", lambda w: _neg(w), "no document of 64 tokens"),
+    ("negatives-generate --out an existing file", lambda w: _neg(w, out=w["existing"]), "existing.jsonl"),
+    ("negatives-generate --data missing", lambda w: _neg(w)[:2] + ["--data", w["root"] / "nope"] + _neg(w)[4:], "nope"),
+    # residual train
+    *[(f"residual-train {flag} {val}", lambda w, f=flag, v=val: _res_train(w, f, v), flag)
+      for flag, val in [("--energy", "cnn"), ("--loss", "hinge"), ("--negatives", "best"), ("--lr", "0"),
+                        ("--batch-size", "0"), ("--eval-batch-size", "0")]],
+    ("residual-train --margin with bce", lambda w: _res_train(w, "--margin", "0.1"), "--margin"),
+    ("residual-train --init with a linear energy", lambda w: _res_train(w, "--energy", "linear", "--init",
+                                                                        w["lm"]), "--init"),
+    ("residual-train --max-tokens without an encoder", lambda w: _res_train(w, "--max-tokens", "64"), "--max-tokens"),
+    ("residual-train width not divisible by heads", lambda w: _res_train(w, "--width", "30", "--heads", "4"),
+     "--width"),
+    ("residual-train a broken negatives file", lambda w: _res_train(w, train=_res(w)["bad"]), "bad.jsonl:2"),
+    ("residual-train a missing negatives file", lambda w: _res_train(w, train=w["root"] / "none.jsonl"), "none.jsonl"),
+    ("residual-train unitransf --init an encoder", lambda w: _res_train(w, "--init", w["encoder"]),
+     "expected a causal LM"),
+    ("residual-train --out a foreign folder", lambda w: _res_train(w, out=w["foreign"]), "mine"),
+    ("residual-train --out a trained classifier", lambda w: _res_train(w, "--overwrite", out=w["clf"]), "clf"),
+    # residual fit / eval / score / threshold / analyze / matrix
+    ("residual-fit --zeroshot gptzero",
+     lambda w: ["residual", "fit", "--zeroshot", "gptzero", "--model", w["lm"], "--val", _res(w)["neg"],
+                "--vocab", _res(w)["vocab"], "--out", w["root"] / "fit"], "--zeroshot"),
+    ("residual-fit binoculars without an observer",
+     lambda w: ["residual", "fit", "--zeroshot", "binoculars", "--model", w["lm"], "--val", _res(w)["neg"],
+                "--vocab", _res(w)["vocab"], "--out", w["root"] / "fit"], "--observer"),
+    ("residual-fit --model an encoder",
+     lambda w: ["residual", "fit", "--zeroshot", "loglik", "--model", w["encoder"], "--val", _res(w)["neg"],
+                "--vocab", _res(w)["vocab"], "--out", w["root"] / "fit"], "expected a causal LM"),
+    ("residual-fit --out a foreign folder",
+     lambda w: ["residual", "fit", "--zeroshot", "loglik", "--model", w["lm"], "--val", _res(w)["neg"],
+                "--vocab", _res(w)["vocab"], "--out", w["foreign"]], "mine"),
+    ("residual-eval --model a classifier",
+     lambda w: ["residual", "eval", "--model", w["clf"], "--test", _res(w)["neg"]], "detector.json"),
+    ("residual-eval a broken test file",
+     lambda w: ["residual", "eval", "--model", w["clf"], "--test", _res(w)["bad"]], "bad.jsonl:2"),
+    ("residual-eval --out an existing file",
+     lambda w: ["residual", "eval", "--model", w["clf"], "--test", _res(w)["neg"], "--out", w["existing"]],
+     "existing.jsonl"),
+    ("residual-score --model an LM",
+     lambda w: ["residual", "score", "--model", w["lm"], "--input", w["file"], "--out", w["root"] / "p.jsonl"],
+     "detector.json"),
+    ("residual-score --out an existing file",
+     lambda w: ["residual", "score", "--model", w["lm"], "--input", w["file"], "--out", w["existing"]],
+     "existing.jsonl"),
+    ("residual-score --batch-size 0",
+     lambda w: ["residual", "score", "--model", w["lm"], "--input", w["file"], "--out", w["root"] / "p.jsonl",
+                "--batch-size", "0"], "--batch-size"),
+    *[(f"residual-threshold {flag} {val}",
+       lambda w, f=flag, v=val: ["residual", "threshold", "--model", w["clf"], "--human", w["file"],
+                                 "--out", w["root"] / "t.json", f, v], flag)
+      for flag, val in [("--fpr", "0"), ("--fpr", "1.5"), ("--held-out", "1")]],
+    ("residual-threshold --out an existing file",
+     lambda w: ["residual", "threshold", "--model", w["clf"], "--human", w["file"], "--out", w["existing"]],
+     "existing.jsonl"),
+    ("residual-analyze --bins 0",
+     lambda w: ["residual", "analyze", "--model", w["clf"], "--test", _res(w)["neg"], "--out", w["root"] / "an",
+                "--bins", "0"], "--bins"),
+    ("residual-analyze --out a foreign folder",
+     lambda w: ["residual", "analyze", "--model", w["clf"], "--test", _res(w)["neg"], "--out", w["foreign"]], "mine"),
+    ("residual-matrix a bad config",
+     lambda w: ["residual", "matrix", "--config", _res(w)["matrix"], "--out", w["root"] / "mx"], "matrix.json"),
+    ("residual-matrix --shard 3/2",
+     lambda w: ["residual", "matrix", "--config", _res(w)["matrix"], "--out", w["root"] / "mx", "--shard", "3/2"],
+     "--shard"),
+    ("residual-matrix a missing config",
+     lambda w: ["residual", "matrix", "--config", w["root"] / "none.json", "--out", w["root"] / "mx"], "none.json"),
     ("rerank --write-texts an existing file",
      lambda w: ["rerank", "--dev", _nbest(w)["dev"], "--test", _nbest(w)["test"], "--write-texts", w["existing"]],
      "existing.jsonl"),

@@ -400,6 +400,7 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     from textebm.options import check_config
 
     check_config(cfg_)
+    shard = _shard(cfg_.shard) if cfg_.shard else (1, 1)
     cfg = read_config(cfg_.config)
     out = Path(cfg_.out)
     if cfg_.threads:
@@ -416,10 +417,7 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
         print(plan_report(m, cells, left))
         return {}
     out.mkdir(parents=True, exist_ok=True)
-    mine = set(range(len(cells)))
-    if cfg_.shard:
-        i_, n_ = _shard(cfg_.shard)
-        mine = set(range(i_ - 1, len(cells), n_))
+    mine = set(range(shard[0] - 1, len(cells), shard[1]))
     for i, cell in enumerate(cells):
         if i in mine:
             r = m.run_cell(cell)

@@ -151,9 +151,9 @@ def generate_negatives(cfg: NegativesConfig) -> Path:
     check_output_file(out, cfg.overwrite)
     if partial.is_dir():
         raise TextebmError(f"--out {out}: {partial} is a folder; textebm writes its unfinished rows there")
+    gen_path = find_model(cfg.generator, CAUSAL_LM, "--generator").path.resolve()  # what it holds: cheap
     vocab = load_tokenizer(cfg.vocab, "--vocab")
     wins = windows_of(cfg, vocab)  # bad data fails before the model loads
-    gen_path = find_model(cfg.generator, CAUSAL_LM, "--generator").path.resolve()
     device, choice = inference_setup(cfg.precision)
     model, tokenizer, meta = load_lm(gen_path, dtype=choice.dtype, device=device, option="--generator")
     writer = _Writer(cfg, model, tokenizer, meta, vocab)
