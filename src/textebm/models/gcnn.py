@@ -27,6 +27,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, Pret
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 MODEL_TYPE = "textebm-gcnn"
+# The output's cache field: `cache` from transformers 5.24 on, `past_key_values` before.
+_CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 class GatedConvConfig(PretrainedConfig):
@@ -109,7 +111,7 @@ class GatedConvForCausalLM(PreTrainedModel, GenerationMixin):
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
                                    labels[:, 1:].reshape(-1), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE_FIELD: cache})
 
 
 def build_gcnn(vocab_size: int, width: int, layers: int, kernel: int, context: int, pad: int, bos: int,

@@ -12,6 +12,7 @@ import numpy as np
 
 from textebm.errors import TextebmError
 from textebm.residual.detect import ZEROSHOT
+from textebm.residual.windows import read_window_files
 
 log = logging.getLogger(__name__)
 
@@ -78,17 +79,6 @@ class AnalyzeConfig:
     overwrite: bool = field(default=False, metadata={"help": "replace an earlier analysis in --out"})
 
 
-def _windows(paths: list[str], option: str) -> list[dict]:
-    from textebm.residual.windows import read_window_file
-
-    rows = []
-    for p in paths:
-        if not Path(p).is_file():
-            raise TextebmError(f"{option} {p}: no such file; write one with `textebm negatives generate`")
-        rows.extend(read_window_file(p))
-    return rows
-
-
 def fit_zeroshot(cfg: FitConfig) -> dict:
     """Fit a zero-shot detector's rule (sign for loglik, threshold, temperature) on validation."""
     from textebm.models.load import CAUSAL_LM, find_model, load_tokenizer
@@ -99,7 +89,7 @@ def fit_zeroshot(cfg: FitConfig) -> dict:
     check_config(cfg)
     check_output_dir(cfg.out, "residual fit", cfg.overwrite)
     vocab = load_tokenizer(cfg.vocab, "--vocab")
-    rows = _windows(cfg.val, "--val")
+    rows = read_window_files(cfg.val, "--val")
     model = str(find_model(cfg.model, CAUSAL_LM).path.resolve())
     observer = str(find_model(cfg.observer, CAUSAL_LM, "--observer").path.resolve()) if cfg.observer else ""
     scorer = detect.ZeroShotScorer(cfg.zeroshot, model, vocab, observer or None)
@@ -124,7 +114,7 @@ def evaluate_detector(cfg: EvalConfig) -> dict:
     check_config(cfg)
     if cfg.out:
         check_output_file(cfg.out, cfg.overwrite)
-    rows = _windows(cfg.test, "--test")
+    rows = read_window_files(cfg.test, "--test")
     scorer, rule, _ = detect.load_detector(cfg.model)
     real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
     out = detect.evaluate(rule, real, fake.ravel(), fake)
@@ -202,7 +192,7 @@ def analyze(cfg: AnalyzeConfig) -> dict:
 
     check_config(cfg)
     check_output_dir(cfg.out, "residual analyze", cfg.overwrite)
-    rows = _windows(cfg.test, "--test")
+    rows = read_window_files(cfg.test, "--test")
     scorer, rule, info = detect.load_detector(cfg.model)
     real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
     result = {"context": analysis.by_context(rule, rows, real, fake)}

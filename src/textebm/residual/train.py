@@ -148,18 +148,6 @@ def residual_step(model, batch: dict, loss: str, negatives: str, margin: float) 
     return value, logs
 
 
-def _read(paths: list[str], option: str) -> list[dict]:
-    from textebm.errors import TextebmError
-    from textebm.residual.windows import read_window_file
-
-    rows = []
-    for p in paths:
-        if not Path(p).is_file():
-            raise TextebmError(f"{option} {p}: no such file; write one with `textebm negatives generate`")
-        rows.extend(read_window_file(p))
-    return rows
-
-
 def residual_train(cfg: ResidualTrainConfig) -> dict:
     """Train the energy, then fit and write its decision rule on the validation windows."""
     from textebm.errors import TextebmError
@@ -168,12 +156,13 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     from textebm.models.seq_energy import save_energy
     from textebm.options import check_config
     from textebm.residual import detect
+    from textebm.residual.windows import read_window_files
     from textebm.train import check_run_dir, options_dict, seed_everything, train
 
     check_config(cfg)
     check_run_dir(cfg, None)
     vocab = load_tokenizer(cfg.vocab, "--vocab")
-    train_rows, val_rows = _read(cfg.train, "--train"), _read(cfg.val, "--val")
+    train_rows, val_rows = read_window_files(cfg.train, "--train"), read_window_files(cfg.val, "--val")
     lengths = {len(r["positive"]) for r in train_rows + val_rows}
     if max(t for r in train_rows + val_rows for t in r["positive"]) >= len(vocab):
         raise TextebmError(f"--vocab {cfg.vocab}: the windows hold token ids beyond its {len(vocab)} entries; "

@@ -109,3 +109,18 @@ def read_window_file(path) -> list[dict]:
     if len(k) != 1:
         raise InputError(path, f"windows have different numbers of negatives ({sorted(k)})")
     return rows
+
+
+def read_window_files(paths, option: str) -> list[dict]:
+    """The rows of several negatives files, in order; a missing file is a TextebmError naming
+    `option`."""
+    from pathlib import Path
+
+    from textebm.errors import TextebmError
+
+    rows = []
+    for p in paths:
+        if not Path(p).is_file():
+            raise TextebmError(f"{option} {p}: no such file; write one with `textebm negatives generate`")
+        rows.extend(read_window_file(p))
+    return rows
