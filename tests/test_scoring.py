@@ -75,6 +75,7 @@ def test_masked_lm_pll_passes_stay_within_the_token_budget_whatever_the_length()
 
     def spy_hidden(x, a):
         seen.append(("hidden", x.numel()))
+        seen.append(("attention", x.shape[0] * x.shape[1] ** 2))  # score cells per head
         return hidden(x, a)
 
     def spy_head(h):
@@ -89,6 +90,7 @@ def test_masked_lm_pll_passes_stay_within_the_token_budget_whatever_the_length()
         "bos_token_id": None, "eos_token_id": 3, "pad_token_id": 0, "__len__": lambda s: model.spec.vocab_size})())
     enc.pooler = None
     model.encoder = enc
+    attention = {}
     with torch.no_grad():
         for n in (40, 400):
             seen.clear()
@@ -96,6 +98,8 @@ def test_masked_lm_pll_passes_stay_within_the_token_budget_whatever_the_length()
             assert len(out) == n
             assert max(v for k, v in seen if k == "hidden") <= 2048
             assert max(v for k, v in seen if k == "head") <= 2048 // (n + 2) * 32 + 32
+            attention[n] = max(v for k, v in seen if k == "attention")
+    assert attention[400] <= attention[40] <= 2048 * 64  # the 400-token text: one copy per pass
 
 
 def test_word_scores_by_hand():

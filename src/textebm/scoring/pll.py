@@ -15,9 +15,10 @@ self-normalised); the others are log-probabilities. The texts' framing tokens ([
 <s>/</s>) are not scored; a causal LM scores its [eos] (span (len, len)).
 
 Masked-LM PLL: a text of n tokens becomes n copies with one position replaced by [MASK]. The
-copies are cut into passes of at most `token_budget` tokens (copies × sequence length), and
-the output layer runs only at the masked position of each copy, so the largest tensors are
-bounded by the budget, not by n²: a 400-token text runs in about the memory of a 40-token one.
+copies are cut into passes of at most `token_budget` tokens (copies × sequence length) and at
+most `token_budget` × 64 attention cells (copies × length²), and the output layer runs only at
+the masked position of each copy. The largest tensors are therefore bounded by the budget, not
+by n²: a 400-token text runs in the memory of a 40-token one (one copy per pass at 400 tokens).
 """
 
 from __future__ import annotations
@@ -118,15 +119,18 @@ def _gather(log_probs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return log_probs.gather(-1, ids[..., None]).squeeze(-1)  # (B, T)
 
 
+ATTENTION_LEN = 64  # a pass holds at most token_budget * ATTENTION_LEN attention cells per head
+
+
 def mlm_token_scores(model, ids: list[int], token_budget: int = 4096) -> list[float]:
     """log p(x_t | x with x_t masked) for every token of one text: n masked copies, in passes of
-    at most `token_budget` tokens (at least one copy per pass), the masked-LM head run only at
-    each copy's masked position."""
+    at most `token_budget` tokens and `token_budget` × ATTENTION_LEN attention cells (at least one
+    copy per pass), the masked-LM head run only at each copy's masked position."""
     spec = model.spec
     device = next(model.parameters()).device
     seq = torch.tensor([spec.start_id, *ids, spec.end_id], device=device)  # (T,)
     t_len, n = seq.shape[0], len(ids)
-    per_pass = max(1, token_budget // t_len)
+    per_pass = max(1, min(token_budget // t_len, token_budget * ATTENTION_LEN // (t_len * t_len)))
     out: list[float] = []
     for s in range(0, n, per_pass):
         pos = torch.arange(s, min(n, s + per_pass), device=device) + 1  # (C,) masked positions
