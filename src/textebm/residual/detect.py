@@ -272,6 +272,8 @@ def load_detector(path, device="cpu", dtype: torch.dtype = torch.float32, option
     from textebm.models.load import load_tokenizer
 
     folder = Path(path)
+    if not (folder / RULE_FILE).is_file() and folder.name == "model" and (folder.parent / RULE_FILE).is_file():
+        folder = folder.parent  # RUN/model of a `residual train` run: its rule lives in RUN
     rule_file = folder / RULE_FILE
     if not rule_file.is_file():
         raise TextebmError(f"{option} {folder}: no {RULE_FILE}; expected a detector (a run of `residual train`, "
