@@ -411,11 +411,13 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     cells = plan_cells(cfg)
     left = [c for c in cells if not m.cell_file(c).is_file()]
     log.info("%d cells, %d cached, %d to run", len(cells), len(cells) - len(left), len(left))
-    if cfg_.plan:
-        from textebm.residual.report import plan_report
+    from textebm.residual.report import plan_report
 
-        print(plan_report(m, cells, left))
+    plan = plan_report(m, cells, left)
+    if cfg_.plan:
+        print(plan)
         return {}
+    log.info("before it starts:\n%s", plan)
     out.mkdir(parents=True, exist_ok=True)
     mine = set(range(shard[0] - 1, len(cells), shard[1]))
     for i, cell in enumerate(cells):
