@@ -417,3 +417,18 @@ def test_analyze_per_context_length_and_perturbation(corpus, trained, tmp_path):
     pert = res["perturbations"]
     assert pert["windows"] == 5 and sum(pert["swap"]["count"]) == 15 and len(pert["john"]["energy"]) == 4
     assert (out / "perturbations.png").stat().st_size > 1000
+
+
+def test_fit_rule_calibrates_at_even_odds_on_a_known_logistic_model():
+    """Scores drawn so that P(generated | s) = σ(2 s): the fitted rule recovers threshold 0 and
+    T = 1/2 whatever the number of negatives per window, and is calibrated."""
+    from textebm.residual.detect import fit_rule
+
+    rng = np.random.default_rng(0)
+    s = rng.uniform(-4, 4, 200_000)
+    gen = rng.random(s.size) < 1 / (1 + np.exp(-2 * s))
+    real, fake = s[~gen], s[gen]
+    k = 3  # three negatives a window: the calibration must not learn the 3:1 prior
+    fake = np.concatenate([fake] * k)[: k * real.size]
+    rule = fit_rule(real, fake)
+    assert abs(rule.threshold) < 0.05 and abs(rule.temperature - 0.5) < 0.03 and rule.val["ece"] < 0.01

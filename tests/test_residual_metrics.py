@@ -36,3 +36,16 @@ def test_balanced_accuracy_and_best_threshold_by_hand():
     assert balanced_accuracy(real, fake, 1.2) == pytest.approx((2 / 3 + 1) / 2)
     assert best_threshold(real, fake) == 1.25  # between 1 and 1.5: 2/3 real and all generated right
     assert fit_sign([5, 6], [1, 2]) == -1 and fit_sign([1, 2], [5, 6]) == 1
+
+
+def test_best_threshold_fast_path_equals_trying_every_candidate():
+    from textebm.residual.metrics import balanced_accuracy, best_threshold
+
+    rng = np.random.default_rng(3)
+    for n in (1, 5, 40):
+        real = rng.integers(0, 6, n).astype(float)  # ties on purpose
+        fake = rng.integers(2, 9, n + 3).astype(float)
+        s = np.unique(np.concatenate([real, fake]))
+        cands = np.concatenate([[s[0] - 1.0], (s[:-1] + s[1:]) / 2, [s[-1] + 1.0]])
+        slow = cands[int(np.argmax([balanced_accuracy(real, fake, t) for t in cands]))]
+        assert best_threshold(real, fake) == slow

@@ -12,8 +12,9 @@ vocabulary (MiniLM's WordPiece, SmolLM2's BPE) decodes them and re-tokenises the
 
 `fit_rule` turns validation scores into the stored decision rule: the sign, the threshold of best
 class-balanced accuracy, the threshold of a 1 % false-positive rate, and a temperature T so that
-P(generated | s) = σ(sign·(s − threshold) / T) is calibrated (temperature scaling of
-`textebm.calibration`, its ECE reported). Never fitted on test windows.
+P(generated | s) = σ(sign·(s − threshold) / T) is calibrated at even odds (temperature scaling of
+`textebm.calibration` on the real windows and as many generated ones, its ECE reported). Never
+fitted on test windows.
 """
 
 from __future__ import annotations
@@ -197,17 +198,22 @@ def fit_rule(real_val, fake_val, fit_sign: bool = False, fpr: float = 0.01) -> R
     sign = metrics.fit_sign(real, fake) if fit_sign else 1
     r, f = sign * real, sign * fake
     thr = metrics.best_threshold(r, f)
-    z = np.concatenate([r, f]) - thr
-    labels = np.concatenate([np.zeros(r.size, int), np.ones(f.size, int)])
+    # The temperature is fitted (and ECE measured) on as many generated windows as real ones, so
+    # that P(generated) means a prior of 1/2, not the k/(k+1) of k negatives per window: with the
+    # negatives flattened window by window, every k-th is each window's first.
+    keep = np.unique(np.linspace(0, f.size - 1, min(r.size, f.size)).round().astype(int))
+    z = np.concatenate([r, f[keep]]) - thr
+    labels = np.concatenate([np.zeros(r.size, int), np.ones(keep.size, int)])
     ts = TemperatureScaling(t_min=1e-3, t_max=1e4).fit(_two_class(z), labels)
     rule = Rule(sign=sign, threshold=thr, temperature=float(ts.temperature_), fpr=fpr,
                 threshold_fpr=metrics.threshold_at_fpr(r, fpr))
-    probs = rule.prob_generated(np.concatenate([real, fake]))
-    raw = Rule(sign=sign, threshold=thr).prob_generated(np.concatenate([real, fake]))  # T = 1
+    both = np.concatenate([real, fake[keep]])
+    probs = rule.prob_generated(both)
+    raw = Rule(sign=sign, threshold=thr).prob_generated(both)  # T = 1
     rule.val = {"balanced_accuracy": metrics.balanced_accuracy(r, f, thr), "auroc": metrics.auroc(r, f),
                 "ece": ece_toplabel(np.stack([1 - probs, probs], 1), labels),
                 "ece_before_scaling": ece_toplabel(np.stack([1 - raw, raw], 1), labels),
-                "n_real": int(r.size), "n_generated": int(f.size)}
+                "n_real": int(r.size), "n_generated": int(f.size), "n_generated_calibration": int(keep.size)}
     return rule
 
 
