@@ -3,6 +3,7 @@ time (from per-unit rates measured by bench/bench_residual.py, or the config's `
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def write_report(summary: dict, out: Path) -> Path:
             get = {(c["train"], c["test"]): c for c in cells}
             parts.append(_table(["train \\ test", *tests], [[tr, *(_fmt(get.get((tr, te))) for te in tests)]
                                                            for tr in trains]))
-            safe = name.replace("/", "-").replace(" ", "_")
+            safe = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
             _heatmap(f"{name}: accuracy %", trains, tests,
                      [[get[(tr, te)]["accuracy"] if (tr, te) in get else float("nan") for te in tests] for tr in trains],
                      out / f"heatmap-{safe}.png")
