@@ -382,6 +382,17 @@ def test_bad_inputs_exit_2_naming_the_file(corpus, trained, tmp_path, capsys):
     assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m")]) == 2
     assert f"{cfg}" in capsys.readouterr().err
     assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m"), "--shard", "3/2"]) == 2
+    good = json.loads(_matrix_config(corpus, tmp_path).read_text())
+    for table, why in (({"kind": "cross-arch", "energy": "linear", "generators": ["tf"]}, "missing corpus"),
+                       ({"kind": "zeroshot", "detectors": ["gptzero"], "corpora": ["a"], "generators": ["tf"]},
+                        "gptzero"),
+                       ({"kind": "cross-corpus", "energy": "linear", "generator": "tf", "train": ["a+z"],
+                         "test": ["a"]}, "a+z")):
+        cfg.write_text(json.dumps({**good, "tables": [table]}))
+        capsys.readouterr()
+        assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m")]) == 2
+        err = capsys.readouterr().err
+        assert str(cfg) in err and why in err and "Traceback" not in err
     assert main(["lm", "train", "--data", str(corpus["data"]), "--arch", "gcnn", "--heads", "2",
                  "--out", str(tmp_path / "g")]) == 2
     assert "--heads" in capsys.readouterr().err

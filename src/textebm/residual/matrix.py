@@ -45,6 +45,10 @@ from textebm.errors import InputError, TextebmError
 log = logging.getLogger(__name__)
 
 KINDS = ("in-domain", "cross-arch", "cross-corpus", "unseen", "negatives", "zeroshot")
+REQUIRED = {"in-domain": ("energies", "corpora", "generators"), "zeroshot": ("detectors", "corpora", "generators"),
+            "cross-arch": ("energy", "corpus", "generators"), "cross-corpus": ("energy", "generator", "train", "test"),
+            "unseen": ("energy", "generator", "test_generator"),
+            "negatives": ("energy", "corpus", "generator", "negatives")}
 DEFAULT_LM = {"context": 80, "chunk": 64, "batch_size": 32, "lr": 2e-3}
 DEFAULT_WINDOWS = {"length": 64, "contexts": [48, 56], "stride": 16, "k": 3, "top_k": 10,
                    "max_windows": {"train": 2000, "dev": 500, "test": 500}}
@@ -115,9 +119,32 @@ def read_config(path: str | Path) -> dict:
     for name, g in cfg["generators"].items():
         if not isinstance(g, dict) or not ("pretrained" in g or g.get("arch") in ("transformer", "gcnn")):
             raise InputError(path, f"generator {name!r}: give `arch` (transformer / gcnn) or `pretrained`")
+    from textebm.losses.residual import NEGATIVES
+    from textebm.models.seq_energy import KINDS as ENERGIES
+    from textebm.residual.detect import ZEROSHOT
+
+    for name, e in cfg["energies"].items():
+        if not isinstance(e, dict) or e.get("energy") not in ENERGIES:
+            raise InputError(path, f"energy {name!r}: `energy` must be one of {', '.join(ENERGIES)}")
+        if e.get("init") == "generator" and cfg["generators"].get("tf", {}).get("arch") != "transformer":
+            raise InputError(path, f"energy {name!r}: init \"generator\" starts from the transformer generator "
+                                   "named \"tf\", which the config lacks")
     for i, t in enumerate(cfg["tables"]):
-        if t.get("kind") not in KINDS:
-            raise InputError(path, f"table {i + 1}: kind must be one of {', '.join(KINDS)}, got {t.get('kind')!r}")
+        if not isinstance(t, dict) or t.get("kind") not in KINDS:
+            raise InputError(path, f"table {i + 1}: kind must be one of {', '.join(KINDS)}, got "
+                                   f"{t.get('kind') if isinstance(t, dict) else t!r}")
+        missing = [k for k in REQUIRED[t["kind"]] if k not in t]
+        if missing:
+            raise InputError(path, f"table {i + 1} ({t['kind']}): missing {', '.join(missing)}")
+        bad = [d for d in t.get("detectors", []) if d not in ZEROSHOT] + [
+            n for n in t.get("negatives", []) if n not in NEGATIVES] + [
+            d for d in t.get("directions", [t.get("direction", "l2r")]) if d not in ("l2r", "r2l")]
+        if bad:
+            raise InputError(path, f"table {i + 1}: unknown {bad[0]!r} (detectors: {', '.join(ZEROSHOT)}; "
+                                   f"negatives: {', '.join(NEGATIVES)}; directions: l2r, r2l)")
+        for spec in [*t.get("train", []), *([t["train"]] if isinstance(t.get("train"), str) else [])]:
+            if spec != "all" and any(c not in cfg["corpora"] for c in spec.split("+")):
+                raise InputError(path, f"table {i + 1}: training corpora {spec!r} are not all in `corpora`")
         for e in _table_energies(t):
             if e not in cfg["energies"]:
                 raise InputError(path, f"table {i + 1}: energy {e!r} is not in `energies`")
