@@ -142,7 +142,8 @@ def read_config(path: str | Path) -> dict:
         if bad:
             raise InputError(path, f"table {i + 1}: unknown {bad[0]!r} (detectors: {', '.join(ZEROSHOT)}; "
                                    f"negatives: {', '.join(NEGATIVES)}; directions: l2r, r2l)")
-        for spec in [*t.get("train", []), *([t["train"]] if isinstance(t.get("train"), str) else [])]:
+        train = t.get("train", [])
+        for spec in [train] if isinstance(train, str) else train:
             if spec != "all" and any(c not in cfg["corpora"] for c in spec.split("+")):
                 raise InputError(path, f"table {i + 1}: training corpora {spec!r} are not all in `corpora`")
         for e in _table_energies(t):
