@@ -313,7 +313,9 @@ def _matrix_config(corpus, tmp_path) -> Path:
                       {"kind": "zeroshot", "detectors": ["loglik"], "corpora": ["a"], "generators": ["tf"]},
                       {"kind": "cross-arch", "energy": "linear", "corpus": "a", "generators": ["tf", "gcnn"]},
                       {"kind": "negatives", "energy": "linear", "corpus": "a", "generator": "tf",
-                       "negatives": ["random", "worst"]}]}
+                       "negatives": ["random", "worst"]},
+                      {"kind": "unseen", "energy": "linear", "train": "all", "generator": "tf",
+                       "test_generator": "gcnn"}]}
     path = tmp_path / "matrix.json"
     path.write_text(json.dumps(cfg))
     return path
@@ -328,7 +330,7 @@ def test_tiny_matrix_end_to_end_and_a_resumed_one_recomputes_nothing(corpus, tmp
     cfg, out = _matrix_config(corpus, tmp_path), tmp_path / "m"
     assert main(["residual", "matrix", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
     res = json.loads((out / "results.json").read_text())
-    assert len(res["cells"]) == 2 + 1 + 4 + 2
+    assert len(res["cells"]) == 2 + 1 + 4 + 2 + 2
     assert (out / "tables.md").read_text().count("|") > 20 and (out / "heatmap-cross-arch.png").stat().st_size > 1000
     # the test negatives come from the second seed, the training ones from the first
     negs = sorted(p.name for p in (out / "neg").glob("*.jsonl"))
