@@ -75,6 +75,7 @@ def test_every_commands_help_reads_well():
     assert "convert" in top and "minilm-l6" in top
     groups = parser._subparsers._group_actions[0].choices
     for name, gp in groups.items():
+        gp.format_help()  # lists the group's commands with their help lines (argparse %-formats them)
         subs = [gp] if gp._subparsers is None else list(gp._subparsers._group_actions[0].choices.values())
         for sp in subs:
             text = sp.format_help()

@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups = parser.add_subparsers(dest="group", metavar="GROUP", required=True)
     for name, (module_name, help_) in GROUPS.items():
         module = importlib.import_module(module_name)
-        gp = groups.add_parser(name, help=help_, description=(module.__doc__ or help_).strip())
+        gp = groups.add_parser(name, help=help_.replace("%", "%%"), description=(module.__doc__ or help_).strip(),
+                               formatter_class=argparse.RawDescriptionHelpFormatter)  # keeps the examples' lines
         if hasattr(module, "COMMAND"):
             cls, fn = module.COMMAND
             add_dataclass_arguments(gp, cls)
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmds = gp.add_subparsers(dest="command", metavar="COMMAND", required=True)
         for cmd, (cls, fn) in module.COMMANDS.items():
             doc = (fn.__doc__ or "").strip()
-            cp = cmds.add_parser(cmd, help=doc.splitlines()[0] if doc else None, description=doc)
+            # argparse %-formats help strings: a literal "1 %" must be doubled
+            cp = cmds.add_parser(cmd, help=doc.splitlines()[0].replace("%", "%%") if doc else None, description=doc)
             add_dataclass_arguments(cp, cls)
             cp.set_defaults(_cls=cls, _fn=fn)
     return parser
