@@ -20,7 +20,7 @@ neg test 1 1200
 RUN=$A/unitransf
 R=""; [ -f "$RUN/config.json" ] && R=--resume
 [ -f "$RUN/detector.json" ] || $X residual train --train "$A/sotu-train.jsonl" --val "$A/sotu-dev.jsonl" \
-    --vocab "$OUT/vocab" --energy unitransf --init "$OUT/gen/sotu-tf-l2r-s0" --max-steps 400 --lr 3e-4 \
+    --vocab "$OUT/vocab" --energy unitransf --init "$OUT/gen/sotu-tf-l2r-s0" --max-steps 400 --lr 1e-3 \
     --batch-size 16 --out "$RUN" --no-progress $R
 [ -f "$A/figures/analysis.json" ] || $X residual analyze --model "$RUN" --test "$A/sotu-test.jsonl" \
     --lm "$OUT/gen/sotu-tf-l2r-s0" --windows 150 --positions 12 --out "$A/figures"
