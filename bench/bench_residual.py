@@ -151,7 +151,9 @@ def rates(res: dict) -> dict:
     sampler = min(r["textebm_windows_per_s"] for r in res["sampler"].values())
     return {**DEFAULT_RATES, "energy_step": {k: v for k, v in steps.items() if v is not None},
             "negative_window": 3 / sampler,  # k = 3 negatives per window
-            "eval_window": 1 / min(r["score_windows_per_s"] for r in res["energies"].values())}
+            "eval_window": {**DEFAULT_RATES["eval_window"],
+                            **{("bitransf-init" if k == "bitransf-minilm" else k): 1 / r["score_windows_per_s"]
+                               for k, r in res["energies"].items()}}}
 
 
 def estimate(config: str, rates_: dict) -> str:

@@ -8,11 +8,14 @@ from collections import defaultdict
 from pathlib import Path
 
 # Seconds per unit on one CPU thread (AVX512 + avx512_bf16 EPYC, fp32 inference / bf16 training),
-# measured by bench/bench_residual.py; a config's "rates" overrides them.
-DEFAULT_RATES = {"generator_step": 0.30, "negative_window": 0.004, "foreign_negative_window": 0.25,
-                 "energy_step": {"linear": 0.01, "bilstm": 0.12, "unitransf": 0.15, "bitransf": 0.15,
-                                 "bitransf-init": 2.5},
-                 "eval_window": 0.002}
+# measured by bench/bench_residual.py (bench/results/residual/bench_residual.json); generator steps
+# (113 s per 300-step generator) and foreign (SmolLM2) negatives from the matrix run. A config's
+# "rates" overrides them.
+DEFAULT_RATES = {"generator_step": 0.38, "negative_window": 0.008, "foreign_negative_window": 0.25,
+                 "energy_step": {"linear": 0.001, "bilstm": 0.037, "unitransf": 0.112, "bitransf": 0.093,
+                                 "bitransf-init": 0.72},
+                 "eval_window": {"linear": 0.00001, "bilstm": 0.00035, "unitransf": 0.0011, "bitransf": 0.0007,
+                                 "bitransf-init": 0.026, "zeroshot": 0.002}}
 
 
 def _fmt(r: dict | None) -> str:
@@ -135,7 +138,17 @@ def plan_report(matrix, cells, left) -> str:
         spec = cfg["energies"][e]
         kind = spec["energy"] + ("-init" if spec["energy"] == "bitransf" and spec.get("init") else "")
         t_en += spec.get("steps", 300) * rates["energy_step"].get(kind, 0.2)
-    t_eval = len(left) * w["max_windows"].get("test", 500) * (1 + w["k"]) * rates["eval_window"]
+    def eval_rate(detector: str) -> float:
+        table = rates["eval_window"]
+        if not isinstance(table, dict):
+            return float(table)
+        if detector in ZEROSHOT:
+            return table.get("zeroshot", 0.002)
+        spec = cfg["energies"][detector]
+        kind = spec["energy"] + ("-init" if spec["energy"] == "bitransf" and spec.get("init") else "")
+        return table.get(kind, 0.002)
+
+    t_eval = sum(w["max_windows"].get("test", 500) * (1 + w["k"]) * eval_rate(c.detector) for c in left)
     total = t_gen + t_neg + t_en + t_eval
     return "\n".join([
         f"{len(cells)} cells, {len(cells) - len(left)} cached, {len(left)} to run",
