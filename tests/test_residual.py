@@ -54,6 +54,12 @@ def corpus(tmp_path_factory):
     return {"root": root, "data": root / "data", "vocab": root / "vocab", "gens": gens}
 
 
+def corpus_vocab(corpus):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(corpus["vocab"])
+
+
 def _negatives(corpus, split: str, gen, out: Path, *extra) -> list[dict]:
     rc = main(["negatives", "generate", "--data", str(corpus["data"]), "--generator", str(gen),
                "--vocab", str(corpus["vocab"]), "--split", split, "--length", "24", "--contexts", "16", "20",
@@ -264,6 +270,8 @@ def test_zeroshot_fit_and_score_with_a_calibrated_probability(corpus, trained, t
         assert main(["residual", "score", "--model", str(model), "--input", str(texts), "--out", str(out)]) == 0
         rows = [json.loads(x) for x in out.read_text().splitlines()]
         assert len(rows) == 2 and all(0 <= r["p_generated"] <= 1 for r in rows)
+        assert rows[0]["tokens"] == len(corpus_vocab(corpus)("the nation shall build roads.")["input_ids"])
+        assert rows[0]["windows"] == 1
 
 
 def test_binoculars_needs_an_observer_with_the_same_tokenizer(corpus, trained, tmp_path):

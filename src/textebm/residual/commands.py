@@ -149,14 +149,23 @@ def score_texts(cfg: ScoreConfig) -> Path:
                                "`residual threshold`")
         threshold, source = float(t), f"{cfg.threshold}"
     vocab = scorer.vocab
-    wins, owner = detect.text_windows(texts, vocab, detect.scorer_length(scorer, info))
+    length = detect.scorer_length(scorer, info)
+    wins, owner = detect.text_windows(texts, vocab, length)
     scores = detect.per_text(scorer.score_ids(wins, cfg.batch_size), owner, len(texts))
     probs = rule.prob_generated(scores)
+    tokens = np.zeros(len(texts), dtype=int)
+    np.add.at(tokens, np.asarray(owner), [len(w) for w in wins])
     name = "energy" if info.get("detector") == "energy" else "score"
     with atomic_write(cfg.out) as f:
-        for i, t, s, p in zip(ids, texts, scores, probs):
+        for i, s, p, n in zip(ids, scores, probs, tokens):
             f.write(json.dumps({"id": i, name: float(s), "p_generated": float(p),
-                                "generated": bool(rule.sign * s > threshold)}) + "\n")
+                                "generated": bool(rule.sign * s > threshold), "tokens": int(n),
+                                "windows": -(-int(n) // length)}) + "\n")
+    short = int((tokens < length // 2).sum())
+    if short:
+        log.warning("%d of %d texts have fewer than %d tokens, half the %d-token windows the detector was fitted "
+                    "on: their energies and probabilities are on another scale (re-fit the threshold on such "
+                    "texts with `residual threshold`)", short, len(texts), length // 2, length)
     log.info("scored %d texts; decisions at threshold %.4g from %s; P(generated) calibrated on validation "
              "windows (ECE %.4f)", len(texts), threshold, source, rule.val.get("ece", float("nan")))
     return Path(cfg.out)
