@@ -175,10 +175,12 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     check_run_dir(cfg, None)  # a bad --out fails before the tokenizer and the model are built
     eval_split = eval_split_of(cfg)
     seed_everything(cfg.seed)
-    train_texts = _texts(load_split(cfg.data, "train"))
+    train_rows = load_split(cfg.data, "train")
+    train_texts = _texts(train_rows)
     if not train_texts:
         raise TextebmError(f"{cfg.data}: the training split has no texts")
-    eval_texts = _texts(load_split(cfg.data, eval_split)) if eval_split else []  # read before any work
+    eval_rows = load_split(cfg.data, eval_split) if eval_split else []  # read before any work
+    eval_texts = _texts(eval_rows)
     model, tokenizer, meta = build_lm(cfg, train_texts)
     sp = special_ids(tokenizer, meta)
     limit = min(cfg.max_len, model.config.max_position_embeddings // (2 if cfg.objective == "infill" else 1) - 3)
@@ -191,8 +193,7 @@ def lm_train(cfg: LMTrainConfig) -> dict:
             raise TextebmError(f"--chunk {cfg.chunk} does not fit the model's {room} positions (--context)")
         encode = lambda texts: chunks(doc_streams([{"text": t, "doc": d} for t, d in texts], tokenizer),
                                       cfg.chunk)
-        train_texts, eval_texts = _docs(load_split(cfg.data, "train")), eval_texts and _docs(
-            load_split(cfg.data, eval_split))
+        train_texts, eval_texts = _docs(train_rows), _docs(eval_rows)  # (text, document) pairs
     train_ids = [ids for ids in encode(train_texts) if ids]
     batcher = LMBatcher(sp, cfg.objective, cfg.direction, cfg.mask_ratio)
     n_params = sum(p.numel() for p in model.parameters())
