@@ -453,3 +453,16 @@ def test_fit_rule_calibrates_at_even_odds_on_a_known_logistic_model():
     fake = np.concatenate([fake] * k)[: k * real.size]
     rule = fit_rule(real, fake)
     assert abs(rule.threshold) < 0.05 and abs(rule.temperature - 0.5) < 0.03 and rule.val["ece"] < 0.01
+
+
+def test_doc_streams_join_a_documents_texts_and_chunks_cut_them():
+    from textebm.data.streams import chunks, doc_streams
+
+    class Tok:  # one id per character: the joins are visible
+        def __call__(self, texts, add_special_tokens=False):
+            return {"input_ids": [[ord(c) for c in t] for t in texts]}
+
+    rows = [{"text": "ab", "doc": "x"}, {"text": "c", "doc": "y"}, {"text": "de", "doc": "x"}]
+    streams = doc_streams(rows, Tok())
+    assert streams == [("x", [ord(c) for c in "ab de"]), ("y", [ord("c")])]
+    assert chunks(streams, 2) == [[97, 98], [32, 100], [101], [99]]
