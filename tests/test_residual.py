@@ -339,7 +339,9 @@ def test_tiny_matrix_end_to_end_and_a_resumed_one_recomputes_nothing(corpus, tmp
     assert main(["residual", "matrix", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert len(res["cells"]) == 2 + 1 + 4 + 2 + 2
-    assert (out / "tables.md").read_text().count("|") > 20 and (out / "heatmap-cross-arch.png").stat().st_size > 1000
+    tables = (out / "tables.md").read_text()
+    assert tables.count("|") > 20 and (out / "heatmap-cross-arch.png").stat().st_size > 1000
+    assert "where train and test match" in tables and "Drop from the seen to the unseen generator" in tables
     # the test negatives come from the second seed, the training ones from the first
     negs = sorted(p.name for p in (out / "neg").glob("*.jsonl"))
     assert any("-s1-test-" in n for n in negs) and any("-s0-train-" in n for n in negs)
@@ -466,3 +468,17 @@ def test_doc_streams_join_a_documents_texts_and_chunks_cut_them():
     streams = doc_streams(rows, Tok())
     assert streams == [("x", [ord(c) for c in "ab de"]), ("y", [ord("c")])]
     assert chunks(streams, 2) == [[97, 98], [32, 100], [101], [99]]
+
+
+def test_report_drop_lines_by_hand():
+    from textebm.residual.report import _drop_line, _unseen_line
+
+    cells = [{"train": "a/tf/l2r", "test": "a/tf/l2r", "accuracy": 0.9},
+             {"train": "a/tf/l2r", "test": "b/tf/l2r", "accuracy": 0.6},
+             {"train": "a+b/tf/l2r", "test": "b/tf/l2r", "accuracy": 0.1},  # multi-source: left out
+             {"train": "b/tf/l2r", "test": "b/tf/l2r", "accuracy": 0.8},
+             {"train": "b/tf/l2r", "test": "a/tf/l2r", "accuracy": 0.7}]
+    assert _drop_line(cells).endswith("85.0 %; where they differ (single-source training): 65.0 %; drop 20.0 points.")
+    unseen = [{"train": "a+b/tf/l2r", "test": "a/tf/l2r", "accuracy": 0.9},
+              {"train": "a+b/tf/l2r", "test": "a/smollm2/l2r", "accuracy": 0.55}]
+    assert _unseen_line(unseen) == "Drop from the seen to the unseen generator (points): a 35.0."

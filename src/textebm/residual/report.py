@@ -56,6 +56,29 @@ def _heatmap(title: str, rows: list[str], cols: list[str], values, path: Path) -
         fig.savefig(f, format="png", dpi=120)
 
 
+def _drop_line(cells: list[dict]) -> str:
+    """Mean accuracy where training and test sides are the same, where they differ (single-source
+    training only), and the drop between them."""
+    same = [c["accuracy"] for c in cells if c["train"] == c["test"]]
+    other = [c["accuracy"] for c in cells if c["train"] != c["test"] and "+" not in c["train"].split("/")[0]]
+    if not same or not other:
+        return ""
+    a, b = sum(same) / len(same), sum(other) / len(other)
+    return (f"Mean accuracy where train and test match: {100 * a:.1f} %; where they differ (single-source "
+            f"training): {100 * b:.1f} %; drop {100 * (a - b):.1f} points.")
+
+
+def _unseen_line(cells: list[dict]) -> str:
+    """Per test corpus, the drop from the training generator's architecture to the unseen one."""
+    by: dict[str, dict[str, float]] = defaultdict(dict)
+    train_gen = cells[0]["train"].split("/")[1]
+    for c in cells:
+        corpus, gen = c["test"].split("/")[:2]
+        by[corpus]["seen" if gen == train_gen else "unseen"] = c["accuracy"]
+    drops = [f"{k} {100 * (v['seen'] - v['unseen']):.1f}" for k, v in by.items() if {"seen", "unseen"} <= set(v)]
+    return "Drop from the seen to the unseen generator (points): " + ", ".join(drops) + "." if drops else ""
+
+
 def write_report(summary: dict, out: Path) -> Path:
     """tables.md (accuracy % and AUROC per cell, grouped per slice) and a heatmap per matrix."""
     from textebm.io import atomic_write
@@ -76,6 +99,7 @@ def write_report(summary: dict, out: Path) -> Path:
             get = {(c["train"], c["test"]): c for c in cells}
             parts.append(_table(["train \\ test", *tests], [[tr, *(_fmt(get.get((tr, te))) for te in tests)]
                                                            for tr in trains]))
+            parts.append("\n\n" + _drop_line(cells))
             safe = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
             _heatmap(f"{name}: accuracy %", trains, tests,
                      [[get[(tr, te)]["accuracy"] if (tr, te) in get else float("nan") for te in tests] for tr in trains],
@@ -90,6 +114,8 @@ def write_report(summary: dict, out: Path) -> Path:
             label = lambda r: " ".join(x for x in r if x)
             parts.append(_table(["detector", *cols], [[label(r), *(_fmt(get.get((*r, col))) for col in cols)]
                                                       for r in rows]))
+            if kind == "unseen":
+                parts.append("\n\n" + _unseen_line(cells))
             tpr = [c for c in cells if any(k.startswith("tpr_at_") for k in c)]
             if tpr:
                 key = next(k for k in tpr[0] if k.startswith("tpr_at_"))
