@@ -143,7 +143,11 @@ def score_texts(cfg: ScoreConfig) -> Path:
     ids, texts = _texts(cfg.input)
     threshold, source = rule.threshold, "the detector's (best balanced accuracy on validation)"
     if cfg.threshold:
-        t = read_json_object(cfg.threshold, "threshold file").get("threshold")
+        raw = read_json_object(cfg.threshold, "threshold file")
+        t = raw.get("threshold")
+        if raw.get("model") and Path(raw["model"]) != Path(cfg.model).resolve():
+            log.warning("--threshold %s was fitted for the detector %s, not %s", cfg.threshold, raw["model"],
+                        Path(cfg.model).resolve())
         if not isinstance(t, (int, float)):
             raise TextebmError(f"--threshold {cfg.threshold}: no numeric `threshold`; write one with "
                                "`residual threshold`")
