@@ -12,12 +12,20 @@ precision the model runs in.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from textebm.data.batching import left_pad
+
+
+def derive_seed(*parts) -> int:
+    """A 63-bit seed from any parts, e.g. (seed, example, sample, field, purpose): stable across runs,
+    machines and batchings, for a sequence's own `torch.Generator`."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 @dataclass

@@ -28,7 +28,6 @@ The model runs on the accelerator when there is one, in `--precision` (auto: see
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -39,10 +38,10 @@ from pathlib import Path
 
 import torch
 
-from textebm.errors import InputError, TextebmError
+from textebm.errors import TextebmError
 from textebm.models.lm_format import SpecialIds, infill_context, mask_tokens
 from textebm.io import read_partial
-from textebm.lm.generate import Generation, generate
+from textebm.lm.generate import Generation, derive_seed, generate
 from textebm.precision import CHOICES as PRECISIONS
 
 log = logging.getLogger(__name__)
@@ -112,12 +111,6 @@ class Job:
     before: list[int]  # kept tokens placed before the generation (prefix mode), reading order
     after: list[int]  # kept tokens placed after it (suffix mode), reading order
     reverse: bool  # the model writes right to left: un-reverse the generation
-
-
-def derive_seed(*parts) -> int:
-    """A 63-bit seed from (seed, example, sample, field, purpose): stable across runs and machines."""
-    digest = hashlib.sha256(repr(parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def check_mode(mode: str, meta, sp: SpecialIds) -> None:

@@ -139,11 +139,11 @@ def generate_negatives(cfg: NegativesConfig) -> Path:
 
     from textebm.inference import inference_setup
     from textebm.io import atomic_write, read_partial
-    from textebm.lm.generate import generate
+    from textebm.lm.generate import derive_seed, generate
     from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
     from textebm.options import check_config
     from textebm.outputs import check_output_file
-    from textebm.residual.windows import assemble, seed_of
+    from textebm.residual.windows import assemble
 
     check_config(cfg)
     out = Path(cfg.out)
@@ -182,7 +182,7 @@ def generate_negatives(cfg: NegativesConfig) -> Path:
             chunk = todo[s:s + per_batch]
             jobs = [(w, j, *writer.jobs(w)) for w in chunk for j in range(cfg.k)]
             gens = generate(model, [jb[2] for jb in jobs], [jb[3] for jb in jobs],
-                            [torch.Generator().manual_seed(seed_of(cfg.seed, w.key, j, "negative")) for w, j, _, _ in jobs],
+                            [torch.Generator().manual_seed(derive_seed(cfg.seed, w.key, j, "negative")) for w, j, _, _ in jobs],
                             writer.sp.eos, writer.sp.pad, writer.top_k, cfg.temperature, writer.banned)
             n_seq += len(jobs)
             for i, w in enumerate(chunk):

@@ -17,12 +17,12 @@ so the negatives of two generators share their positives and contexts.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass
 from typing import Sequence
 
 from textebm.data.streams import starts
+from textebm.lm.generate import derive_seed
 
 DIRECTIONS = ("l2r", "r2l")
 
@@ -38,11 +38,6 @@ class Window:
     context_len: int  # c
 
 
-def seed_of(*parts) -> int:
-    """A 63-bit seed from any parts, stable across runs and machines."""
-    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little") >> 1
-
-
 def make_windows(streams: Sequence[tuple[str, list[int]]], corpus: str, split: str, length: int, stride: int,
                  contexts: Sequence[int], seed: int, max_windows: int = 0) -> list[Window]:
     """The windows of a split (see the module doc); `max_windows` > 0 keeps a seeded subset of
@@ -52,12 +47,12 @@ def make_windows(streams: Sequence[tuple[str, list[int]]], corpus: str, split: s
                          f"got {list(contexts)}")
     places = [(doc, s) for doc, ids in streams for s in starts(len(ids), length, stride)]
     if max_windows and len(places) > max_windows:
-        keep = sorted(random.Random(seed_of(seed, corpus, split, "subset")).sample(range(len(places)), max_windows))
+        keep = sorted(random.Random(derive_seed(seed, corpus, split, "subset")).sample(range(len(places)), max_windows))
         places = [places[i] for i in keep]
     by_doc = dict(streams)
     out = []
     for doc, s in places:
-        c = contexts[random.Random(seed_of(seed, corpus, split, doc, s, "context")).randrange(len(contexts))]
+        c = contexts[random.Random(derive_seed(seed, corpus, split, doc, s, "context")).randrange(len(contexts))]
         out.append(Window(f"{corpus}/{split}/{doc}/{s}", corpus, split, doc, s,
                           tuple(by_doc[doc][s:s + length]), c))
     return out
