@@ -8,7 +8,7 @@
 - `plot_entropy_vs_energy`: entropy of P(·|x) against Ê(x), one panel per method (fig. 4).
 
 Each function checks its inputs before drawing and writes the PNG through
-`textebm.io.atomic_write` (temporary file + `os.replace`), so a failure leaves no file behind.
+`textebm.figures.save_png` (temporary file + `os.replace`), so a failure leaves no file behind.
 Returns the path written.
 """
 
@@ -18,21 +18,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from textebm.calibration.metrics import as_numpy, entropy, reliability_bins
-from textebm.io import atomic_write
+from textebm.figures import save_png
 
 DPI = 110
-
-
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    FigureCanvasAgg(fig)
-    with atomic_write(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=DPI)
-    return path
 
 
 def _nonempty(mapping: Mapping, what: str) -> None:
@@ -69,7 +60,7 @@ def plot_reliability(
             bottom.set_ylabel("count")
             top.legend(loc="upper left", fontsize=7)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path, DPI)
 
 
 def plot_energy_histogram(
@@ -101,7 +92,7 @@ def plot_energy_histogram(
             ax.set_xlabel("energy Ê(x)")
         axes[0].set_ylabel("count")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path, DPI)
 
 
 def plot_entropy_vs_energy(points: Mapping[str, tuple[Any, Any]], path: str | Path) -> Path:
@@ -122,4 +113,4 @@ def plot_entropy_vs_energy(points: Mapping[str, tuple[Any, Any]], path: str | Pa
         ax.set_xlabel("energy Ê(x)")
     axes[0].set_ylabel("entropy of P(·|x) (nats)")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_png(fig, path, DPI)

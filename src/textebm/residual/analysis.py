@@ -81,31 +81,26 @@ def perturbations(windows: Sequence[Sequence[int]], vocab, energy: Callable, nll
 
 
 def plot_context(points: list[dict], path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from textebm.io import atomic_write
+    from textebm.figures import save_png
 
     fig = Figure(figsize=(4.5, 3.2))
-    FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     ax.plot([p["context_len"] for p in points], [100 * p["accuracy"] for p in points], "o-")
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("class-balanced accuracy %")
     ax.set_title("accuracy against context length", fontsize=9)
     fig.tight_layout()
-    with atomic_write(path, "wb", encoding=None) as f:
-        fig.savefig(f, format="png", dpi=120)
+    save_png(fig, path, 120)
 
 
 def plot_perturbations(summary: dict, path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from textebm.io import atomic_write
+    from textebm.figures import save_png
 
     fig = Figure(figsize=(8, 3.2))
-    FigureCanvasAgg(fig)
     x = (np.arange(summary["bins"]) + 0.5) / summary["bins"]
     for j, key in enumerate(("energy", "nll")):
         ax = fig.add_subplot(1, 2, j + 1)
@@ -117,5 +112,4 @@ def plot_perturbations(summary: dict, path) -> None:
         ax.set_ylabel("Δ energy" if key == "energy" else "Δ generator NLL (nats)")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    with atomic_write(path, "wb", encoding=None) as f:
-        fig.savefig(f, format="png", dpi=120)
+    save_png(fig, path, 120)

@@ -30,14 +30,12 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def _heatmap(title: str, rows: list[str], cols: list[str], values, path: Path) -> None:
     import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from textebm.io import atomic_write
+    from textebm.figures import save_png
 
     v = np.array(values, dtype=float)
     fig = Figure(figsize=(1.6 + 1.1 * len(cols), 1.2 + 0.5 * len(rows)))
-    FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     im = ax.imshow(v, vmin=0.5, vmax=1.0, cmap="viridis")
     ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right")
@@ -52,8 +50,7 @@ def _heatmap(title: str, rows: list[str], cols: list[str], values, path: Path) -
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.05)
     fig.tight_layout()
-    with atomic_write(path, "wb", encoding=None) as f:
-        fig.savefig(f, format="png", dpi=120)
+    save_png(fig, path, 120)
 
 
 def _drop_line(cells: list[dict]) -> str:

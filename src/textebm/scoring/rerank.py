@@ -359,14 +359,12 @@ def render_report(metrics: dict[str, Any], plot_name: str, sources: dict[str, An
 
 def plot_curves(metrics: dict[str, Any], path: str | Path) -> Path:
     """One panel per subset: dev (solid) and test (dashed) WER in % against λ for each method."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from textebm.io import atomic_write
+    from textebm.figures import save_png
 
     subsets = metrics["subsets"]
     fig = Figure(figsize=(4.6 * len(subsets), 3.8))
-    FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(subsets), squeeze=False)[0]
     grid = np.asarray(metrics["grid"], dtype=float)
     for ax, (s, e) in zip(axes, subsets.items()):
@@ -390,7 +388,4 @@ def plot_curves(metrics: dict[str, Any], path: str | Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    with atomic_write(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=110)
-    return path
+    return save_png(fig, path, 110)
