@@ -67,7 +67,6 @@ class GatedConvBlock(nn.Module):
 class GatedConvForCausalLM(PreTrainedModel, GenerationMixin):
     config_class = GatedConvConfig
     base_model_prefix = "gcnn"
-    _supports_cache_class = True
 
     def __init__(self, config: GatedConvConfig):
         super().__init__(config)

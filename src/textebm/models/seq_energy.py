@@ -23,16 +23,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from textebm.energy import pool
+
 KINDS = ("linear", "bilstm", "unitransf", "bitransf")
 
 
 def _head(h: Tensor, layer: nn.Linear) -> Tensor:
     return nn.functional.linear(h.float(), layer.weight.float(), layer.bias.float()).squeeze(-1)  # (B,)
-
-
-def _mean(h: Tensor, mask: Tensor) -> Tensor:
-    m = mask[..., None].to(h.dtype)  # (B, T, 1)
-    return (h * m).sum(1) / m.sum(1).clamp(min=1)  # (B, H)
 
 
 class LinearEnergy(nn.Module):
@@ -62,7 +59,7 @@ class BiLSTMEnergy(nn.Module):
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         h, _ = self.lstm(packed)
         h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=input_ids.shape[1])  # (B, T, 2H)
-        return _head(_mean(h, attention_mask), self.out)
+        return _head(pool(h, attention_mask, "mean"), self.out)
 
 
 class UniTransfEnergy(nn.Module):
@@ -75,7 +72,7 @@ class UniTransfEnergy(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         h = self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
-        return _head(_mean(h, attention_mask), self.out)
+        return _head(pool(h, attention_mask, "mean"), self.out)
 
 
 class BiTransfEnergy(nn.Module):
