@@ -149,6 +149,11 @@ class _Counter:
             yield text
 
 
+def same_vocab(a, b) -> bool:
+    """Whether two tokenizers map the same tokens to the same ids (then ids of one are ids of the other)."""
+    return a is b or a.get_vocab() == b.get_vocab()
+
+
 def iter_texts(path: str | Path) -> Iterator[str]:
     """The `text` and (if present) `text_pair` fields of each row of a JSONL file, in file order."""
     from textebm.io import iter_jsonl

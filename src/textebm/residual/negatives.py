@@ -99,11 +99,12 @@ class _Writer:
     def __init__(self, cfg: NegativesConfig, model, tokenizer, meta, vocab):
         from textebm.lm.sampling import banned_ids
         from textebm.models.lm import special_ids
+        from textebm.tokenizer import same_vocab
 
         self.cfg, self.model, self.tokenizer, self.vocab = cfg, model, tokenizer, vocab
         self.sp = special_ids(tokenizer, meta)
         self.direction = meta.direction
-        self.foreign = tokenizer.get_vocab() != vocab.get_vocab()
+        self.foreign = not same_vocab(tokenizer, vocab)
         if self.foreign and self.direction != "l2r":
             raise TextebmError(f"--generator {cfg.generator}: a generator with its own vocabulary completes "
                                "suffixes only (left to right); this one is r2l")
