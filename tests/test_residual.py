@@ -482,3 +482,19 @@ def test_report_drop_lines_by_hand():
     unseen = [{"train": "a+b/tf/l2r", "test": "a/tf/l2r", "accuracy": 0.9},
               {"train": "a+b/tf/l2r", "test": "a/smollm2/l2r", "accuracy": 0.55}]
     assert _unseen_line(unseen) == "Drop from the seen to the unseen generator (points): a 35.0."
+
+
+def test_the_stored_rule_equals_one_fitted_on_the_saved_model(trained):
+    """The rule comes from the final evaluation's fp32 scores of the in-memory model: the same as
+    scoring the saved model again."""
+    from textebm.residual import detect
+    from textebm.residual.windows import read_window_file
+
+    _, rule = detect.read_rule(trained["run"] / "detector.json")
+    scorer = detect.EnergyScorer(trained["run"] / "model")
+    real, fake = detect.window_scores(scorer.score_ids, read_window_file(trained["dev"]), 64)
+    again = detect.fit_rule(real, fake.ravel())
+    assert rule.threshold == pytest.approx(again.threshold, abs=1e-9)
+    assert rule.temperature == pytest.approx(again.temperature, rel=1e-6)
+    metrics = json.loads((trained["run"] / "metrics.json").read_text())["eval"]
+    assert metrics["val_balanced_accuracy"] == pytest.approx(again.val["balanced_accuracy"])

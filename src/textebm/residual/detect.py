@@ -27,16 +27,13 @@ import numpy as np
 import torch
 
 from textebm.errors import TextebmError
+from textebm.tokenizer import same_vocab
 
 ZEROSHOT = ("loglik", "fastdetectgpt", "binoculars")
 RULE_FILE = "detector.json"
 
 
 # ---------------------------------------------------------------- scorers
-
-
-def _same_vocab(a, b) -> bool:
-    return a is b or a.get_vocab() == b.get_vocab()
 
 
 class EnergyScorer:
@@ -54,7 +51,8 @@ class EnergyScorer:
 
 @torch.no_grad()
 def energies(model, spec, tokenizer, vocab, seqs: Sequence[Sequence[int]], batch_size: int = 64) -> np.ndarray:
-    """E(x) (N,) float64 of windows given as shared-vocabulary ids, in length-sorted batches."""
+    """E(x) (N,) float64 of windows given as shared-vocabulary ids, in length-sorted batches, in the
+    model's own precision even inside a training loop's autocast (metrics are computed in fp32)."""
     from textebm.inference import batched
     from textebm.models.seq_energy import encode_windows
 
@@ -64,7 +62,8 @@ def energies(model, spec, tokenizer, vocab, seqs: Sequence[Sequence[int]], batch
 
     def fn(batch):
         b = {k: v.to(device) for k, v in encode_windows(batch, spec, tokenizer, vocab).items()}
-        return model(b["input_ids"], b["attention_mask"]).double().cpu().tolist()
+        with torch.autocast(device.type, enabled=False):
+            return model(b["input_ids"], b["attention_mask"]).double().cpu().tolist()
 
     out = np.asarray(batched(list(seqs), [len(s) for s in seqs], batch_size, fn), dtype=np.float64)
     model.train(was_training)
@@ -90,10 +89,10 @@ class ZeroShotScorer:
         self.observer = None
         if observer_path:
             self.observer, otok, ometa = load_lm(observer_path, dtype=dtype, device=device, option="--observer")
-            if not _same_vocab(otok, self.tokenizer) or ometa.direction != self.meta.direction:
+            if not same_vocab(otok, self.tokenizer) or ometa.direction != self.meta.direction:
                 raise TextebmError(f"--observer {observer_path}: binoculars needs an observer with the "
                                    "performer's tokenizer and direction")
-        self.native = _same_vocab(self.tokenizer, vocab)
+        self.native = same_vocab(self.tokenizer, vocab)
 
     def _ids(self, seqs: Sequence[Sequence[int]]) -> list[list[int]]:
         if self.native:

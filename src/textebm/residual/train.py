@@ -81,6 +81,7 @@ def build_energy_model(cfg: ResidualTrainConfig, vocab, length: int):
     from textebm.errors import TextebmError
     from textebm.models.build import SmallLMConfig, build_causal_lm, build_encoder
     from textebm.models.seq_energy import EnergySpec, build_energy
+    from textebm.tokenizer import same_vocab
 
     pad = vocab.pad_token_id if vocab.pad_token_id is not None else 0
     spec = EnergySpec(kind=cfg.energy, vocab_size=len(vocab), length=length, pad_id=pad, init=cfg.init)
@@ -92,7 +93,7 @@ def build_energy_model(cfg: ResidualTrainConfig, vocab, length: int):
             from textebm.models.load import load_lm
 
             lm, tok, meta = load_lm(cfg.init, option="--init")
-            if not hasattr(lm, "model") or tok.get_vocab() != vocab.get_vocab():
+            if not hasattr(lm, "model") or not same_vocab(tok, vocab):
                 raise TextebmError(f"--init {cfg.init}: unitransf starts from a transformer LM in the shared "
                                    "vocabulary of --vocab (train one with `lm train --tokenizer VOCAB`)")
             if meta.direction != "l2r":
@@ -107,7 +108,7 @@ def build_energy_model(cfg: ResidualTrainConfig, vocab, length: int):
             from textebm.models.load import load_encoder
 
             body, tokenizer = load_encoder(cfg.init, option="--init")
-            spec.retokenize = tokenizer.get_vocab() != vocab.get_vocab()
+            spec.retokenize = not same_vocab(tokenizer, vocab)
             spec.max_tokens = cfg.max_tokens
             spec.vocab_size = len(tokenizer)
             spec.pad_id = tokenizer.pad_token_id or 0
@@ -174,24 +175,26 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     log.info("%s energy: %.2fM parameters, %d training windows x (1 + %d negatives), %d validation windows",
              cfg.energy, n_params / 1e6, len(train_rows), len(train_rows[0]["negatives"]), len(val_rows))
 
-    def evaluate(m):
-        from textebm.residual import metrics
+    fitted: dict = {}  # the decision rule, fitted once from the final evaluation's validation scores
 
-        real, fake = detect.window_scores(lambda seqs, b: detect.energies(m, spec, tokenizer, vocab, seqs, b),
-                                          val_rows, cfg.eval_batch_size)
-        thr = metrics.best_threshold(real, fake.ravel())
-        return {"val_balanced_accuracy": metrics.balanced_accuracy(real, fake.ravel(), thr),
-                "val_auroc": metrics.auroc(real, fake.ravel()), "val_p_at_1": float((real < fake.min(1)).mean())}
+    def rule_of(score_ids):
+        real, fake = detect.window_scores(score_ids, val_rows, cfg.eval_batch_size)
+        return detect.fit_rule(real, fake.ravel()), float((real < fake.min(1)).mean())
+
+    def evaluate(m):
+        fitted["rule"], p_at_1 = rule_of(lambda seqs, b: detect.energies(m, spec, tokenizer, vocab, seqs, b))
+        val = fitted["rule"].val  # threshold of best balanced accuracy, fitted on these very windows
+        return {"val_balanced_accuracy": val["balanced_accuracy"], "val_auroc": val["auroc"], "val_p_at_1": p_at_1}
 
     config = {**options_dict(cfg), "parameters": n_params, "spec": spec.__dict__}
     metrics_ = train(cfg, config, model, train_rows, [len(r["positive"]) for r in train_rows], batcher,
                      lambda m, b: residual_step(m, b, cfg.loss, cfg.negatives, cfg.margin),
                      save_model=lambda m, d: save_energy(m, spec, tokenizer, d, vocab), evaluate=evaluate)
     rule_file = Path(cfg.out) / detect.RULE_FILE
-    if not rule_file.is_file():  # also after a crash between the model and its rule
-        scorer = detect.EnergyScorer(Path(cfg.out) / "model")
-        real, fake = detect.window_scores(scorer.score_ids, val_rows, cfg.eval_batch_size)
-        rule = detect.fit_rule(real, fake.ravel())
+    if not rule_file.is_file():
+        # Fitted by the final evaluation; a resumed run that had already finished (a crash between
+        # the model and its rule) scores the saved model instead.
+        rule = fitted.get("rule") or rule_of(detect.EnergyScorer(Path(cfg.out) / "model").score_ids)[0]
         detect.write_rule(rule_file, {"detector": "energy", "energy": cfg.energy, "model": "model",
                                       "length": max(lengths), "val": [str(Path(v).resolve()) for v in cfg.val]}, rule)
         log.info("decision rule on validation: balanced accuracy %.3f, AUROC %.3f, ECE %.4f (T = %.3g)",
