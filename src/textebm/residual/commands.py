@@ -8,8 +8,6 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from textebm.errors import TextebmError
 from textebm.residual.detect import ZEROSHOT
 from textebm.residual.windows import read_window_files
@@ -152,13 +150,9 @@ def score_texts(cfg: ScoreConfig) -> Path:
             raise TextebmError(f"--threshold {cfg.threshold}: no numeric `threshold`; write one with "
                                "`residual threshold`")
         threshold, source = float(t), f"{cfg.threshold}"
-    vocab = scorer.vocab
     length = detect.scorer_length(scorer, info)
-    wins, owner = detect.text_windows(texts, vocab, length)
-    scores = detect.per_text(scorer.score_ids(wins, cfg.batch_size), owner, len(texts))
+    scores, tokens = detect.text_scores(scorer, texts, length, cfg.batch_size)
     probs = rule.prob_generated(scores)
-    tokens = np.zeros(len(texts), dtype=int)
-    np.add.at(tokens, np.asarray(owner), [len(w) for w in wins])
     name = "energy" if info.get("detector") == "energy" else "score"
     with atomic_write(cfg.out) as f:
         for i, s, p, n in zip(ids, scores, probs, tokens):
@@ -187,8 +181,7 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     check_output_file(cfg.out, cfg.overwrite)
     scorer, rule, info = detect.load_detector(cfg.model)
     _, texts = _texts(cfg.human)
-    wins, owner = detect.text_windows(texts, scorer.vocab, detect.scorer_length(scorer, info))
-    scores = detect.per_text(scorer.score_ids(wins, cfg.batch_size), owner, len(texts))
+    scores, _ = detect.text_scores(scorer, texts, detect.scorer_length(scorer, info), cfg.batch_size)
     out = detect.refit_threshold(scores, rule, cfg.fpr, cfg.seed, cfg.held_out)
     out.update(model=str(Path(cfg.model).resolve()), human=str(Path(cfg.human).resolve()))
     write_json(cfg.out, out)

@@ -128,16 +128,18 @@ class ZeroShotScorer:
 def window_scores(score_ids, rows: list[dict], batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(scores of the real windows (N,), of their negatives (N, k)) of negatives-file rows, by
     `score_ids(seqs, batch_size)`."""
+    from textebm.residual.windows import window_seqs
+
     k = len(rows[0]["negatives"])
-    seqs = [s for r in rows for s in (r["positive"], *r["negatives"])]
-    s = np.asarray(score_ids(seqs, batch_size)).reshape(len(rows), 1 + k)
+    s = np.asarray(score_ids(window_seqs(rows), batch_size)).reshape(len(rows), 1 + k)
     return s[:, 0], s[:, 1:]
 
 
-def text_windows(texts: Sequence[str], vocab, length: int) -> tuple[list[list[int]], list[int]]:
-    """Texts as windows of at most `length` shared-vocabulary tokens (consecutive, the last one
-    possibly shorter) and, for each window, the index of its text. An empty text is an error."""
-    ids = vocab(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+def text_scores(scorer, texts: Sequence[str], length: int, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """(the mean window score of each text (N,), its number of shared-vocabulary tokens (N,)): each
+    text cut into consecutive windows of at most `length` tokens (the last one possibly shorter),
+    all windows scored by `scorer` in one batched pass. An empty text is an error."""
+    ids = scorer.vocab(list(texts), add_special_tokens=False)["input_ids"] if texts else []
     wins, owner = [], []
     for i, s in enumerate(ids):
         if not s:
@@ -145,15 +147,10 @@ def text_windows(texts: Sequence[str], vocab, length: int) -> tuple[list[list[in
         for a in range(0, len(s), length):
             wins.append(s[a:a + length])
             owner.append(i)
-    return wins, owner
-
-
-def per_text(scores: np.ndarray, owner: Sequence[int], n: int) -> np.ndarray:
-    """Mean window score of each of n texts."""
-    total, count = np.zeros(n), np.zeros(n)
-    np.add.at(total, np.asarray(owner), scores)
-    np.add.at(count, np.asarray(owner), 1)
-    return total / np.maximum(count, 1)
+    scores = np.asarray(scorer.score_ids(wins, batch_size), dtype=np.float64) if wins else np.zeros(0)
+    total = np.bincount(owner, weights=scores, minlength=len(ids))
+    count = np.bincount(owner, minlength=len(ids))
+    return total / np.maximum(count, 1), np.array([len(s) for s in ids], dtype=int)
 
 
 # ---------------------------------------------------------------- the decision rule

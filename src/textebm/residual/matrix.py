@@ -399,10 +399,10 @@ class Matrix:
         t0 = time.perf_counter()
         det = (self.ensure_zeroshot(cell.detector, cell.train) if cell.detector in ZEROSHOT
                else self.ensure_energy(cell.detector, cell.train, cell.negatives))
-        test = [self.ensure_negatives(c, cell.test.generator, cell.test.direction, "test") for c in cell.test.corpora]
-        from textebm.residual.windows import read_window_file
+        from textebm.residual.windows import read_window_files
 
-        rows = [r for p in test for r in read_window_file(p)]
+        test = [self.ensure_negatives(c, cell.test.generator, cell.test.direction, "test") for c in cell.test.corpora]
+        rows = read_window_files(test, "test negatives")
         scorer, rule, _ = detect.load_detector(det)
         real, fake = detect.window_scores(scorer.score_ids, rows, 64)
         result = {"table": cell.table, "detector": cell.detector, "train": cell.train.name, "test": cell.test.name,

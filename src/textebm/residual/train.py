@@ -127,10 +127,10 @@ class WindowBatcher:
 
     def __call__(self, rows: list[dict]) -> dict:
         from textebm.models.seq_energy import encode_windows
+        from textebm.residual.windows import window_seqs
 
-        k = len(rows[0]["negatives"])
-        seqs = [s for r in rows for s in (r["positive"], *r["negatives"])]
-        return {**encode_windows(seqs, self.spec, self.tokenizer, self.vocab), "k": k}
+        batch = encode_windows(window_seqs(rows), self.spec, self.tokenizer, self.vocab)
+        return {**batch, "k": len(rows[0]["negatives"])}
 
 
 def residual_step(model, batch: dict, loss: str, negatives: str, margin: float) -> tuple[torch.Tensor, dict]:

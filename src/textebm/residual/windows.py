@@ -78,6 +78,11 @@ def generated_part(ids: Sequence[int], context_len: int, direction: str) -> list
     return list(ids[context_len:]) if direction == "l2r" else list(ids[:len(ids) - context_len])
 
 
+def window_seqs(rows: list[dict]) -> list[list[int]]:
+    """Every window of negatives-file rows, each real one followed by its k negatives: B(1+k) id lists."""
+    return [s for r in rows for s in (r["positive"], *r["negatives"])]
+
+
 def read_window_file(path) -> list[dict]:
     """The rows of a `negatives generate` file, checked: `positive` a list of token ids,
     `negatives` a non-empty list of id lists, each as long as the positive, `context_len` and
