@@ -144,8 +144,10 @@ def read_config(path: str | Path) -> dict:
                                    f"negatives: {', '.join(NEGATIVES)}; directions: l2r, r2l)")
         train = t.get("train", [])
         for spec in [train] if isinstance(train, str) else train:
-            if spec != "all" and any(c not in cfg["corpora"] for c in spec.split("+")):
-                raise InputError(path, f"table {i + 1}: training corpora {spec!r} are not all in `corpora`")
+            try:
+                corpus_set(spec, cfg)
+            except TextebmError as e:
+                raise InputError(path, f"table {i + 1}: {e}") from None
         for e in _table_energies(t):
             if e not in cfg["energies"]:
                 raise InputError(path, f"table {i + 1}: energy {e!r} is not in `energies`")
