@@ -85,7 +85,6 @@ def bench_sampler(args, vocab) -> dict:
 
 
 def bench_energies(args, vocab) -> dict:
-    from textebm.models.load import load_tokenizer  # noqa: F401  (vocab already loaded)
     from textebm.residual.train import ResidualTrainConfig, WindowBatcher, build_energy_model, residual_step
 
     cfg = json.loads(Path(args.config).read_text())["energies"]

@@ -188,7 +188,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     from textebm.precision import cpu_capability, cpu_flags
-    from textebm.scoring.pll import cloze_scores, mlm_token_scores
+    from textebm.scoring.pll import cloze_scores
 
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     texts = ptb_sentences(args.sentences, Path("runs/bench-data"))

@@ -168,7 +168,7 @@ def test_negatives_are_resumable_and_independent_of_the_batch(corpus, tmp_path):
 def test_foreign_generator_is_retokenised_and_cut_to_the_exact_length(corpus, tmp_path):
     """A generator with its own vocabulary (as SmolLM2): context ids unchanged, L - c shared tokens."""
     from textebm.models.build import SmallLMConfig, build_causal_lm
-    from textebm.models.lm import LMMeta, ensure_special_tokens, save_lm
+    from textebm.models.lm import ensure_special_tokens, save_lm
     from textebm.tokenizer import train_tokenizer
 
     texts = [json.loads(x)["text"] for x in (corpus["data"] / "train.jsonl").read_text().splitlines()]
