@@ -16,8 +16,9 @@ import pytest
 from textebm.cli import main
 from textebm.data.nbest import read_nbest
 from textebm.errors import InputError, TextebmError
-from textebm.scoring.rerank import (PAPER_GRID, WIDE_GRID, choose_lambda, corpus_wer, evaluate, prepare,
-                                    read_score_files, rerank_index, wer_curve, word_edits)
+from textebm.scoring.rerank import (PAPER_GRID, WIDE_GRID, choose_lambda, corpus_wer, evaluate,
+                                    paired_wer_diff, prepare, read_score_files, rerank_index, wer_curve,
+                                    word_edits)
 
 # dev: d1 is fixed by lambda > 1/3 (hyp_1 -2 - 5l beats hyp_2 -1 - 8l), d2 is broken by lambda > 0.62
 # (hyp_2 -2.24 - 4l beats hyp_1 -1 - 6l): dev WER is 0 exactly for 1/3 < lambda <= 0.62, so 0.35.
@@ -366,3 +367,59 @@ def test_cli_options_that_do_nothing_are_refused(tmp_path, capsys):
     assert main(base + ["--scores", str(f["electric"])]) == 2
     assert "--out" in capsys.readouterr().err
     assert not (tmp_path / "o").exists() and not (tmp_path / "t.txt").exists()
+
+
+def test_paired_wer_diff_matches_a_loop_over_the_same_resamples():
+    from textebm.bootstrap import resample_indices
+
+    rng = np.random.default_rng(3)
+    words = rng.integers(1, 20, size=40)
+    a, b = rng.integers(0, 5, size=40), rng.integers(0, 5, size=40)
+    got = paired_wer_diff(a, b, words, n_boot=300, seed=7)
+    # the observed difference by hand: corpus WERs of the whole test set
+    assert got["diff"] == pytest.approx(a.sum() / words.sum() - b.sum() / words.sum())
+    diffs = []
+    for row in resample_indices(40, 300, 7):  # one resample at a time, corpus WER from scratch
+        wa = corpus_wer(int(sum(a[i] for i in row)), int(sum(words[i] for i in row)))
+        wb = corpus_wer(int(sum(b[i] for i in row)), int(sum(words[i] for i in row)))
+        diffs.append(wa - wb)
+    assert got["lo"] == pytest.approx(float(np.quantile(diffs, 0.025)))
+    assert got["hi"] == pytest.approx(float(np.quantile(diffs, 0.975)))
+    assert got["p_below_zero"] == pytest.approx(float(np.mean(np.array(diffs) < 0)))
+
+
+def test_paired_wer_diff_of_one_choice_against_itself_is_exactly_zero_and_a_clear_win_excludes_zero():
+    words = np.full(50, 10)
+    same = paired_wer_diff(np.arange(50) % 3, np.arange(50) % 3, words)
+    assert same == {"diff": 0.0, "lo": 0.0, "hi": 0.0, "p_below_zero": 0.0}
+    better = paired_wer_diff(np.zeros(50), np.full(50, 2), words)  # 2 edits fewer in every utterance
+    assert better["diff"] == pytest.approx(-0.2) and better["lo"] == better["hi"] == pytest.approx(-0.2)
+    mixed = paired_wer_diff(np.r_[np.zeros(25), np.full(25, 1)], np.full(50, 1), words)
+    assert mixed["hi"] < 0 < mixed["p_below_zero"] and mixed["lo"] < mixed["diff"] == pytest.approx(-0.05)
+    with pytest.raises(ValueError):
+        paired_wer_diff(np.zeros(3), np.zeros(4), np.ones(3))
+
+
+def test_cli_versus_adds_paired_intervals_and_refuses_an_unknown_method(tmp_path, capsys):
+    f = _files(tmp_path)
+    out = tmp_path / "rerank"
+    base = ["rerank", "--dev", str(f["dev"]), "--test", str(f["test"]), "--scores", str(f["electric"]),
+            str(f["mlm"]), "--grid", "wide"]
+    assert main(base + ["--out", str(out), "--versus", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "--versus nosuch" in err and "electric" in err and "Traceback" not in err and not out.exists()
+    assert main(base + ["--out", str(out), "--versus", "mlm", "--bootstrap", "200"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    clean = metrics["subsets"]["clean"]["methods"]
+    # electric fixes t2 (2 of 5 words -> 1 of 5); mlm is the 1-best: both changes are -1/5
+    assert clean["electric"]["test_vs_one_best"]["diff"] == pytest.approx(-0.2)
+    assert clean["electric"]["test_vs_versus"]["diff"] == pytest.approx(-0.2)
+    assert clean["mlm"]["test_vs_one_best"]["diff"] == 0.0 and "test_vs_versus" not in clean["mlm"]
+    pooled = metrics["pooled"]["methods"]["electric"]["test_vs_one_best"]  # 3 test utterances, 8 words
+    assert pooled["diff"] == pytest.approx((1 - 3) / 8) and pooled["lo"] <= pooled["diff"] <= pooled["hi"]
+    assert metrics["versus"] == "mlm"
+    report = (out / "report.md").read_text()
+    assert "Δ test WER vs mlm [95% CI]" in report and "| electric | 0.00 | 20.00 | 0.35 | -20.00 [" in report
+    assert main(base + ["--out", str(tmp_path / "r0"), "--bootstrap", "0"]) == 0
+    m0 = json.loads((tmp_path / "r0" / "metrics.json").read_text())["subsets"]["clean"]["methods"]["electric"]
+    assert "test_vs_one_best" not in m0

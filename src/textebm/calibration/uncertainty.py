@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from textebm.bootstrap import percentile_interval, resample_indices
 from textebm.calibration import metrics as M
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
@@ -36,11 +37,6 @@ def metric_fn(name: str, n_bins: int = 20) -> Metric:
     if name not in table:
         raise ValueError(f"unknown metric {name!r}; expected one of {', '.join(table)}")
     return table[name]
-
-
-def resample_indices(n: int, n_boot: int, seed: int) -> np.ndarray:
-    """(n_boot, n) indices drawn with replacement by a seeded generator (shared across methods)."""
-    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
 
 
 def resample_counts(idx: np.ndarray) -> np.ndarray:
@@ -78,19 +74,13 @@ def resampled_metric(name: str, probs: np.ndarray, labels: np.ndarray, idx: np.n
     return total / len(cols)
 
 
-def _percentile(stats: np.ndarray, level: float) -> tuple[float, float]:
-    alpha = (1 - level) / 2
-    lo, hi = np.quantile(stats, [alpha, 1 - alpha])
-    return float(lo), float(hi)
-
-
 def bootstrap_ci(probs: Any, labels: Any, names: Sequence[str] = ("accuracy", "ece_classwise"),
                  n_boot: int = 1000, level: float = 0.95, seed: int = 0, n_bins: int = 20
                  ) -> dict[str, tuple[float, float]]:
     """Percentile bootstrap interval of each metric over resamples of the test examples."""
     p, y = M.as_numpy(probs), M.as_labels(labels)
     idx = resample_indices(len(y), n_boot, seed)  # (n_boot, N)
-    return {name: _percentile(resampled_metric(name, p, y, idx, n_bins), level) for name in names}
+    return {name: percentile_interval(resampled_metric(name, p, y, idx, n_bins), level) for name in names}
 
 
 def paired_bootstrap_diff(probs_a: Any, probs_b: Any, labels: Any, name: str, n_boot: int = 1000,
@@ -105,7 +95,7 @@ def paired_bootstrap_diff(probs_a: Any, probs_b: Any, labels: Any, name: str, n_
     f = metric_fn(name, n_bins)
     idx = resample_indices(len(y), n_boot, seed)  # (n_boot, N)
     diffs = resampled_metric(name, a, y, idx, n_bins) - resampled_metric(name, b, y, idx, n_bins)  # (n_boot,)
-    lo, hi = _percentile(diffs, level)
+    lo, hi = percentile_interval(diffs, level)
     return {"diff": f(a, y) - f(b, y), "lo": lo, "hi": hi, "p_below_zero": float((diffs < 0).mean())}
 
 

@@ -27,6 +27,12 @@ class RerankConfig:
     grid: str = field(default="paper", metadata={
         "help": "lambda values to try: paper = 0.05, 0.10, ..., 1.0; wide = 0, the paper's, 1.25, 1.5, 2, 3, 5, 10",
         "choices": ["paper", "wide"]})
+    versus: str = field(default="", metadata={
+        "help": "also give every method's test WER change against this method (a --scores method name), with "
+                "a paired bootstrap interval"})
+    bootstrap: int = field(default=1000, metadata={
+        "help": "bootstrap resamples of the test utterances for the intervals of WER changes (0: none)", "min": 0})
+    seed: int = field(default=0, metadata={"help": "seed of the bootstrap resamples", "min": 0})
     write_texts: str = field(default="", metadata={
         "help": "only write the unique hypothesis texts of --dev and --test to this .txt (one a line) or "
                 ".jsonl file, for `textebm score --input`, and stop"})
@@ -38,7 +44,8 @@ class RerankConfig:
         from textebm.options import refuse_unused
 
         if self.write_texts:
-            refuse_unused(self, ["scores", "out", "grid"], "with --write-texts (which only writes the texts)")
+            refuse_unused(self, ["scores", "out", "grid", "versus", "bootstrap", "seed"],
+                          "with --write-texts (which only writes the texts)")
             if Path(self.write_texts).suffix.lower() not in (".txt", ".jsonl"):
                 raise TextebmError(f"--write-texts {self.write_texts}: name a .txt or .jsonl file")
             return
@@ -87,7 +94,7 @@ def write_texts(cfg: RerankConfig) -> int:
 
 def run_rerank(cfg: RerankConfig) -> Path:
     from textebm.data.nbest import read_nbest
-    from textebm.errors import InputError
+    from textebm.errors import InputError, TextebmError
     from textebm.io import atomic_write, write_json, write_jsonl
     from textebm.outputs import check_output_dir, output_dir
     from textebm.scoring.rerank import GRIDS, attach, evaluate, plot_curves, prepare, read_score_files, render_report
@@ -107,8 +114,11 @@ def run_rerank(cfg: RerankConfig) -> Path:
     how = (f"write the texts with `textebm rerank --dev {cfg.dev} --test {cfg.test} --write-texts texts.txt`, "
            "then score them: `textebm score --model MODEL --input texts.txt --out SCORES.jsonl`")
     methods = {sf.method: (attach(items["dev"], sf, how), attach(items["test"], sf, how)) for sf in files}
-    metrics, chosen = evaluate(items["dev"], items["test"], methods, grid)
-    sources = {"dev": cfg.dev, "test": cfg.test, "grid": cfg.grid, "scores": {sf.method: str(sf.path) for sf in files}}
+    if cfg.versus and cfg.versus not in methods:
+        raise TextebmError(f"--versus {cfg.versus}: not one of the --scores methods ({', '.join(methods)})")
+    metrics, chosen = evaluate(items["dev"], items["test"], methods, grid, cfg.versus, cfg.bootstrap, cfg.seed)
+    sources = {"dev": cfg.dev, "test": cfg.test, "grid": cfg.grid, "bootstrap": cfg.bootstrap,
+               "scores": {sf.method: str(sf.path) for sf in files}}
     metrics = {"dev": cfg.dev, "test": cfg.test, "grid_name": cfg.grid, "scores": sources["scores"], **metrics}
     with output_dir(cfg.out, KIND, cfg.overwrite) as tmp:
         write_json(tmp / "metrics.json", metrics)

@@ -134,6 +134,26 @@ def wer_curve(items: Sequence[NBest], text_scores: Sequence[np.ndarray], grid: S
     return [corpus_wer(int(e), words) for e in edits]
 
 
+def paired_wer_diff(edits_a: np.ndarray, edits_b: np.ndarray, words: np.ndarray, n_boot: int = 1000,
+                    level: float = 0.95, seed: int = 0) -> dict[str, float]:
+    """Corpus WER of choice a minus that of choice b, with its paired percentile-bootstrap interval
+    over utterances: each resample draws utterances with replacement and recomputes both corpus
+    WERs (edits and reference words summed over the drawn utterances) on the same draw.
+
+    edits_a, edits_b, words: (U,) per utterance. Returns {"diff", "lo", "hi", "p_below_zero"}
+    (fractions, like corpus_wer)."""
+    from textebm.bootstrap import percentile_interval, resample_indices
+
+    a, b, w = (np.asarray(x, dtype=np.float64) for x in (edits_a, edits_b, words))
+    if not (a.shape == b.shape == w.shape) or a.ndim != 1 or not len(a):
+        raise ValueError("paired_wer_diff: give per-utterance edits and words of one non-empty length")
+    idx = resample_indices(len(a), n_boot, seed)  # (n_boot, U)
+    w_boot = w[idx].sum(1)  # (n_boot,) reference words of each resample
+    d = (a[idx].sum(1) - b[idx].sum(1)) / np.maximum(w_boot, 1.0)  # (n_boot,); a resample of 0 words: 0
+    lo, hi = percentile_interval(d, level)
+    return {"diff": float((a.sum() - b.sum()) / w.sum()), "lo": lo, "hi": hi, "p_below_zero": float((d < 0).mean())}
+
+
 def choose_lambda(grid: Sequence[float], curve: Sequence[float]) -> float:
     """The lambda of the lowest WER, the smallest lambda among equal WERs."""
     if not grid or len(grid) != len(curve):
@@ -234,7 +254,8 @@ def _split_by_subset(items: Sequence[NBest]) -> dict[str, list[int]]:
 
 
 def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tuple[list, list]],
-             grid: Sequence[float]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+             grid: Sequence[float], versus: str = "", n_boot: int = 1000, seed: int = 0
+             ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Choose lambda per subset on dev, apply it to test; return (metrics, chosen rows).
 
     methods: {name: (text scores of each dev item, text scores of each test item)}. Every test
@@ -242,7 +263,9 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
     fractions. metrics["subsets"][s] holds utterance and word counts, the 1-best and oracle
     WERs, and per method the chosen lambda, its dev and test WER and the whole curve;
     metrics["pooled"] (with several subsets) sums edits and words over subsets, each at its own
-    lambda."""
+    lambda. With n_boot > 0 every method's test WER also gets its change against the 1-best
+    ("test_vs_one_best") and, when `versus` names a method, against that method ("test_vs_versus"),
+    each with a paired bootstrap interval over test utterances (`paired_wer_diff`)."""
     dev_at, test_at = _split_by_subset(dev), _split_by_subset(test)
     missing = sorted(set(test_at) - set(dev_at))
     if missing:
@@ -253,6 +276,7 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
     chosen: list[dict[str, Any]] = []
     pooled = {"dev": {"utterances": 0, "words": 0}, "test": {"utterances": 0, "words": 0}}
     pooled_edits: dict[str, dict[str, int]] = {}
+    per_utt: dict[str, list[np.ndarray]] = {}  # test edits per utterance of each choice, all subsets
     for s in sorted(dev_at):
         d_idx, t_idx = dev_at[s], test_at.get(s, [])
         parts = {"dev": [dev[i] for i in d_idx], "test": [test[i] for i in t_idx]}
@@ -263,6 +287,8 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
             pooled[split]["utterances"] += entry[split]["utterances"]
             pooled[split]["words"] += entry[split]["words"]
         fixed = {"one_best": one_best_index, "oracle": oracle_index}
+        utt: dict[str, np.ndarray] = {"words": np.array([it.words for it in parts["test"]], dtype=np.int64)}
+        utt["one_best"] = np.array([it.edits[one_best_index(it)] for it in parts["test"]], dtype=np.int64)
         for name, pick in fixed.items():
             entry[name] = {}
             for split, its in parts.items():
@@ -282,9 +308,13 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
                 _add(pooled_edits, name, split, e)
                 if split == "test":
                     chosen += [_chosen_row(it, name, lam, i, ts) for it, i, ts in zip(its, idx, sc[split])]
+                    utt[name] = np.array([it.edits[i] for it, i in zip(its, idx)], dtype=np.int64)
             test_curve = wer_curve(parts["test"], sc["test"], grid) if parts["test"] else [None] * len(grid)
             m["curve"] = {"lambda": list(grid), "dev_wer": dev_curve, "test_wer": test_curve}
             entry["methods"][name] = m
+        _add_intervals(entry["methods"], utt, versus, n_boot, seed)
+        for k, v in utt.items():
+            per_utt.setdefault(k, []).append(v)
         subsets[s] = entry
     metrics: dict[str, Any] = {"grid": list(grid), "subsets": subsets}
     if len(subsets) > 1:
@@ -294,8 +324,22 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
             for split in ("dev", "test"):
                 pool[name].update(_wer_fields(split, per_split.get(split, 0), pooled[split]["words"]))
         pool["methods"] = {n: pool.pop(n) for n in methods}
+        _add_intervals(pool["methods"], {k: np.concatenate(v) for k, v in per_utt.items()}, versus, n_boot, seed)
         metrics["pooled"] = pool
+    if versus:
+        metrics["versus"] = versus
     return metrics, chosen
+
+
+def _add_intervals(methods: dict[str, Any], utt: dict[str, np.ndarray], versus: str, n_boot: int, seed: int) -> None:
+    """Each method's test WER change against the 1-best and against `versus`, with paired bootstrap
+    intervals over the test utterances in `utt` (per-utterance edits of each choice, and words)."""
+    if n_boot <= 0 or not len(utt["words"]) or utt["words"].sum() == 0:
+        return
+    for name, m in methods.items():
+        m["test_vs_one_best"] = paired_wer_diff(utt[name], utt["one_best"], utt["words"], n_boot, seed=seed)
+        if versus and name != versus:
+            m["test_vs_versus"] = paired_wer_diff(utt[name], utt[versus], utt["words"], n_boot, seed=seed)
 
 
 def _wer_fields(split: str, edits: int, words: int) -> dict[str, Any]:
@@ -327,6 +371,12 @@ def _count(c: dict[str, int]) -> str:
     return f"{u} utterance{'s' * (u != 1)}, {w} word{'s' * (w != 1)}"
 
 
+def _interval(d: dict[str, float] | None) -> str:
+    if not d:
+        return ""
+    return f"{100 * d['diff']:+.2f} [{100 * d['lo']:+.2f}, {100 * d['hi']:+.2f}]"
+
+
 def _lam(x: float) -> str:
     return f"{x:g}"
 
@@ -340,18 +390,30 @@ def render_report(metrics: dict[str, Any], plot_name: str, sources: dict[str, An
              "WER = word edits / reference words, each summed over utterances (corpus level).", "",
              f"- dev: `{sources['dev']}`", f"- test: `{sources['test']}`"]
     lines += [f"- {name}: `{path}`" for name, path in sources["scores"].items()]
+    any_method = next(iter(next(iter(metrics["subsets"].values()))["methods"].values()), {})
+    keys = [k for k in ("test_vs_one_best", "test_vs_versus") if k in any_method]
+    extra = [{"test_vs_one_best": "Δ test WER vs 1-best [95% CI]",
+              "test_vs_versus": f"Δ test WER vs {metrics.get('versus')} [95% CI]"}[k] for k in keys]
+    if keys:
+        lines += ["", "Δ: change in test WER in points, with a 95% paired bootstrap interval over test utterances "
+                  f"({sources.get('bootstrap', 1000)} resamples); an interval that holds 0 cannot tell the two apart."]
     blocks = [(s, e) for s, e in metrics["subsets"].items()]
     if "pooled" in metrics:
         blocks.append(("all subsets, pooled (each at its own λ)", metrics["pooled"]))
     for title, e in blocks:
         lines += ["", f"## {title}" if title.startswith("all subsets") else f"## subset `{title}`", "",
                   f"dev: {_count(e['dev'])}; test: {_count(e['test'])}", "",
-                  "| rescoring | dev WER (%) | test WER (%) | λ |", "|---|---:|---:|---:|",
-                  f"| none (1-best) | {_pct(e['one_best']['dev_wer'])} | {_pct(e['one_best']['test_wer'])} | – |"]
+                  "| rescoring | dev WER (%) | test WER (%) | λ |" + "".join(f" {h} |" for h in extra),
+                  "|---|---:|---:|---:|" + "---|" * len(extra),
+                  f"| none (1-best) | {_pct(e['one_best']['dev_wer'])} | {_pct(e['one_best']['test_wer'])} | – |"
+                  + " |" * len(extra)]
         for name, m in e["methods"].items():
             lam = _lam(m["lambda"]) if "lambda" in m else "per subset"
-            lines.append(f"| {name} | {_pct(m['dev_wer'])} | {_pct(m['test_wer'])} | {lam} |")
-        lines.append(f"| oracle | {_pct(e['oracle']['dev_wer'])} | {_pct(e['oracle']['test_wer'])} | – |")
+            cells = [_interval(m.get(k)) for k in keys]
+            lines.append(f"| {name} | {_pct(m['dev_wer'])} | {_pct(m['test_wer'])} | {lam} |"
+                         + "".join(f" {c} |" for c in cells))
+        lines.append(f"| oracle | {_pct(e['oracle']['dev_wer'])} | {_pct(e['oracle']['test_wer'])} | – |"
+                     + " |" * len(extra))
     lines += ["", "## WER against λ", "", f"![dev and test WER against λ]({plot_name})", "",
               "Solid: dev, dashed: test; the star marks the λ chosen on dev; grey: the 1-best.", ""]
     return "\n".join(lines)
