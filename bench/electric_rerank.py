@@ -14,7 +14,9 @@ its partial file): kill it and run it again. Stages:
      to Electric's measured training FLOPs (equal compute, appendix A); a causal LM of MiniLM's
      shape (6 layers, width 384) for --steps steps;
   3. `textebm score` of the hypotheses by each model (and the 3-gram of bench/asr_nbest);
-  4. `textebm rerank` over all score files; its report is OUT/rerank/report.md.
+  4. `textebm rerank` over all score files, with paired bootstrap intervals against the 1-best and
+     the masked LM; reports OUT/rerank/report.md (wide lambda grid) and
+     OUT/rerank-paper-grid/report.md (the paper's grid).
 """
 
 from __future__ import annotations
@@ -112,9 +114,9 @@ def main() -> None:
         run([sys.executable, HERE / "asr_nbest" / "hyps.py"], env)
         run([sys.executable, HERE / "asr_nbest" / "ngram_scores.py"], env)
     files.append(ngram)
-    rerank = out / "rerank"
-    run(textebm("rerank", "--dev", out / "dev.json", "--test", out / "test.json", "--scores", *files, "--out",
-                rerank, "--overwrite"), env)
+    for grid, rerank in (("paper", out / "rerank-paper-grid"), ("wide", out / "rerank")):
+        run(textebm("rerank", "--dev", out / "dev.json", "--test", out / "test.json", "--scores", *files, "--out",
+                    rerank, "--grid", grid, "--versus", "mlm", "--overwrite"), env)
     print((rerank / "report.md").read_text())
 
 
