@@ -302,6 +302,26 @@ def test_quickstart_checks_its_data_before_any_work(tmp_path, capsys):
     assert "dev.jsonl" in capsys.readouterr().err and not (tmp_path / "qs").exists()
 
 
+def test_quickstart_folder_made_before_a_setting_existed_keeps_the_value_it_was_made_with(tmp_path):
+    """A folder whose settings.json predates --nce-warmup was trained with a constant NCE weight: a
+    call with today's default (a warm-up) is refused, one with --nce-warmup 0 continues."""
+    from textebm.data.layout import write_dataset
+    from textebm.errors import TextebmError
+    from textebm.quickstart import QuickstartConfig, check_settings
+
+    rows = [{"text": f"w{i}", "label": "a" if i % 2 else "b"} for i in range(10)]
+    write_dataset(tmp_path / "d", {"train": rows, "dev": rows[:4], "test": rows[:2]}, {"name": "d"})
+    out = tmp_path / "qs"
+    out.mkdir()
+    made = check_settings(out, QuickstartConfig(nce_warmup=0.0), "bf16", tmp_path / "d")
+    old = {k: v for k, v in made.items() if k not in ("nce_weight", "nce_warmup", "energy_lr")}
+    (out / "settings.json").write_text(json.dumps(old))  # as written before those options existed
+    assert QuickstartConfig().nce_warmup == 0.3
+    with pytest.raises(TextebmError, match=r"nce_warmup: 0.0 -> 0.3"):
+        check_settings(out, QuickstartConfig(), "bf16", tmp_path / "d")
+    assert check_settings(out, QuickstartConfig(nce_warmup=0.0), "bf16", tmp_path / "d")["nce_warmup"] == 0.0
+
+
 def test_sentence_pairs_use_the_encoders_pair_input(tmp_path):
     """A `text_pair` is encoded as the encoder's pair input: [CLS] a [SEP] b [SEP] with segment ids
     0 then 1, which reach the encoder as token_type_ids; train and eval run end to end on pairs."""
