@@ -6,11 +6,12 @@ Every cell is a `textebm quickstart` with its own settings in OUT/CELL (per seed
 five classifiers, evaluation) on one dataset folder, OUT/data. A quickstart folder continues where
 it stopped, so the grid is cached per cell and per seed and resumable: kill it, run it again, and
 finished work is kept. Cells after `default` take its finished steps whose inputs they share
-(`quickstart --reuse`): the EBM-only cells train only the three EBMs, and every cell reuses the
-baseline and PosCal, so each compares against the same baselines.
+(`quickstart --reuse`): the EBM-only cells train only the three EBMs, and every cell but `e4`
+reuses the baseline and PosCal, so each compares against the same baselines.
 At the end (and with --report alone) it writes OUT/grid.md: per cell, the baseline and every EBM
 variant as mean ± standard deviation over seeds of accuracy and class-wise ECE, and each EBM's
-change against its baseline with the 95% t-interval over seeds.
+change against its baseline with the 95% t-interval over seeds, and the training cross-entropy
+each run ended with (mean over seeds; its last logged window of steps).
 
 The cells (settings on top of the quickstart's defaults as they were when the grid started:
 K=1, noise LM from scratch for 2 epochs in bf16, a constant NCE weight of 1):
@@ -21,6 +22,8 @@ K=1, noise LM from scratch for 2 epochs in bf16, a constant NCE weight of 1):
   w05         a lighter NCE term: weight 0.5
   warmup      the NCE weight warmed up over the first 30% of the steps
   elr         the scalar energy head at 10x the encoder's learning rate
+  e4          every classifier (baseline too) trains 4 epochs instead of 3: do the EBMs, which end
+              with a higher training loss, catch up with more steps?
 """
 
 from __future__ import annotations
@@ -42,17 +45,20 @@ CELLS: dict[str, list[str]] = {
     "w05": [*BASE, "--nce-weight", "0.5"],
     "warmup": ["--nce-warmup", "0.3"],
     "elr": [*BASE, "--energy-lr", "5e-4"],
+    "e4": [*BASE, "--epochs", "4"],
 }
 EBMS = ("ebm-scalar", "ebm-hidden", "ebm-sharp-hidden")
 
 
 def report(out: Path, cells: list[str]) -> str:
+    from textebm.quickstart import final_logged
+
     lines = ["| cell | seeds | method | accuracy | class-wise ECE | change in acc. vs baseline [95% CI] | "
-             "change in ECE vs baseline [95% CI] |", "|---|---|---|---|---|---|---|"]
+             "change in ECE vs baseline [95% CI] | final training CE |", "|---|---|---|---|---|---|---|---|"]
     for cell in cells:
         f = out / cell / "results.json"
         if not f.is_file():
-            lines.append(f"| {cell} | - | (not run yet) | | | | |")
+            lines.append(f"| {cell} | - | (not run yet) | | | | | |")
             continue
         r = json.loads(f.read_text())
         n = len(r["seeds"])
@@ -66,6 +72,8 @@ def report(out: Path, cells: list[str]) -> str:
                 ch = r["change_vs_baseline"][m]
                 cells_ += [f"{ch[k]['mean']:+.3f} [{ch[k]['lo']:+.3f}, {ch[k]['hi']:+.3f}]" if n > 1
                            else f"{ch[k]['mean']:+.3f}" for k in ("accuracy", "ece_classwise")]
+            ce = [final_logged(out / cell / f"seed-{seed}" / "runs" / m, "ce") for seed in r["seeds"]]
+            cells_.append(f"{sum(ce) / len(ce):.3f}")
             lines.append(f"| {cell} | {n} | {m} | " + " | ".join(cells_) + " |")
     return "\n".join(lines) + "\n"
 

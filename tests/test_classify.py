@@ -250,6 +250,12 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
         for name, acc in res["seeds"][seed]["nce_accuracy"].items():  # the last logged NCE accuracy of each run
             hist = json.loads((out / f"seed-{seed}" / "runs" / name / "metrics.json").read_text())["train"]["history"]
             assert acc == round(hist[-1]["nce_acc"], 4)
+        assert len(res["seeds"][seed]["train_ce"]) == 5
+        for name, ce in res["seeds"][seed]["train_ce"].items():  # and the classification loss it ended with
+            hist = json.loads((out / f"seed-{seed}" / "runs" / name / "metrics.json").read_text())["train"]["history"]
+            assert ce == round(hist[-1]["ce"], 4)
+    assert res["diagnostics"]["train_ce"]["ebm-scalar"] == pytest.approx(
+        (res["seeds"]["0"]["train_ce"]["ebm-scalar"] + res["seeds"]["1"]["train_ce"]["ebm-scalar"]) / 2)
     noise = [json.loads(line) for line in (out / "seed-0" / "noise.jsonl").read_text().splitlines()]
     assert len(noise) == 96 and all(n["mode"] == "infill" and n["top_k"] == 20 for n in noise)
     assert noise != [json.loads(line) for line in (out / "seed-1" / "noise.jsonl").read_text().splitlines()]
@@ -290,6 +296,16 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
     assert (lm2 / "seed-0/noise.jsonl").read_bytes() != (out / "seed-0/noise.jsonl").read_bytes()
     assert _run("quickstart", "--data", d / "data", "--out", tmp_path / "qs-x", "--reuse", d / "data") == 2
     assert "not a quickstart folder" in capsys.readouterr().err
+
+
+def test_train_ce_words_name_the_ebms_that_fit_the_labels_less():
+    from textebm.quickstart import train_ce_words
+
+    ce = {"baseline": 0.24, "poscal": 0.25, "ebm-scalar": 0.35, "ebm-hidden": 0.26, "ebm-sharp-hidden": 0.33}
+    text = train_ce_words(ce, 3)
+    assert "(mean over seeds)" in text and "Baseline 0.240" in text and "(EBM)scalar 0.350" in text
+    assert "The (EBM)scalar, (EBM)s-hidden end with a higher training loss" in text  # 0.26 is within 10 %
+    assert "higher training loss" not in train_ce_words({**ce, "ebm-scalar": 0.25, "ebm-sharp-hidden": 0.2}, 1)
 
 
 def test_quickstart_checks_its_data_before_any_work(tmp_path, capsys):

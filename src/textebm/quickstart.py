@@ -385,8 +385,9 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
     if done:
         result.update(read_json(metrics))
     step(f"seed {seed}: eval", done, lambda: result.update(evaluate_runs(ev_cfg)))
-    return {"eval": result, "nce_accuracy": {n: _final_nce_accuracy(out / "runs" / n) for n in RUNS
+    return {"eval": result, "nce_accuracy": {n: final_logged(out / "runs" / n, "nce_acc") for n in RUNS
                                              if n.startswith("ebm-")},
+            "train_ce": {n: final_logged(out / "runs" / n, "ce") for n in RUNS},
             "noise_lm": _lm_summary(lm_dir)}
 
 
@@ -401,10 +402,11 @@ def _resumable(c):
     return c
 
 
-def _final_nce_accuracy(run: Path) -> float:
-    """Data-vs-noise accuracy of the NCE classifier over the last logged steps of an EBM run."""
+def final_logged(run: Path, key: str) -> float:
+    """A training run's `key` (nce_acc: data-vs-noise accuracy of the NCE classifier; ce: the
+    classification loss) over its last logged window of steps."""
     history = read_json(run / "metrics.json")["train"]["history"]
-    return round(float(history[-1]["nce_acc"]), 4)
+    return round(float(history[-1][key]), 4)
 
 
 def _lm_summary(lm_dir: Path) -> dict:
@@ -432,13 +434,15 @@ def aggregate(per_seed: dict[int, dict]) -> dict:
         "methods": {m: {k: v["mean"] for k, v in summary[m].items()} for m in METHODS},
         "seeds": {str(s): {"methods": {m: r["eval"]["methods"][m] for m in METHODS},
                            "intervals": r["eval"].get("intervals", {}), "vs_baseline": r["eval"].get("vs_baseline", {}),
-                           "nce_accuracy": r["nce_accuracy"], "noise_lm": r["noise_lm"]}
+                           "nce_accuracy": r["nce_accuracy"], "train_ce": r["train_ce"], "noise_lm": r["noise_lm"]}
                   for s, r in per_seed.items()},
         "summary": summary,
         "change_vs_baseline": change,
         "bootstrap": first.get("bootstrap", {}),
         "diagnostics": {"nce_accuracy": {n: float(sum(r["nce_accuracy"][n] for r in per_seed.values()) / len(per_seed))
-                                         for n in EBMS}},
+                                         for n in EBMS},
+                        "train_ce": {n: float(sum(r["train_ce"][n] for r in per_seed.values()) / len(per_seed))
+                                     for n in RUNS}},
     }
 
 
@@ -478,6 +482,21 @@ def ebm_verdict(results: dict) -> str:
         return ""
     return (f"Against the baseline (class-wise ECE {base['ece_classwise']:.3f}, accuracy {base['accuracy']:.3f}), "
             f"changes {where}: " + "; ".join(parts) + ".")
+
+
+def train_ce_words(ce: dict[str, float], n_seeds: int) -> str:
+    """The classification loss each run ended training with, and whether the EBMs fit the labels
+    less than the baseline did in the same number of steps (one reason an EBM can lose accuracy)."""
+    from textebm.calibration.report import method_label
+
+    text = ("Training cross-entropy over the last logged steps" + (" (mean over seeds)" if n_seeds > 1 else "")
+            + ": " + ", ".join(f"{method_label(n)} {v:.3f}" for n, v in ce.items()) + ".")
+    worse = [n for n in EBMS if ce[n] > 1.1 * ce["baseline"]]
+    if worse:
+        text += (" The " + ", ".join(method_label(n) for n in worse) + f" end{'s' if len(worse) == 1 else ''} "
+                 "with a higher training loss than the baseline after the same steps: the NCE term slows the fit "
+                 "of the labels, which costs accuracy (docs/classify.md).")
+    return text
 
 
 def render_report(results: dict) -> str:
@@ -529,6 +548,8 @@ def render_report(results: dict) -> str:
         + ". Near 1, the noise is easy to tell from data and NCE teaches the energy little (the paper's "
         "reason for infill noise, sec. 2.4); a noise LM closer to the data (`--noise-lm smollm2-135m`, "
         "more `--lm-epochs`) makes it harder.",
+        "",
+        train_ce_words(results["diagnostics"]["train_ce"], len(seeds)),
         "",
         f"Wall time: {results['wall_seconds']:.0f} s (" + ", ".join(f"{k} {v:.0f} s" for k, v in results["timings"].items()) + ").",
         "",
