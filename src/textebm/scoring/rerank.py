@@ -426,7 +426,7 @@ def plot_curves(metrics: dict[str, Any], path: str | Path) -> Path:
     from textebm.figures import save_png
 
     subsets = metrics["subsets"]
-    fig = Figure(figsize=(4.6 * len(subsets), 3.8))
+    fig = Figure(figsize=(4.6 * len(subsets) + 1.8, 3.8))  # + the legend, beside the panels
     axes = fig.subplots(1, len(subsets), squeeze=False)[0]
     grid = np.asarray(metrics["grid"], dtype=float)
     for ax, (s, e) in zip(axes, subsets.items()):
@@ -448,6 +448,6 @@ def plot_curves(metrics: dict[str, Any], path: str | Path) -> Path:
         ax.set_ylabel("WER (%)")
         ax.set_title(f"subset {s}", fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     return save_png(fig, path, 110)
