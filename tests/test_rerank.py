@@ -420,6 +420,9 @@ def test_cli_versus_adds_paired_intervals_and_refuses_an_unknown_method(tmp_path
     assert metrics["versus"] == "mlm"
     report = (out / "report.md").read_text()
     assert "Δ test WER vs mlm [95% CI]" in report and "| electric | 0.00 | 20.00 | 0.35 | -20.00 [" in report
+    # the reference may be the first method: its own row has no change against itself
+    assert main(base + ["--out", str(tmp_path / "r1"), "--versus", "electric", "--bootstrap", "50"]) == 0
+    assert "| mlm | 16.67 | 40.00 | 0 | +0.00 [+0.00, +0.00] | +20.00 [" in (tmp_path / "r1" / "report.md").read_text()
     assert main(base + ["--out", str(tmp_path / "r0"), "--bootstrap", "0"]) == 0
     m0 = json.loads((tmp_path / "r0" / "metrics.json").read_text())["subsets"]["clean"]["methods"]["electric"]
     assert "test_vs_one_best" not in m0

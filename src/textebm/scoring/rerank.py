@@ -390,8 +390,8 @@ def render_report(metrics: dict[str, Any], plot_name: str, sources: dict[str, An
              "WER = word edits / reference words, each summed over utterances (corpus level).", "",
              f"- dev: `{sources['dev']}`", f"- test: `{sources['test']}`"]
     lines += [f"- {name}: `{path}`" for name, path in sources["scores"].items()]
-    any_method = next(iter(next(iter(metrics["subsets"].values()))["methods"].values()), {})
-    keys = [k for k in ("test_vs_one_best", "test_vs_versus") if k in any_method]
+    present = {k for e in metrics["subsets"].values() for m in e["methods"].values() for k in m}
+    keys = [k for k in ("test_vs_one_best", "test_vs_versus") if k in present]
     extra = [{"test_vs_one_best": "Δ test WER vs 1-best [95% CI]",
               "test_vs_versus": f"Δ test WER vs {metrics.get('versus')} [95% CI]"}[k] for k in keys]
     if keys:
