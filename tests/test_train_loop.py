@@ -316,3 +316,24 @@ def test_param_group_at_lr_0_stays_put_and_resume_is_exact(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     same_weights(tmp_path / "full", tmp_path / "cut")
     assert history(tmp_path / "full") == history(tmp_path / "cut")
+
+
+def test_progress_line_from_a_history_entry():
+    from textebm.train import progress_line
+
+    entry = {"step": 40, "loss": 3.21449}
+    assert progress_line(entry, 320, 20, 42.0) == "step 40/320 (12%), loss 3.2145, 2.10 s/step, about 9.8 min left"
+    assert progress_line({**entry, "step": 320}, 320, 20, 42.0) == "step 320/320 (100%), loss 3.2145, 2.10 s/step"
+    assert progress_line(entry, 320, 0, 0.0) == "step 40/320 (12%), loss 3.2145"  # nothing measured yet
+
+
+def test_without_a_bar_the_loop_logs_a_line_per_logged_window(tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="textebm.train"):
+        toy.main([str(tmp_path / "run")])  # progress=False, log_every=4
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    history = json.loads((tmp_path / "run" / "metrics.json").read_text())["train"]["history"]
+    assert len(lines) == len(history) >= 3
+    assert [line.split(",")[0] for line in lines] == [f"step {h['step']}/{history[-1]['step']} "
+                                                      f"({100 * h['step'] / history[-1]['step']:.0f}%)" for h in history]

@@ -352,7 +352,7 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
                            init=cfg.noise_lm, vocab_size=cfg.lm_vocab_size, layers=cfg.lm_layers,
                            width=cfg.lm_width, heads=4,
                            epochs=cfg.lm_epochs, batch_size=32, lr=1e-3 if not cfg.noise_lm else 5e-5,
-                           max_len=cfg.max_len, checkpoint_every=500, **common)
+                           max_len=cfg.max_len, checkpoint_every=100, **common)  # a killed run loses minutes at most
     step(f"seed {seed}: noise-lm", reused("noise-lm", lm_dir, run_completed), lambda: lm_train(_resumable(lm_cfg)))
 
     noise = out / "noise.jsonl"

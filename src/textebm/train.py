@@ -534,6 +534,7 @@ def _train(opts, choice, model, main: Stream, extra: dict[str, Stream], step_fn,
 
     bar = _progress(opts, accelerator, total, step)
     t0 = time.perf_counter() - wall
+    first_step, t_start = step, time.perf_counter()  # this process's own rate, for the estimate
     model.train()
     while step < total:
         # accelerate's loaders count epochs themselves and pass them to the sampler on iteration:
@@ -574,6 +575,8 @@ def _train(opts, choice, model, main: Stream, extra: dict[str, Stream], step_fn,
                 history.append({"step": step, "epoch": epoch, **group_lrs(optimizer),
                                 **{k: float(np.mean(v)) for k, v in running.items()}})
                 running = {}
+                if bar is None and accelerator.is_main_process:  # without a bar, a line now and then
+                    log.info(progress_line(history[-1], total, step - first_step, time.perf_counter() - t_start))
             if step % opts.checkpoint_every == 0 and step < total:
                 _checkpoint(run, accelerator, model, optimizer, scheduler,
                             {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "history": history,
@@ -654,6 +657,18 @@ def _gather_rng(accelerator, tensors: dict, meta: dict) -> list[tuple[dict, dict
     from accelerate.utils import gather_object
 
     return gather_object([(tensors, meta)])
+
+
+def progress_line(entry: dict[str, Any], total: int, steps_done: int, seconds: float) -> str:
+    """'step 40/321 (12%), loss 3.2145, 2.10 s/step, about 9.8 min left' from a history entry and
+    the steps this process ran in `seconds` (a resumed run's rate is its own, not the first run's)."""
+    step = entry["step"]
+    line = f"step {step}/{total} ({100 * step / total:.0f}%), loss {entry['loss']:.4f}"
+    if steps_done > 0 and seconds > 0:
+        per = seconds / steps_done
+        left = (total - step) * per
+        line += f", {per:.2f} s/step, about {left / 60:.1f} min left" if step < total else f", {per:.2f} s/step"
+    return line
 
 
 def _progress(opts: TrainOptions, accelerator, total: int, initial: int):
