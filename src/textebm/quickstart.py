@@ -177,6 +177,10 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     log.info("[quickstart] expected duration on a 2-core CPU in %s: about %.0f minutes per seed, %d seed(s) "
              "(%s)", choice.precision, sum(est.values()) / 60, cfg.seeds,
              ", ".join(f"{k} {v / 60:.1f}" for k, v in est.items()))
+    if cfg.noise_lm:
+        log.info("[quickstart] the estimate counts a small noise LM from scratch; --noise-lm %s is larger and its "
+                 "noise LM and noise take longer (SmolLM2-135M: about 7 s per noise-LM step on one thread of this "
+                 "CPU, against 0.5 s)", cfg.noise_lm)
 
     per_seed = {s: run_seed(cfg, choice.precision, data, out / f"seed-{s}", s, step, reuse) for s in seeds_of(cfg)}
 
