@@ -398,6 +398,11 @@ def test_paired_wer_diff_of_one_choice_against_itself_is_exactly_zero_and_a_clea
     assert mixed["hi"] < 0 < mixed["p_below_zero"] and mixed["lo"] < mixed["diff"] == pytest.approx(-0.05)
     with pytest.raises(ValueError):
         paired_wer_diff(np.zeros(3), np.zeros(4), np.ones(3))
+    with pytest.raises(ValueError, match="no words"):
+        paired_wer_diff(np.ones(3), np.zeros(3), np.zeros(3))
+    # resamples drawing only the empty reference (inserted words, no reference words) are left out
+    odd = paired_wer_diff(np.array([2, 1]), np.array([0, 0]), np.array([0, 4]), n_boot=400)
+    assert odd["diff"] == pytest.approx(3 / 4) and np.isfinite([odd["lo"], odd["hi"]]).all() and odd["hi"] <= 3.0
 
 
 def test_cli_versus_adds_paired_intervals_and_refuses_an_unknown_method(tmp_path, capsys):
@@ -417,12 +422,22 @@ def test_cli_versus_adds_paired_intervals_and_refuses_an_unknown_method(tmp_path
     assert clean["mlm"]["test_vs_one_best"]["diff"] == 0.0 and "test_vs_versus" not in clean["mlm"]
     pooled = metrics["pooled"]["methods"]["electric"]["test_vs_one_best"]  # 3 test utterances, 8 words
     assert pooled["diff"] == pytest.approx((1 - 3) / 8) and pooled["lo"] <= pooled["diff"] <= pooled["hi"]
-    assert metrics["versus"] == "mlm"
+    assert metrics["versus"] == "mlm" and metrics["bootstrap"] == {"resamples": 200, "seed": 0, "level": 0.95}
     report = (out / "report.md").read_text()
     assert "Δ test WER vs mlm [95% CI]" in report and "| electric | 0.00 | 20.00 | 0.35 | -20.00 [" in report
     # the reference may be the first method: its own row has no change against itself
     assert main(base + ["--out", str(tmp_path / "r1"), "--versus", "electric", "--bootstrap", "50"]) == 0
     assert "| mlm | 16.67 | 40.00 | 0 | +0.00 [+0.00, +0.00] | +20.00 [" in (tmp_path / "r1" / "report.md").read_text()
+    # method names that are words of the bookkeeping do not clash with it
+    words = write_scores(tmp_path / "words.jsonl", TEXT_SCORES, "words")
+    one_best = write_scores(tmp_path / "ob.jsonl", {t: 0.0 for t in TEXT_SCORES}, "one_best")
+    assert main(["rerank", "--dev", str(f["dev"]), "--test", str(f["test"]), "--scores", str(words), str(one_best),
+                 "--grid", "wide", "--out", str(tmp_path / "r2")]) == 0
+    clash = json.loads((tmp_path / "r2" / "metrics.json").read_text())["pooled"]["methods"]
+    assert clash["words"]["test_vs_one_best"]["diff"] == pytest.approx((1 - 3) / 8)
+    assert clash["one_best"]["test_vs_one_best"]["diff"] == 0.0
+    assert main(base + ["--out", str(tmp_path / "r3"), "--versus", "mlm", "--bootstrap", "0"]) == 2
+    assert "--bootstrap 0" in capsys.readouterr().err and not (tmp_path / "r3").exists()
     assert main(base + ["--out", str(tmp_path / "r0"), "--bootstrap", "0"]) == 0
     m0 = json.loads((tmp_path / "r0" / "metrics.json").read_text())["subsets"]["clean"]["methods"]["electric"]
     assert "test_vs_one_best" not in m0

@@ -251,7 +251,8 @@ def check_settings(out: Path, cfg: QuickstartConfig, precision: str, data: Path)
             raise TextebmError(f"--out {out}: holds a quickstart made with other settings or data ("
                                + ", ".join(f"{k}: {was[k]!r} -> {now[k]!r}" if k != "data_sha256" else
                                            "the data files changed" for k in diff)
-                               + "); choose another --out (only --seeds and --progress may change)")
+                               + "); choose another --out, or pass the values it was made with to continue it "
+                               "(only --seeds and --progress may change)")
         return now
     write_json(f, now)
     return now
@@ -498,8 +499,8 @@ def train_ce_words(ce: dict[str, float], n_seeds: int) -> str:
     worse = [n for n in EBMS if ce[n] > 1.1 * ce["baseline"]]
     if worse:
         text += (" The " + ", ".join(method_label(n) for n in worse) + f" end{'s' if len(worse) == 1 else ''} "
-                 "with a higher training loss than the baseline after the same steps: the NCE term slows the fit "
-                 "of the labels, which costs accuracy (docs/classify.md).")
+                 "with a training loss over 10% above the baseline's after the same steps: the NCE term slowed "
+                 "the fit of the labels, one way an EBM loses accuracy (docs/classify.md).")
     return text
 
 

@@ -54,6 +54,9 @@ class RerankConfig:
                                "to write the texts to score)")
         if not self.out:
             raise TextebmError("--out: give a folder for the results")
+        if self.versus and self.bootstrap == 0:
+            raise TextebmError("--versus with --bootstrap 0: the change against another method comes with its "
+                               "interval; give --bootstrap N (default 1000) or leave out --versus")
 
 
 def rerank_command(cfg: RerankConfig) -> None:

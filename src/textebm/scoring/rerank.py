@@ -147,9 +147,12 @@ def paired_wer_diff(edits_a: np.ndarray, edits_b: np.ndarray, words: np.ndarray,
     a, b, w = (np.asarray(x, dtype=np.float64) for x in (edits_a, edits_b, words))
     if not (a.shape == b.shape == w.shape) or a.ndim != 1 or not len(a):
         raise ValueError("paired_wer_diff: give per-utterance edits and words of one non-empty length")
+    if w.sum() <= 0:
+        raise ValueError("paired_wer_diff: the references hold no words")
     idx = resample_indices(len(a), n_boot, seed)  # (n_boot, U)
     w_boot = w[idx].sum(1)  # (n_boot,) reference words of each resample
-    d = (a[idx].sum(1) - b[idx].sum(1)) / np.maximum(w_boot, 1.0)  # (n_boot,); a resample of 0 words: 0
+    keep = w_boot > 0  # a resample of only empty references has no WER: left out
+    d = (a[idx].sum(1) - b[idx].sum(1))[keep] / w_boot[keep]  # (kept,)
     lo, hi = percentile_interval(d, level)
     return {"diff": float((a.sum() - b.sum()) / w.sum()), "lo": lo, "hi": hi, "p_below_zero": float((d < 0).mean())}
 
@@ -275,8 +278,8 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
     subsets: dict[str, Any] = {}
     chosen: list[dict[str, Any]] = []
     pooled = {"dev": {"utterances": 0, "words": 0}, "test": {"utterances": 0, "words": 0}}
-    pooled_edits: dict[str, dict[str, int]] = {}
-    per_utt: dict[str, list[np.ndarray]] = {}  # test edits per utterance of each choice, all subsets
+    pooled_edits: dict[tuple[str, str], dict[str, int]] = {}
+    per_utt: list[dict[str, Any]] = []  # per subset: test words and edits per utterance of each choice
     for s in sorted(dev_at):
         d_idx, t_idx = dev_at[s], test_at.get(s, [])
         parts = {"dev": [dev[i] for i in d_idx], "test": [test[i] for i in t_idx]}
@@ -287,14 +290,15 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
             pooled[split]["utterances"] += entry[split]["utterances"]
             pooled[split]["words"] += entry[split]["words"]
         fixed = {"one_best": one_best_index, "oracle": oracle_index}
-        utt: dict[str, np.ndarray] = {"words": np.array([it.words for it in parts["test"]], dtype=np.int64)}
-        utt["one_best"] = np.array([it.edits[one_best_index(it)] for it in parts["test"]], dtype=np.int64)
+        utt = {"words": np.array([it.words for it in parts["test"]], dtype=np.int64),
+               "one_best": np.array([it.edits[one_best_index(it)] for it in parts["test"]], dtype=np.int64),
+               "methods": {}}  # per test utterance; methods apart, so no method name can clash
         for name, pick in fixed.items():
             entry[name] = {}
             for split, its in parts.items():
                 e = total_edits(its, [pick(it) for it in its])
                 entry[name].update(_wer_fields(split, e, entry[split]["words"]))
-                _add(pooled_edits, name, split, e)
+                _add(pooled_edits, ("fixed", name), split, e)
         entry["methods"] = {}
         for name, (dev_scores, test_scores) in methods.items():
             sc = {"dev": [dev_scores[i] for i in d_idx], "test": [test_scores[i] for i in t_idx]}
@@ -305,48 +309,52 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
                 idx = [rerank_index(it.asr, ts, lam) for it, ts in zip(its, sc[split])]
                 e = total_edits(its, idx)
                 m.update(_wer_fields(split, e, entry[split]["words"]))
-                _add(pooled_edits, name, split, e)
+                _add(pooled_edits, ("method", name), split, e)
                 if split == "test":
                     chosen += [_chosen_row(it, name, lam, i, ts) for it, i, ts in zip(its, idx, sc[split])]
-                    utt[name] = np.array([it.edits[i] for it, i in zip(its, idx)], dtype=np.int64)
+                    utt["methods"][name] = np.array([it.edits[i] for it, i in zip(its, idx)], dtype=np.int64)
             test_curve = wer_curve(parts["test"], sc["test"], grid) if parts["test"] else [None] * len(grid)
             m["curve"] = {"lambda": list(grid), "dev_wer": dev_curve, "test_wer": test_curve}
             entry["methods"][name] = m
         _add_intervals(entry["methods"], utt, versus, n_boot, seed)
-        for k, v in utt.items():
-            per_utt.setdefault(k, []).append(v)
+        per_utt.append(utt)
         subsets[s] = entry
     metrics: dict[str, Any] = {"grid": list(grid), "subsets": subsets}
     if len(subsets) > 1:
-        pool: dict[str, Any] = dict(pooled)
-        for name, per_split in pooled_edits.items():
-            pool[name] = {}
+        pool: dict[str, Any] = {**pooled, "methods": {}}
+        for (kind, name), per_split in pooled_edits.items():  # kind: 1-best / oracle, or a method
+            into = pool if kind == "fixed" else pool["methods"]
+            into[name] = {}
             for split in ("dev", "test"):
-                pool[name].update(_wer_fields(split, per_split.get(split, 0), pooled[split]["words"]))
-        pool["methods"] = {n: pool.pop(n) for n in methods}
-        _add_intervals(pool["methods"], {k: np.concatenate(v) for k, v in per_utt.items()}, versus, n_boot, seed)
+                into[name].update(_wer_fields(split, per_split.get(split, 0), pooled[split]["words"]))
+        pooled_utt = {k: np.concatenate([u[k] for u in per_utt]) for k in ("words", "one_best")}
+        pooled_utt["methods"] = {n: np.concatenate([u["methods"][n] for u in per_utt]) for n in methods}
+        _add_intervals(pool["methods"], pooled_utt, versus, n_boot, seed)
         metrics["pooled"] = pool
     if versus:
         metrics["versus"] = versus
+    metrics["bootstrap"] = {"resamples": n_boot, "seed": seed, "level": 0.95}
     return metrics, chosen
 
 
-def _add_intervals(methods: dict[str, Any], utt: dict[str, np.ndarray], versus: str, n_boot: int, seed: int) -> None:
+def _add_intervals(methods: dict[str, Any], utt: dict[str, Any], versus: str, n_boot: int, seed: int) -> None:
     """Each method's test WER change against the 1-best and against `versus`, with paired bootstrap
-    intervals over the test utterances in `utt` (per-utterance edits of each choice, and words)."""
+    intervals over the test utterances in `utt` ("words", "one_best" and each of "methods": (U,)
+    per test utterance)."""
     if n_boot <= 0 or not len(utt["words"]) or utt["words"].sum() == 0:
         return
+    edits = utt["methods"]
     for name, m in methods.items():
-        m["test_vs_one_best"] = paired_wer_diff(utt[name], utt["one_best"], utt["words"], n_boot, seed=seed)
+        m["test_vs_one_best"] = paired_wer_diff(edits[name], utt["one_best"], utt["words"], n_boot, seed=seed)
         if versus and name != versus:
-            m["test_vs_versus"] = paired_wer_diff(utt[name], utt[versus], utt["words"], n_boot, seed=seed)
+            m["test_vs_versus"] = paired_wer_diff(edits[name], edits[versus], utt["words"], n_boot, seed=seed)
 
 
 def _wer_fields(split: str, edits: int, words: int) -> dict[str, Any]:
     return {f"{split}_edits": edits, f"{split}_wer": corpus_wer(edits, words) if words else None}
 
 
-def _add(acc: dict[str, dict[str, int]], name: str, split: str, edits: int) -> None:
+def _add(acc: dict[tuple[str, str], dict[str, int]], name: tuple[str, str], split: str, edits: int) -> None:
     acc.setdefault(name, {}).setdefault(split, 0)
     acc[name][split] += edits
 
@@ -404,7 +412,7 @@ def render_report(metrics: dict[str, Any], plot_name: str, sources: dict[str, An
         lines += ["", f"## {title}" if title.startswith("all subsets") else f"## subset `{title}`", "",
                   f"dev: {_count(e['dev'])}; test: {_count(e['test'])}", "",
                   "| rescoring | dev WER (%) | test WER (%) | λ |" + "".join(f" {h} |" for h in extra),
-                  "|---|---:|---:|---:|" + "---|" * len(extra),
+                  "|---|---:|---:|---:|" + "---:|" * len(extra),
                   f"| none (1-best) | {_pct(e['one_best']['dev_wer'])} | {_pct(e['one_best']['test_wer'])} | – |"
                   + " |" * len(extra)]
         for name, m in e["methods"].items():
