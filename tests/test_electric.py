@@ -80,8 +80,9 @@ def test_electra_scores_invert_its_posterior():
     post = k * log_q.exp() / ((n - k) * log_p.exp() + k * log_q.exp())  # P(replaced)
     s = torch.log(post / (1 - post))
     torch.testing.assert_close(electra_token_log_prob(log_q, s, n, k).double(), log_p, rtol=1e-5, atol=1e-5)
-    loss, acc = electra_rtd(torch.tensor([[2.0, -1.0, 0.5]]), torch.tensor([[True, False, False]]),
-                            torch.tensor([[True, True, True]]))
+    loss, acc, count = electra_rtd(torch.tensor([[2.0, -1.0, 0.5]]), torch.tensor([[True, False, False]]),
+                                   torch.tensor([[True, True, True]]))
+    assert count.item() == 3
     expected = -math.log(1 / (1 + math.exp(-2))) - math.log(1 / (1 + math.exp(-1))) - math.log(1 / (1 + math.exp(0.5)))
     assert loss.item() == pytest.approx(expected, rel=1e-6) and acc.item() == pytest.approx(2 / 3)
 
@@ -187,6 +188,23 @@ def test_efficient_loss_is_algorithm_2_on_the_sampled_positions():
     e = model.token_scores(noised, attn)
     ref = electric_nce(e, lq.gather(-1, noised[..., None]).squeeze(-1), r, real).loss / real.sum()
     torch.testing.assert_close(parts["loss_disc"], ref)
+
+
+@pytest.mark.parametrize("objective", ["electric", "electra"])
+def test_evaluation_weights_accuracy_by_the_positions_that_took_part(objective):
+    """One-token texts have no replaced position (k = 0): a batch of only such texts adds nothing
+    to the accuracy, instead of turning the whole evaluation into NaN."""
+    from textebm.cloze.train import evaluate_cloze
+
+    model, tok = _tiny_model(objective)
+    s, e = model.spec.start_id, model.spec.end_id
+    short = [[s, 7, e]] * 4  # one real token each
+    longer = [[s, *range(6, 6 + n), e] for n in (5, 6, 7, 8)]
+    key = f"dev_{'nce' if objective == 'electric' else 'rtd'}_accuracy"
+    only_short = evaluate_cloze(model, short, batch_size=4, seed=0, split="dev")
+    assert only_short[key] is None and math.isfinite(only_short["dev_noise_perplexity"])
+    mixed = evaluate_cloze(model, short + longer, batch_size=4, seed=0, split="dev")
+    assert mixed[key] is not None and math.isfinite(mixed[key])  # was NaN: the short batch's 0/0
 
 
 def _corpus(path: Path, n_train=160) -> Path:

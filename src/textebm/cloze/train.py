@@ -210,10 +210,12 @@ def cloze_losses(model, batch: dict, generator: torch.Generator | None = None,
         nce = electric_nce(scores, log_q_noised, replaced, real)
         out["loss_disc"] = nce.loss / n_tokens
         out["nce_acc"] = nce.accuracy.detach()
+        out["disc_positions"] = nce.count
     else:
-        loss, acc = electra_rtd(scores, replaced, real)
+        loss, acc, count = electra_rtd(scores, replaced, real)
         out["loss_disc"] = loss / n_tokens
         out["rtd_acc"] = acc
+        out["disc_positions"] = count
     return out
 
 
@@ -239,7 +241,7 @@ def _naive_nce(model, ids, attn, real, log_q, generator, n_tokens) -> dict[str, 
     noise_mask = torch.arange(kmax, device=ids.device)[None] < k[:, None]  # (B, K)
     log_q_data = log_q.detach().gather(-1, ids[..., None]).squeeze(-1)  # (B, T)
     nce = electric_nce_naive(e_clean, log_q_data, real, e_noise, log_q_hat, noise_mask)
-    return {"loss_disc": nce.loss / n_tokens, "nce_acc": nce.accuracy.detach()}
+    return {"loss_disc": nce.loss / n_tokens, "nce_acc": nce.accuracy.detach(), "disc_positions": nce.count}
 
 
 class ClozeObjective(torch.nn.Module):
@@ -325,7 +327,10 @@ def evaluate_cloze(model, ids: list[list[int]], batch_size: int, seed: int, spli
         row["q_nll"] = float(parts["loss_mle"]) * row["tokens"]
         if "loss_disc" in parts:
             row["disc"] = float(parts["loss_disc"]) * row["tokens"]
-            row["acc"] = float(parts.get("nce_acc", parts.get("rtd_acc"))) * row["tokens"]
+            # the accuracy is over the positions that took part (a batch of one-token texts has none)
+            row["disc_positions"] = float(parts["disc_positions"])
+            acc = float(parts.get("nce_acc", parts.get("rtd_acc")))
+            row["acc"] = acc * row["disc_positions"] if row["disc_positions"] else 0.0
         if spec.objective == "electric":
             row["pll"] = float(-torch.where(real, model.token_scores(ids_, attn), 0.0).sum())
         return row
@@ -342,7 +347,7 @@ def evaluate_cloze(model, ids: list[list[int]], batch_size: int, seed: int, spli
     if "disc" in tot:
         name = "nce" if spec.objective == "electric" else "rtd"
         res[f"{split}_{name}_loss_per_token"] = tot["disc"] / n
-        res[f"{split}_{name}_accuracy"] = tot["acc"] / n
+        res[f"{split}_{name}_accuracy"] = tot["acc"] / tot["disc_positions"] if tot["disc_positions"] else None
     if "pll" in tot:
         res[f"{split}_pll_per_token"] = tot["pll"] / n
     return res

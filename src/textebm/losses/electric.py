@@ -96,8 +96,9 @@ def electric_nce_naive(energy_data: Tensor, log_q_data: Tensor, mask: Tensor,
     return nce_core(log_model, log_noise, is_data, prior, both, reduction="sum")
 
 
-def electra_rtd(logits: Tensor, replaced: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """ELECTRA's replaced-token detection: (summed binary cross-entropy, accuracy).
+def electra_rtd(logits: Tensor, replaced: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """ELECTRA's replaced-token detection: (summed binary cross-entropy, accuracy, positions that
+    took part: the accuracy's weight in an average).
 
     logits: (B, T) s_t, the discriminator's logit for "replaced"; replaced: (B, T) bool (t ∈ R);
     mask: (B, T) bool real positions. Sequences with no replaced position (n < 2) take no part."""
@@ -106,8 +107,9 @@ def electra_rtd(logits: Tensor, replaced: Tensor, mask: Tensor) -> tuple[Tensor,
     bce = torch.nn.functional.binary_cross_entropy_with_logits(s, replaced.float(), reduction="none")  # (B, T)
     loss = torch.where(mask, bce, torch.zeros_like(bce)).sum()
     with torch.no_grad():
-        acc = (((s > 0) == replaced) & mask).sum() / mask.sum().clamp(min=1)
-    return loss, acc
+        count = mask.sum()
+        acc = (((s > 0) == replaced) & mask).sum() / count.clamp(min=1)
+    return loss, acc, count
 
 
 def electra_token_log_prob(log_q: Tensor, logits: Tensor, n: Tensor, k: Tensor) -> Tensor:

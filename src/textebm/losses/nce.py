@@ -75,7 +75,8 @@ class NCEOutput:
     neg: Tensor  # noise part: sum over noise of softplus(z), / the same denominator
     acc_data: Tensor  # fraction of data samples with P(data | x) > 0.5, i.e. z > 0
     acc_noise: Tensor  # fraction of noise samples with P(data | x) <= 0.5, i.e. z <= 0
-    accuracy: Tensor  # fraction of all (unmasked) samples classified correctly
+    accuracy: Tensor  # fraction of all (unmasked) samples classified correctly (NaN if none)
+    count: Tensor  # how many samples took part (data + noise): the weight of `accuracy` in an average
 
 
 def _softplus(x: Tensor) -> Tensor:
@@ -165,7 +166,7 @@ def nce_core(log_model: Tensor, log_noise: Tensor | float, is_data: Tensor,
         acc_noise = noise_ok / n_noise  # ()
         accuracy = (data_ok + noise_ok) / (n_data + n_noise)  # ()
     return NCEOutput(loss=pos + neg, pos=pos, neg=neg, acc_data=acc_data, acc_noise=acc_noise,
-                     accuracy=accuracy)
+                     accuracy=accuracy, count=n_data + n_noise)
 
 
 def nce_loss(e_pos: Tensor, e_neg: Tensor, k: int) -> NCEOutput:

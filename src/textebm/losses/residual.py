@@ -68,7 +68,7 @@ def residual_bce(e_pos: Tensor, e_neg: Tensor, negatives: str = "worst",
     out = nce_core(-energy, 0.0, is_data, 0.0, reduction="sum")
     pos, neg = out.pos / b, out.neg / (b * j)
     return NCEOutput(loss=pos + neg, pos=pos, neg=neg, acc_data=out.acc_data, acc_noise=out.acc_noise,
-                     accuracy=(out.acc_data + out.acc_noise) / 2)
+                     accuracy=(out.acc_data + out.acc_noise) / 2, count=out.count)
 
 
 def ranking_loss(e_pos: Tensor, e_neg: Tensor, margin: float = 1.0, negatives: str = "worst",
