@@ -113,3 +113,26 @@ def test_an_output_below_a_file_is_refused_before_any_work(tmp_path):
         check_output_file(f / "deeper" / "out.jsonl", overwrite=False)
     with pytest.raises(TextebmError, match="is a file, not a folder"):
         check_output_dir(f / "report", "x", overwrite=False)
+
+
+def test_outputs_are_ordinary_files_and_folders_not_private_ones(tmp_path):
+    """mkstemp / mkdtemp make private temporaries (0600 / 0700); what textebm leaves behind has the
+    modes of any file the user makes (0666 / 0777 less the umask), so a colleague can read results."""
+    import os
+
+    from textebm.io import atomic_dir, atomic_write
+    from textebm.outputs import output_dir
+
+    old = os.umask(0o027)
+    try:
+        with atomic_write(tmp_path / "f.json") as f:
+            f.write("{}")
+        with atomic_dir(tmp_path / "d") as d:
+            (d / "x").write_text("x")
+        with output_dir(tmp_path / "o", "test-kind", False) as o:
+            (o / "y").write_text("y")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "f.json").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o750
+    assert (tmp_path / "o").stat().st_mode & 0o777 == 0o750

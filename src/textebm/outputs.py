@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from textebm.errors import TextebmError
+from textebm.io import current_umask
 
 MARKER = ".textebm-output.json"
 
@@ -119,7 +120,7 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
-        tmp.chmod(0o755)  # mkdtemp makes it private; outputs are ordinary folders
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; outputs are ordinary folders
         yield tmp
         entries = [p.name for p in tmp.iterdir() if p.name != MARKER]
         write_marker(tmp, kind, entries)
