@@ -88,8 +88,14 @@ def main() -> None:
     ap.add_argument("--cells", nargs="+", default=list(CELLS), choices=list(CELLS))
     ap.add_argument("--data", default="", help="a prepared dataset folder (default: rt-polarity)")
     ap.add_argument("--report", action="store_true", help="only write OUT/grid.md from what has finished")
+    ap.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
+                    help="training precision of every cell. The grid's settings are the bf16 preset's "
+                         "(2,500 examples, a 2-epoch noise LM) in either precision, so cells stay the same "
+                         "experiment on a CPU without native bf16 (there auto picks fp32, whose quickstart "
+                         "preset is smaller); use a separate --out per precision")
     args = ap.parse_args()
     out = Path(args.out)
+    preset = ["--precision", args.precision, "--train-limit", "2500", "--lm-epochs", "2"]
     if not args.report:
         data = args.data or str(out / "data")
         if not args.data and not (out / "data" / "dataset.json").is_file():
@@ -98,7 +104,7 @@ def main() -> None:
         for cell in args.cells:
             reuse = ["--reuse", str(out / "default")] if cell != "default" and (out / "default" / "settings.json").is_file() else []
             cmd = [sys.executable, "-m", "textebm", "quickstart", "--out", str(out / cell), "--seeds",
-                   str(args.seeds), "--no-progress", "--data", data, *reuse, *CELLS[cell]]
+                   str(args.seeds), "--no-progress", "--data", data, *reuse, *preset, *CELLS[cell]]
             print("+", " ".join(cmd), flush=True)
             if subprocess.run(cmd).returncode != 0:
                 print(f"cell {cell} failed; the grid goes on (rerun to retry it)", flush=True)
