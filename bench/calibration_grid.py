@@ -24,6 +24,7 @@ K=1, noise LM from scratch for 2 epochs in bf16, a constant NCE weight of 1):
   elr         the scalar energy head at 10x the encoder's learning rate
   e4          every classifier (baseline too) trains 4 epochs instead of 3: do the EBMs, which end
               with a higher training loss, catch up with more steps?
+  e4w         4 epochs with the NCE warm-up: the two remedies that came closest, together
   e2          every classifier trains 2 epochs: is a baseline that fits the labels as little as the
               EBMs do as well calibrated as they are (the EBMs' gain as a side effect of a slower fit)?
 """
@@ -48,6 +49,7 @@ CELLS: dict[str, list[str]] = {
     "warmup": ["--nce-warmup", "0.3"],
     "elr": [*BASE, "--energy-lr", "5e-4"],
     "e4": [*BASE, "--epochs", "4"],
+    "e4w": ["--nce-warmup", "0.3", "--epochs", "4"],
     "e2": [*BASE, "--epochs", "2"],
 }
 EBMS = ("ebm-scalar", "ebm-hidden", "ebm-sharp-hidden")
