@@ -11,7 +11,8 @@ reuses the baseline and PosCal, so each compares against the same baselines.
 At the end (and with --report alone) it writes OUT/grid.md: per cell, the baseline and every EBM
 variant as mean ± standard deviation over seeds of accuracy and class-wise ECE, and each EBM's
 change against its baseline with the 95% t-interval over seeds, and the training cross-entropy
-each run ended with (mean over seeds; its last logged window of steps).
+each run ended with (mean over seeds; its last logged window of steps), each EBM's final NCE
+(data-vs-noise) accuracy, and the noise LM's infill perplexity on dev.
 
 The cells (settings on top of the quickstart's defaults as they were when the grid started:
 K=1, noise LM from scratch for 2 epochs in bf16, a constant NCE weight of 1):
@@ -59,11 +60,12 @@ def report(out: Path, cells: list[str]) -> str:
     from textebm.quickstart import final_logged
 
     lines = ["| cell | seeds | method | accuracy | class-wise ECE | change in acc. vs baseline [95% CI] | "
-             "change in ECE vs baseline [95% CI] | final training CE |", "|---|---|---|---|---|---|---|---|"]
+             "change in ECE vs baseline [95% CI] | final training CE | final NCE acc. | noise-LM dev ppl |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for cell in cells:
         f = out / cell / "results.json"
         if not f.is_file():
-            lines.append(f"| {cell} | - | (not run yet) | | | | | |")
+            lines.append(f"| {cell} | - | (not run yet) | | | | | | | |")
             continue
         r = json.loads(f.read_text())
         n = len(r["seeds"])
@@ -77,8 +79,16 @@ def report(out: Path, cells: list[str]) -> str:
                 ch = r["change_vs_baseline"][m]
                 cells_ += [f"{ch[k]['mean']:+.3f} [{ch[k]['lo']:+.3f}, {ch[k]['hi']:+.3f}]" if n > 1
                            else f"{ch[k]['mean']:+.3f}" for k in ("accuracy", "ece_classwise")]
-            ce = [final_logged(out / cell / f"seed-{seed}" / "runs" / m, "ce") for seed in r["seeds"]]
+            seeds = [out / cell / f"seed-{seed}" for seed in r["seeds"]]
+            ce = [final_logged(d / "runs" / m, "ce") for d in seeds]
             cells_.append(f"{sum(ce) / len(ce):.3f}")
+            # how well the EBM's NCE classifier tells data from noise, and how close the noise LM is
+            # to the data (infill perplexity on dev): the two sides of sec. 2.4's warning
+            nce = [final_logged(d / "runs" / m, "nce_acc") for d in seeds] if m != "baseline" else []
+            cells_.append(f"{sum(nce) / len(nce):.3f}" if nce else "")
+            ppl = [json.loads((d / "noise-lm" / "metrics.json").read_text())["eval"]["dev_perplexity"]
+                   for d in seeds if (d / "noise-lm" / "metrics.json").is_file()]
+            cells_.append(f"{sum(ppl) / len(ppl):.1f}" if ppl and m == "baseline" else "")
             lines.append(f"| {cell} | {n} | {m} | " + " | ".join(cells_) + " |")
     return "\n".join(lines) + "\n"
 

@@ -270,7 +270,20 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
     assert len(stamps) == 11
     assert _run(*argv) == 0
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-    assert json.loads((out / "results.json").read_text())["methods"] == res["methods"]
+    again = json.loads((out / "results.json").read_text())
+    assert again["methods"] == res["methods"]
+    # Every step's time is counted once, whichever call did it: the second call keeps the first's
+    # timings; summarising fewer seeds counts only theirs.
+    steps = {f"seed {s}: {n}" for s in (0, 1) for n in ("noise-lm", "noise", "train baseline", "train poscal",
+                                                          "train ebm-scalar", "train ebm-hidden",
+                                                          "train ebm-sharp-hidden", "eval")}
+    assert set(res["timings"]) == steps and again["timings"] == res["timings"]
+    assert f"Compute time of the steps: {res['wall_seconds']:.0f} s" in (out / "report.md").read_text()
+    assert _run(*argv[:-4], "--seeds", "1", "--bootstrap", "200") == 0
+    one = json.loads((out / "results.json").read_text())
+    assert set(one["timings"]) == {k for k in steps if k.startswith("seed 0")}
+    assert one["wall_seconds"] == pytest.approx(sum(one["timings"].values()), abs=0.05)
+    assert _run(*argv) == 0
     # Other settings in the same folder are refused, naming what changed; nothing is retrained.
     capsys.readouterr()
     assert _run(*[a if a != "16" else "8" for a in argv]) == 2

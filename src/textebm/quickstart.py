@@ -148,9 +148,12 @@ def quickstart(cfg: QuickstartConfig) -> dict:
         check_dataset(data)  # before any work: a step late in the pipeline must not fail on the data
     reuse = reuse_source(cfg, out)
     out.mkdir(parents=True, exist_ok=True)
-    write_marker(out, QUICKSTART_KIND, ["data", "settings.json", "results.json", "report.md"]
+    write_marker(out, QUICKSTART_KIND, ["data", "settings.json", "results.json", "report.md", "timings.json"]
                  + [f"seed-{s}" for s in seeds_of(cfg)])
-    timings: dict[str, float] = {}
+    # Each step's time is kept in OUT/timings.json as it finishes, so the report of a quickstart that
+    # was interrupted and continued (or summarised again by a later call) counts every step once.
+    timings_file = out / "timings.json"
+    timings: dict[str, float] = read_json(timings_file) if timings_file.is_file() else {}
 
     def step(name: str, done: bool, fn) -> None:
         if done:
@@ -160,6 +163,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
         s = time.perf_counter()
         fn()
         timings[name] = round(time.perf_counter() - s, 1)
+        write_json(timings_file, timings)
         log.info("[quickstart] %s done in %.0f s", name, timings[name])
 
     if not cfg.data:
@@ -185,7 +189,8 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     per_seed = {s: run_seed(cfg, choice.precision, data, out / f"seed-{s}", s, step, reuse) for s in seeds_of(cfg)}
 
     prev = read_json(out / "results.json") if (out / "results.json").is_file() else {}
-    timings = {**prev.get("timings", {}), **timings}
+    timings = {**prev.get("timings", {}), **timings}  # results.json of a folder made before timings.json
+    timings = {k: v for k, v in timings.items() if k == "data" or int(k.split()[1].rstrip(":")) in per_seed}
     results = aggregate(per_seed)
     first = per_seed[cfg.seed]["eval"]["settings"]["runs"]["baseline"]
     results.update(
@@ -556,7 +561,9 @@ def render_report(results: dict) -> str:
         "",
         train_ce_words(results["diagnostics"]["train_ce"], len(seeds)),
         "",
-        f"Wall time: {results['wall_seconds']:.0f} s (" + ", ".join(f"{k} {v:.0f} s" for k, v in results["timings"].items()) + ").",
+        (f"Compute time of the steps: {results['wall_seconds']:.0f} s (" + ", ".join(
+            f"{k} {v:.0f} s" for k, v in results["timings"].items()) + ")." if results["timings"] else
+         "Compute time of the steps: not recorded (they were done before this folder kept timings.json)."),
         "",
         "## Plots",
         "",
