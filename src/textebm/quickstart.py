@@ -563,7 +563,8 @@ def render_report(results: dict) -> str:
         "",
         (f"Compute time of the steps: {results['wall_seconds']:.0f} s (" + ", ".join(
             f"{k} {v:.0f} s" for k, v in results["timings"].items()) + ")." if results["timings"] else
-         "Compute time of the steps: not recorded (they were done before this folder kept timings.json)."),
+         "Compute time of the steps: none recorded (the steps were copied by --reuse, or done by a textebm "
+         "that did not keep timings.json)."),
         "",
         "## Plots",
         "",
