@@ -6,7 +6,7 @@ Every cell is a `textebm quickstart` with its own settings in OUT/CELL (per seed
 five classifiers, evaluation) on one dataset folder, OUT/data. A quickstart folder continues where
 it stopped, so the grid is cached per cell and per seed and resumable: kill it, run it again, and
 finished work is kept. Cells after `default` take its finished steps whose inputs they share
-(`quickstart --reuse`): the EBM-only cells train only the three EBMs, and every cell but `e4`
+(`quickstart --reuse`; `lm4w` takes lm4's): the EBM-only cells train only the three EBMs, and every cell but `e4`
 reuses the baseline and PosCal, so each compares against the same baselines.
 At the end (and with --report alone) it writes OUT/grid.md: per cell, the baseline and every EBM
 variant as mean ± standard deviation over seeds of accuracy and class-wise ECE, and each EBM's
