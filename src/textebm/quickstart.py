@@ -190,7 +190,8 @@ def quickstart(cfg: QuickstartConfig) -> dict:
 
     prev = read_json(out / "results.json") if (out / "results.json").is_file() else {}
     timings = {**prev.get("timings", {}), **timings}  # results.json of a folder made before timings.json
-    timings = {k: v for k, v in timings.items() if k == "data" or int(k.split()[1].rstrip(":")) in per_seed}
+    ran = ("data", *(f"seed {s}:" for s in per_seed))  # the steps of the seeds summarised here
+    timings = {k: v for k, v in timings.items() if k.startswith(ran)}
     results = aggregate(per_seed)
     first = per_seed[cfg.seed]["eval"]["settings"]["runs"]["baseline"]
     results.update(
