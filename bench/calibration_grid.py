@@ -6,7 +6,7 @@ Every cell is a `textebm quickstart` with its own settings in OUT/CELL (per seed
 five classifiers, evaluation) on one dataset folder, OUT/data. A quickstart folder continues where
 it stopped, so the grid is cached per cell and per seed and resumable: kill it, run it again, and
 finished work is kept. Cells after `default` take its finished steps whose inputs they share
-(`quickstart --reuse`; `lm4w` takes lm4's): the EBM-only cells train only the three EBMs, and every cell but `e4`
+(`quickstart --reuse`; `lm4w` and `lm4w05` take lm4's): the EBM-only cells train only the three EBMs, and every cell but `e4`
 reuses the baseline and PosCal, so each compares against the same baselines.
 At the end (and with --report alone) it writes OUT/grid.md: per cell, the baseline and every EBM
 variant as mean ± standard deviation over seeds of accuracy and class-wise ECE, and each EBM's
@@ -19,6 +19,8 @@ K=1, noise LM from scratch for 2 epochs in bf16, a constant NCE weight of 1):
   default     those defaults (today's quickstart warms the NCE weight up: the `warmup` cell)
   lm4         a stronger noise LM: 4 epochs instead of 2
   lm4w        the 4-epoch noise LM with the NCE warm-up (lm4 lowered ECE most, the warm-up kept accuracy)
+  lm4w05      lm4w with a lighter NCE term (weight 0.5): lm4's ECE gain is large, so trade some of it
+              for accuracy, as w05 did at a weaker noise LM
   smollm2     the noise LM fine-tuned from SmolLM2-135M (as the paper fine-tunes GPT-2)
   k4          more noise: K=4
   w05         a lighter NCE term: weight 0.5
@@ -46,6 +48,7 @@ CELLS: dict[str, list[str]] = {
     "default": BASE,
     "lm4": [*BASE, "--lm-epochs", "4"],
     "lm4w": ["--nce-warmup", "0.3", "--lm-epochs", "4"],
+    "lm4w05": ["--nce-warmup", "0.3", "--lm-epochs", "4", "--nce-weight", "0.5"],
     "smollm2": [*BASE, "--noise-lm", "smollm2-135m", "--lm-epochs", "1"],
     "k4": [*BASE, "--noise-ratio", "4"],
     "w05": [*BASE, "--nce-weight", "0.5"],
@@ -55,8 +58,9 @@ CELLS: dict[str, list[str]] = {
     "e4w": ["--nce-warmup", "0.3", "--epochs", "4"],
     "e2": [*BASE, "--epochs", "2"],
 }
-# The cell whose finished steps a cell takes (default: `default`): lm4w shares lm4's noise LM and noise.
-REUSE_FROM = {"lm4w": "lm4"}
+# The cell whose finished steps a cell takes (default: `default`): lm4w and lm4w05 share lm4's noise LM
+# and noise.
+REUSE_FROM = {"lm4w": "lm4", "lm4w05": "lm4"}
 EBMS = ("ebm-scalar", "ebm-hidden", "ebm-sharp-hidden")
 
 
