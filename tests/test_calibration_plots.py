@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from textebm.calibration.plots import plot_energy_histogram, plot_entropy_vs_energy, plot_reliability
+from textebm.calibration.plots import (
+    plot_energy_histogram,
+    plot_entropy_vs_energy,
+    plot_reliability,
+    plot_tradeoff,
+)
 from textebm.calibration.report import render_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -63,6 +68,23 @@ def test_energy_histogram_single_value(tmp_path):
 def test_entropy_vs_energy_png(tmp_path):
     p, _, e = case(2)
     assert_png(plot_entropy_vs_energy({"baseline": (e, p), "ebm": (e * 2, p)}, tmp_path / "scatter.png"))
+
+
+def test_tradeoff_png(tmp_path):
+    points = {"baseline 2 ep": ([0.83, 0.84, 0.85], [0.057, 0.061, 0.058]),
+              "baseline 3 ep": ([0.84, 0.83, 0.85], [0.07, 0.08, 0.075]),
+              "EBM scalar": ([0.82], [0.05])}  # one seed: no bars
+    assert_png(plot_tradeoff(points, tmp_path / "t.png", line=["baseline 2 ep", "baseline 3 ep"]))
+
+
+def test_tradeoff_refuses_bad_points_and_leaves_no_file(tmp_path):
+    with pytest.raises(ValueError, match="'a'"):
+        plot_tradeoff({"a": ([0.8, 0.9], [0.1])}, tmp_path / "t.png")
+    with pytest.raises(ValueError, match="finite"):
+        plot_tradeoff({"a": ([0.8, float("nan")], [0.1, 0.1])}, tmp_path / "t.png")
+    with pytest.raises(ValueError, match="not given: b"):
+        plot_tradeoff({"a": ([0.8], [0.1])}, tmp_path / "t.png", line=["a", "b"])
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_input_leaves_no_file(tmp_path):

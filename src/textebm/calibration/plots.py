@@ -6,6 +6,9 @@
 - `plot_energy_histogram`: histograms of energies Ê(x), several methods overlaid or one panel
   each (fig. 5).
 - `plot_entropy_vs_energy`: entropy of P(·|x) against Ê(x), one panel per method (fig. 4).
+- `plot_tradeoff`: accuracy against ECE, one point per method or setting, mean over seeds with
+  ± one standard deviation (the trade-off of fig. 3, right), a line through a chosen series
+  (such as the baseline trained for more and more epochs).
 
 Each function checks its inputs before drawing and writes the PNG through
 `textebm.figures.save_png` (temporary file + `os.replace`), so a failure leaves no file behind.
@@ -15,7 +18,7 @@ Returns the path written.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -112,5 +115,35 @@ def plot_entropy_vs_energy(points: Mapping[str, tuple[Any, Any]], path: str | Pa
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("energy Ê(x)")
     axes[0].set_ylabel("entropy of P(·|x) (nats)")
+    fig.tight_layout()
+    return save_png(fig, path, DPI)
+
+
+def plot_tradeoff(points: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: str | Path, *,
+                  line: Sequence[str] = (), ylabel: str = "class-wise ECE") -> Path:
+    """points: {name: (accuracies (n_seeds,), ECEs (n_seeds,))}, one marker each at the means with
+    ± one standard deviation bars (none from a single seed); `line`: names of points joined in this
+    order (a series, e.g. the baseline at 1.5, 2, 3 and 4 epochs). Lower right is better."""
+    _nonempty(points, "plot_tradeoff")
+    stats = {}
+    for name, (acc, ece) in points.items():
+        a, e = np.asarray(acc, dtype=np.float64), np.asarray(ece, dtype=np.float64)
+        if a.ndim != 1 or a.shape != e.shape or a.size == 0 or not (np.isfinite(a).all() and np.isfinite(e).all()):
+            raise ValueError(f"{name!r}: need as many finite accuracies as ECEs, one per seed")
+        sd = (lambda v: float(v.std(ddof=1)) if v.size > 1 else 0.0)
+        stats[name] = (float(a.mean()), float(e.mean()), sd(a), sd(e))
+    if missing := [n for n in line if n not in stats]:
+        raise ValueError(f"plot_tradeoff: the line names points that are not given: {', '.join(missing)}")
+    fig = Figure(figsize=(6.4, 4.4))
+    ax = fig.subplots()
+    if line:
+        ax.plot([stats[n][0] for n in line], [stats[n][1] for n in line], "-", color="gray", linewidth=1, zorder=1)
+    for name, (a, e, sa, se) in stats.items():
+        ax.errorbar(a, e, xerr=sa, yerr=se, fmt="o" if name in line else "s", markersize=5, capsize=2,
+                    label=name, zorder=2)
+    ax.set_xlabel("accuracy")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     return save_png(fig, path, DPI)
