@@ -318,6 +318,7 @@ def test_train_ce_words_name_the_ebms_that_fit_the_labels_less():
     text = train_ce_words(ce, 3)
     assert "(mean over seeds)" in text and "Baseline 0.240" in text and "(EBM)scalar 0.350" in text
     assert "The (EBM)scalar, (EBM)s-hidden end with a training loss over 10% above" in text  # 0.26 is within 10 %
+    assert "trained for fewer epochs, is also better calibrated" in text  # the control to compare with
     assert "above the baseline" not in train_ce_words({**ce, "ebm-scalar": 0.25, "ebm-sharp-hidden": 0.2}, 1)
 
 

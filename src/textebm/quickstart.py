@@ -506,7 +506,9 @@ def train_ce_words(ce: dict[str, float], n_seeds: int) -> str:
     if worse:
         text += (" The " + ", ".join(method_label(n) for n in worse) + f" end{'s' if len(worse) == 1 else ''} "
                  "with a training loss over 10% above the baseline's after the same steps: the NCE term slowed "
-                 "the fit of the labels, one way an EBM loses accuracy (docs/classify.md).")
+                 "the fit of the labels, one way an EBM loses accuracy. A baseline that fits the labels less, "
+                 "trained for fewer epochs, is also better calibrated: before crediting the energy with a lower "
+                 "ECE, compare with it (bench/baseline_epochs.py, docs/classify.md).")
     return text
 
 
