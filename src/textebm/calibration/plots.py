@@ -139,11 +139,16 @@ def plot_tradeoff(points: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     if line:
         ax.plot([stats[n][0] for n in line], [stats[n][1] for n in line], "-", color="gray", linewidth=1, zorder=1)
     for name, (a, e, sa, se) in stats.items():
-        ax.errorbar(a, e, xerr=sa, yerr=se, fmt="o" if name in line else "s", markersize=5, capsize=2,
-                    label=name, zorder=2)
+        if name in line:  # the series: black, named beside each point
+            ax.errorbar(a, e, xerr=sa, yerr=se, fmt="o", color="black", markersize=5, capsize=2, zorder=2)
+            ax.annotate(name, (a, e), textcoords="offset points", xytext=(5, 5), fontsize=7)
+        else:
+            ax.errorbar(a, e, xerr=sa, yerr=se, fmt="s", markersize=5, capsize=2, label=name, zorder=2)
+    ax.margins(x=0.15, y=0.1)  # room for the names beside the series' points
     ax.set_xlabel("accuracy")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    if len(line) < len(stats):
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     return save_png(fig, path, DPI)
