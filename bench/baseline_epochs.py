@@ -34,7 +34,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-EBMS = ("ebm-scalar", "ebm-hidden", "ebm-sharp-hidden")
+from calibration_grid import EBMS, NOT_RUN, cell_results  # bench/ is on the path of a script run from it
+
 GRID_EPOCHS = 3.0  # the epochs of the grid's cells (the quickstart's default)
 
 
@@ -65,7 +66,9 @@ def report(grid: Path, epochs: list[float], seeds: list[int], cells: list[str], 
     from textebm.calibration.uncertainty import seed_summary
     from textebm.quickstart import final_logged
 
-    default = json.loads((grid / "default" / "results.json").read_text())
+    default = cell_results(grid, "default")
+    if default is None:
+        sys.exit(f"{grid / 'default'} has not finished: run the grid's default cell first")
     seeds = [s for s in seeds if str(s) in default["seeds"]]
 
     def baseline(e: float) -> dict[int, dict] | None:
@@ -107,11 +110,9 @@ def report(grid: Path, epochs: list[float], seeds: list[int], cells: list[str], 
               "final training CE |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for cell in cells:
-        f = grid / cell / "results.json"
-        if not f.is_file():
-            lines.append(f"| {cell} | - | (not run yet) | | | | | | | |")
+        if (r := cell_results(grid, cell)) is None:
+            lines.append(NOT_RUN.format(cell))
             continue
-        r = json.loads(f.read_text())
         ss = [s for s in seeds if str(s) in r["seeds"]]
         for m in EBMS:
             acc = [r["seeds"][str(s)]["methods"][m]["accuracy"] for s in ss]

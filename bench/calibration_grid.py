@@ -64,6 +64,15 @@ REUSE_FROM = {"lm4w": "lm4", "lm4w05": "lm4"}
 EBMS = ("ebm-scalar", "ebm-hidden", "ebm-sharp-hidden")
 
 
+def cell_results(out: Path, cell: str) -> dict | None:
+    """A cell's results.json (mean, spread and intervals over its seeds), None until it has finished."""
+    f = out / cell / "results.json"
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+NOT_RUN = "| {} | - | (not run yet) | | | | | | | |"
+
+
 def report(out: Path, cells: list[str]) -> str:
     from textebm.quickstart import final_logged
 
@@ -71,11 +80,9 @@ def report(out: Path, cells: list[str]) -> str:
              "change in ECE vs baseline [95% CI] | final training CE | final NCE acc. | noise-LM dev ppl |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for cell in cells:
-        f = out / cell / "results.json"
-        if not f.is_file():
-            lines.append(f"| {cell} | - | (not run yet) | | | | | | | |")
+        if (r := cell_results(out, cell)) is None:
+            lines.append(NOT_RUN.format(cell))
             continue
-        r = json.loads(f.read_text())
         n = len(r["seeds"])
         for m in ("baseline", *EBMS):
             acc, ece = r["summary"][m]["accuracy"], r["summary"][m]["ece_classwise"]
