@@ -125,12 +125,14 @@ def plot_tradeoff(points: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     ± one standard deviation bars (none from a single seed); `line`: names of points joined in this
     order (a series, e.g. the baseline at 1.5, 2, 3 and 4 epochs). Lower right is better."""
     _nonempty(points, "plot_tradeoff")
+    def sd(v: np.ndarray) -> float:  # over seeds; no bar from one seed
+        return float(v.std(ddof=1)) if v.size > 1 else 0.0
+
     stats = {}
     for name, (acc, ece) in points.items():
         a, e = np.asarray(acc, dtype=np.float64), np.asarray(ece, dtype=np.float64)
         if a.ndim != 1 or a.shape != e.shape or a.size == 0 or not (np.isfinite(a).all() and np.isfinite(e).all()):
             raise ValueError(f"{name!r}: need as many finite accuracies as ECEs, one per seed")
-        sd = (lambda v: float(v.std(ddof=1)) if v.size > 1 else 0.0)
         stats[name] = (float(a.mean()), float(e.mean()), sd(a), sd(e))
     if missing := [n for n in line if n not in stats]:
         raise ValueError(f"plot_tradeoff: the line names points that are not given: {', '.join(missing)}")
