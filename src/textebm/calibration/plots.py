@@ -24,6 +24,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from textebm.calibration.metrics import as_numpy, entropy, reliability_bins
+from textebm.calibration.uncertainty import seed_summary
 from textebm.figures import save_png
 
 DPI = 110
@@ -125,15 +126,13 @@ def plot_tradeoff(points: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     ± one standard deviation bars (none from a single seed); `line`: names of points joined in this
     order (a series, e.g. the baseline at 1.5, 2, 3 and 4 epochs). Lower right is better."""
     _nonempty(points, "plot_tradeoff")
-    def sd(v: np.ndarray) -> float:  # over seeds; no bar from one seed
-        return float(v.std(ddof=1)) if v.size > 1 else 0.0
-
     stats = {}
     for name, (acc, ece) in points.items():
         a, e = np.asarray(acc, dtype=np.float64), np.asarray(ece, dtype=np.float64)
         if a.ndim != 1 or a.shape != e.shape or a.size == 0 or not (np.isfinite(a).all() and np.isfinite(e).all()):
             raise ValueError(f"{name!r}: need as many finite accuracies as ECEs, one per seed")
-        stats[name] = (float(a.mean()), float(e.mean()), sd(a), sd(e))
+        sa, se = seed_summary(a), seed_summary(e)  # std is None from one seed: no bar
+        stats[name] = (sa["mean"], se["mean"], sa["std"] or 0.0, se["std"] or 0.0)
     if missing := [n for n in line if n not in stats]:
         raise ValueError(f"plot_tradeoff: the line names points that are not given: {', '.join(missing)}")
     fig = Figure(figsize=(6.4, 4.4))
