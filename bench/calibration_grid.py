@@ -16,7 +16,7 @@ each run ended with (mean over seeds; its last logged window of steps), each EBM
 
 The cells (settings on top of the quickstart's defaults as they were when the grid started:
 K=1, noise LM from scratch for 2 epochs in bf16, a constant NCE weight of 1):
-  default     those defaults (today's quickstart warms the NCE weight up: the `warmup` cell)
+  default     those defaults (today's quickstart defaults are the `lm4w05` cell's)
   lm4         a stronger noise LM: 4 epochs instead of 2
   lm4w        the 4-epoch noise LM with the NCE warm-up (lm4 lowered ECE most, the warm-up kept accuracy)
   lm4w05      lm4w with a lighter NCE term (weight 0.5): lm4's ECE gain is large, so trade some of it
@@ -41,21 +41,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Every cell is one remedy on top of the defaults the grid started from: a constant NCE weight
-# (the quickstart's --nce-warmup default became 0.3 because of the `warmup` cell).
-BASE = ["--nce-warmup", "0"]
+# Every cell is one remedy on top of the defaults the grid started from: a constant NCE weight of 1
+# (the quickstart's defaults have since become `lm4w05`'s: a warm-up, weight 0.5, a 4-epoch noise LM).
+BASE = ["--nce-warmup", "0", "--nce-weight", "1"]
+WARM = ["--nce-warmup", "0.3", "--nce-weight", "1"]
 CELLS: dict[str, list[str]] = {
     "default": BASE,
     "lm4": [*BASE, "--lm-epochs", "4"],
-    "lm4w": ["--nce-warmup", "0.3", "--lm-epochs", "4"],
+    "lm4w": [*WARM, "--lm-epochs", "4"],
     "lm4w05": ["--nce-warmup", "0.3", "--lm-epochs", "4", "--nce-weight", "0.5"],
     "smollm2": [*BASE, "--noise-lm", "smollm2-135m", "--lm-epochs", "1"],
     "k4": [*BASE, "--noise-ratio", "4"],
     "w05": [*BASE, "--nce-weight", "0.5"],
-    "warmup": ["--nce-warmup", "0.3"],
+    "warmup": WARM,
     "elr": [*BASE, "--energy-lr", "5e-4"],
     "e4": [*BASE, "--epochs", "4"],
-    "e4w": ["--nce-warmup", "0.3", "--epochs", "4"],
+    "e4w": [*WARM, "--epochs", "4"],
     "e2": [*BASE, "--epochs", "2"],
 }
 # The cell whose finished steps a cell takes (default: `default`): lm4w and lm4w05 share lm4's noise LM

@@ -292,15 +292,15 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
     # --reuse: a study of an EBM setting takes the noise LM, noise, baseline and PosCal of the same
     # seed from the first folder (the same files) and trains only the EBMs; another noise-LM setting
     # keeps only the classifiers that do not see the noise.
-    other = tmp_path / "qs-w05"
+    other = tmp_path / "qs-w025"
     assert _run(*argv[:-4], "--seeds", "1", "--bootstrap", "0", "--out", other, "--reuse", out,
-                "--nce-weight", "0.5") == 0
+                "--nce-weight", "0.25") == 0
     for rel in ("noise.jsonl", "runs/baseline/model/model.safetensors", "runs/poscal/model/model.safetensors",
                 "noise-lm/model/model.safetensors"):
         assert (other / "seed-0" / rel).read_bytes() == (out / "seed-0" / rel).read_bytes(), rel
     ebm = "runs/ebm-scalar/model/model.safetensors"
     assert (other / "seed-0" / ebm).read_bytes() != (out / "seed-0" / ebm).read_bytes()
-    assert json.loads((other / "seed-0" / "runs/ebm-scalar/config.json").read_text())["nce_weight"] == 0.5
+    assert json.loads((other / "seed-0" / "runs/ebm-scalar/config.json").read_text())["nce_weight"] == 0.25
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # the source is left as it was
     lm2 = tmp_path / "qs-lm2"
     assert _run(*argv[:-4], "--seeds", "1", "--bootstrap", "0", "--out", lm2, "--reuse", out, "--lm-layers", "2") == 0
@@ -343,13 +343,29 @@ def test_quickstart_folder_made_before_a_setting_existed_keeps_the_value_it_was_
     write_dataset(tmp_path / "d", {"train": rows, "dev": rows[:4], "test": rows[:2]}, {"name": "d"})
     out = tmp_path / "qs"
     out.mkdir()
-    made = check_settings(out, QuickstartConfig(nce_warmup=0.0), "bf16", tmp_path / "d")
+    then = QuickstartConfig(nce_warmup=0.0, nce_weight=1.0)
+    made = check_settings(out, then, "bf16", tmp_path / "d")
     old = {k: v for k, v in made.items() if k not in ("nce_weight", "nce_warmup", "energy_lr")}
     (out / "settings.json").write_text(json.dumps(old))  # as written before those options existed
-    assert QuickstartConfig().nce_warmup == 0.3
-    with pytest.raises(TextebmError, match=r"nce_warmup: 0.0 -> 0.3"):
+    assert (QuickstartConfig().nce_warmup, QuickstartConfig().nce_weight) == (0.3, 0.5)
+    with pytest.raises(TextebmError, match=r"nce_weight: 1.0 -> 0.5, nce_warmup: 0.0 -> 0.3"):
         check_settings(out, QuickstartConfig(), "bf16", tmp_path / "d")
-    assert check_settings(out, QuickstartConfig(nce_warmup=0.0), "bf16", tmp_path / "d")["nce_warmup"] == 0.0
+    assert check_settings(out, then, "bf16", tmp_path / "d")["nce_warmup"] == 0.0
+
+
+def test_quickstart_presets_size_the_noise_lm_by_precision_and_fine_tune_a_pretrained_one_once():
+    """The defaults are the remedies grid's `lm4w05` cell (docs/classify.md): a noise LM from scratch
+    for 4 epochs in bf16 (2 in fp32), NCE weight 0.5 warmed up over 30 % of the steps; a pretrained
+    --noise-lm is fine-tuned for one epoch unless --lm-epochs says otherwise."""
+    from textebm.quickstart import QuickstartConfig, settle
+
+    assert (QuickstartConfig().nce_weight, QuickstartConfig().nce_warmup) == (0.5, 0.3)
+    assert settle(QuickstartConfig(), "bf16").lm_epochs == 4.0
+    assert settle(QuickstartConfig(), "fp32").lm_epochs == 2.0
+    assert (settle(QuickstartConfig(), "fp32").train_limit, settle(QuickstartConfig(), "bf16").train_limit) == \
+        (1200, 2500)
+    assert settle(QuickstartConfig(noise_lm="smollm2-135m"), "bf16").lm_epochs == 1.0
+    assert settle(QuickstartConfig(noise_lm="smollm2-135m", lm_epochs=2.5), "bf16").lm_epochs == 2.5
 
 
 def test_sentence_pairs_use_the_encoders_pair_input(tmp_path):
