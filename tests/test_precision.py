@@ -54,6 +54,18 @@ def test_fp16_needs_cuda_and_unknown_values_are_refused():
         P.resolve_precision("fp8", "cpu")
 
 
+def test_a_preempted_repetition_does_not_sway_the_probe():
+    """best_rate keeps the fastest call: a clock that shows one call stalled for 10 ms (the
+    scheduler gave the core away) among calls of 1 ms still measures 1 ms per call."""
+    ticks = iter([0.0, 0.010, 0.010, 0.011, 0.011, 0.012, 0.012, 0.013])  # start/stop pairs
+    calls = []
+    rate = P.best_rate(lambda: calls.append(1), work=2.0, max_reps=4, budget_s=1.0, clock=lambda: next(ticks))
+    assert len(calls) == 4 and rate == pytest.approx(2.0 / 0.001)
+    # the budget stops it after the first call that uses it up; at least one call always runs
+    ticks = iter([0.0, 2.0])
+    assert P.best_rate(lambda: None, work=1.0, max_reps=5, budget_s=0.5, clock=lambda: next(ticks)) == 0.5
+
+
 def test_the_probe_measures_this_cpu():
     fp32, bf16 = P.matmul_probe()
     assert fp32 > 0.5 and bf16 > 0.01  # real measurements, in GFLOP/s
