@@ -19,8 +19,8 @@ are always computed in fp32 or better, whatever precision the model ran in.
 from __future__ import annotations
 
 import functools
-import math
 import logging
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
