@@ -309,6 +309,17 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
     assert (lm2 / "seed-0/noise.jsonl").read_bytes() != (out / "seed-0/noise.jsonl").read_bytes()
     assert _run("quickstart", "--data", d / "data", "--out", tmp_path / "qs-x", "--reuse", d / "data") == 2
     assert "not a quickstart folder" in capsys.readouterr().err
+    # --only-seeds: one seed of the study in a folder of its own (here its steps are taken from the
+    # first folder); it trains, scores and summarises that seed alone, under its own number.
+    shard = tmp_path / "qs-s1"
+    assert _run(*argv, "--out", shard, "--only-seeds", "1", "--reuse", out) == 0
+    alone = json.loads((shard / "results.json").read_text())
+    assert list(alone["seeds"]) == ["1"] and not (shard / "seed-0").exists()
+    assert alone["seeds"]["1"]["methods"] == res["seeds"]["1"]["methods"]
+    assert "training seed 1;" in (shard / "report.md").read_text()
+    assert _run(*argv, "--out", tmp_path / "qs-s5", "--only-seeds", "5") == 2
+    assert "--only-seeds 5: not among the seeds 0..1" in capsys.readouterr().err
+    assert not (tmp_path / "qs-s5").exists()
 
 
 def test_train_ce_words_name_the_ebms_that_fit_the_labels_less():

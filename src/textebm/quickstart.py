@@ -87,6 +87,10 @@ class QuickstartConfig:
                                            "min": 0})
     seeds: int = field(default=1, metadata={
         "help": "training seeds to run (--seed .. --seed+N-1): mean, spread and intervals over them", "min": 1})
+    only_seeds: list[int] = field(default_factory=list, metadata={
+        "help": "run and summarise only these of the seeds (e.g. --only-seeds 2): seeds of one study run at the "
+                "same time in separate folders (one process each), then a run of all of them in one folder with "
+                "--reuse takes their finished steps", "min": 0})
     precision: str = field(default="auto", metadata={
         "help": "auto: bf16 where the hardware multiplies it natively, else fp32 (see docs/training.md)",
         "choices": ["auto", "fp32", "bf16", "fp16"]})
@@ -99,8 +103,13 @@ class QuickstartConfig:
                 "EBM settings"})
 
     def check(self) -> None:
+        from textebm.errors import TextebmError
         from textebm.options import refuse_unused
 
+        outside = [s for s in self.only_seeds if s not in all_seeds(self)]
+        if outside:
+            raise TextebmError(f"--only-seeds {' '.join(map(str, outside))}: not among the seeds "
+                               f"{self.seed}..{self.seed + self.seeds - 1} of --seed {self.seed} --seeds {self.seeds}")
         if self.full:
             refuse_unused(self, ["train_limit", "noise_ratio"], "with --full (it sets all data and K=8)")
         if self.noise_lm:
@@ -154,7 +163,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     reuse = reuse_source(cfg, out)
     out.mkdir(parents=True, exist_ok=True)
     write_marker(out, QUICKSTART_KIND, ["data", "settings.json", "results.json", "report.md", "timings.json"]
-                 + [f"seed-{s}" for s in seeds_of(cfg)])
+                 + [f"seed-{s}" for s in all_seeds(cfg)])
     # Each step's time is kept in OUT/timings.json as it finishes, so the report of a quickstart that
     # was interrupted and continued (or summarised again by a later call) counts every step once.
     timings_file = out / "timings.json"
@@ -184,7 +193,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     n_eval = info.get("splits", {}).get("dev", 1_280)
     est = estimate_seconds(choice.precision, n_train, min(n_train, cfg.train_limit or n_train), n_eval, cfg)
     log.info("[quickstart] expected duration on a 2-core CPU in %s: about %.0f minutes per seed, %d seed(s) "
-             "(%s)", choice.precision, sum(est.values()) / 60, cfg.seeds,
+             "(%s)", choice.precision, sum(est.values()) / 60, len(seeds_of(cfg)),
              ", ".join(f"{k} {v / 60:.1f}" for k, v in est.items()))
     if cfg.noise_lm:
         log.info("[quickstart] the estimate counts a small noise LM from scratch; --noise-lm %s is larger and its "
@@ -198,7 +207,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     ran = ("data", *(f"seed {s}:" for s in per_seed))  # the steps of the seeds summarised here
     timings = {k: v for k, v in timings.items() if k.startswith(ran)}
     results = aggregate(per_seed)
-    first = per_seed[cfg.seed]["eval"]["settings"]["runs"]["baseline"]
+    first = next(iter(per_seed.values()))["eval"]["settings"]["runs"]["baseline"]
     results.update(
         wall_seconds=round(sum(timings.values()), 1), timings=timings,
         settings={**asdict(cfg), "train_examples": first["train_examples"], "dev_half": first["dev_half"],
@@ -213,8 +222,13 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     return results
 
 
-def seeds_of(cfg: QuickstartConfig) -> list[int]:
+def all_seeds(cfg: QuickstartConfig) -> list[int]:
     return list(range(cfg.seed, cfg.seed + cfg.seeds))
+
+
+def seeds_of(cfg: QuickstartConfig) -> list[int]:
+    """The seeds this run trains and summarises: all of them, or those of --only-seeds."""
+    return [s for s in all_seeds(cfg) if not cfg.only_seeds or s in cfg.only_seeds]
 
 
 def check_dataset(data: Path) -> None:
@@ -263,7 +277,7 @@ def check_settings(out: Path, cfg: QuickstartConfig, precision: str, data: Path)
                                + ", ".join(f"{k}: {was[k]!r} -> {now[k]!r}" if k != "data_sha256" else
                                            "the data files changed" for k in diff)
                                + "); choose another --out, or pass the values it was made with to continue it "
-                               "(only --seeds and --progress may change)")
+                               "(only --seeds, --only-seeds and --progress may change)")
         return now
     write_json(f, now)
     return now
