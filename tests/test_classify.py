@@ -316,6 +316,10 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
     alone = json.loads((shard / "results.json").read_text())
     assert list(alone["seeds"]) == ["1"] and not (shard / "seed-0").exists()
     assert alone["seeds"]["1"]["methods"] == res["seeds"]["1"]["methods"]
+    for name in ("baseline", "ebm-scalar", "ebm-sharp-hidden"):  # every step's inputs are the same: all copied
+        rel = f"runs/{name}/model/model.safetensors"
+        assert (shard / "seed-1" / rel).read_bytes() == (out / "seed-1" / rel).read_bytes(), name
+    assert not any(k.startswith("seed 1: train") for k in alone["timings"])
     assert "training seed 1;" in (shard / "report.md").read_text()
     assert _run(*argv, "--out", tmp_path / "qs-s5", "--only-seeds", "5") == 2
     assert "--only-seeds 5: not among the seeds 0..1" in capsys.readouterr().err
@@ -420,3 +424,18 @@ def test_sentence_pairs_use_the_encoders_pair_input(tmp_path):
     report = json.loads((tmp_path / "report" / "metrics.json").read_text())
     assert report["settings"]["runs"]["baseline"]["test_half"] == 10  # half of the 20 dev pairs
     assert np.isfinite(report["methods"]["baseline"]["nll"])
+
+
+def test_reuse_takes_an_ebm_only_when_its_loss_settings_match(tmp_path):
+    from textebm.quickstart import STEP_INPUTS, ReuseSource
+
+    here = {k: 1 for keys in STEP_INPUTS.values() for k in keys}
+    src = ReuseSource(tmp_path, dict(here))
+    src.match(here)
+    assert set(src.steps) == set(STEP_INPUTS)
+    src.match({**here, "energy_lr": 5e-4})  # only the scalar EBM has a head learning rate
+    assert set(src.steps) == set(STEP_INPUTS) - {"ebm-scalar"}
+    src.match({**here, "nce_warmup": 0.3})
+    assert set(src.steps) == {"noise-lm", "noise", "baseline", "poscal"}
+    src.match({**here, "noise_ratio": 4})  # new noise: every EBM trains again
+    assert set(src.steps) == {"noise-lm", "baseline", "poscal"}

@@ -291,6 +291,12 @@ STEP_INPUTS = {
 }
 STEP_INPUTS["noise"] = STEP_INPUTS["noise-lm"] + ("train_limit", "noise_ratio", "epochs")
 STEP_INPUTS["poscal"] = STEP_INPUTS["baseline"]
+# An EBM sees the baseline's inputs, the noise, and its own loss settings (the head's learning rate
+# only for the scalar energy, the one run that has a separate head group).
+STEP_INPUTS.update({name: tuple(dict.fromkeys(STEP_INPUTS["baseline"] + STEP_INPUTS["noise"]
+                                              + ("nce_weight", "nce_warmup") + extra))
+                    for name, extra in (("ebm-scalar", ("energy_lr",)), ("ebm-hidden", ()),
+                                        ("ebm-sharp-hidden", ()))})
 
 
 @dataclass
