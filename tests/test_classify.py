@@ -439,3 +439,21 @@ def test_reuse_takes_an_ebm_only_when_its_loss_settings_match(tmp_path):
     assert set(src.steps) == {"noise-lm", "noise", "baseline", "poscal"}
     src.match({**here, "noise_ratio": 4})  # new noise: every EBM trains again
     assert set(src.steps) == {"noise-lm", "baseline", "poscal"}
+
+
+def test_reuse_replaces_an_unfinished_try_of_the_step(tmp_path):
+    """A step this folder began and left unfinished (a killed run) is replaced by the finished copy."""
+    from textebm.quickstart import STEP_INPUTS, ReuseSource
+
+    src, dst = tmp_path / "src" / "noise-lm", tmp_path / "out" / "noise-lm"
+    src.mkdir(parents=True)
+    (src / "model.safetensors").write_bytes(b"done")
+    dst.mkdir(parents=True)
+    (dst / "config.json").write_text("{}")  # what a killed noise-LM run leaves
+    settings = {k: 1 for k in STEP_INPUTS["noise-lm"]}
+    reuse = ReuseSource(tmp_path / "src", settings)
+    reuse.match(settings)
+    assert reuse.take("noise-lm", src, dst, lambda p: (p / "model.safetensors").is_file())
+    assert sorted(p.name for p in dst.iterdir()) == ["model.safetensors"]
+    assert (src / "model.safetensors").read_bytes() == b"done"  # the source is left as it was
+    assert not reuse.take("noise-lm", tmp_path / "nowhere", dst, lambda p: False)

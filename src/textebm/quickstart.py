@@ -326,6 +326,9 @@ class ReuseSource:
             shutil.copytree(src, tmp, copy_function=_link_or_copy)
         else:
             _link_or_copy(src, tmp)
+        if dst.is_dir():  # this quickstart's own unfinished try at the step: the finished copy replaces it
+            log.info("[quickstart] %s: an unfinished %s is replaced by the finished one of --reuse", name, dst)
+            shutil.rmtree(dst)
         tmp.replace(dst)
         log.info("[quickstart] %s: reused %s", name, src)
         return True
