@@ -1,14 +1,14 @@
 """Is the EBMs' lower ECE only a side effect of fitting the labels less? The baseline at other epochs.
 
     python bench/baseline_epochs.py [--grid runs/grid-fp32] [--epochs 1.5 2 2.5 4] [--seeds 3]
-                                    [--cells default lm4 ...] [--against 2] [--report]
+                                    [--cells default lm4 ...] [--against 2] [--base-cell default] [--report]
 
 The EBMs of a calibration grid (bench/calibration_grid.py) end their 3 epochs with a training loss
 on the labels well above the baseline's (0.34-0.39 against 0.235), about where the baseline is after
 2 epochs, and the paper notes that training the baseline longer worsens its ECE. So the baseline's
 ECE depends on how far it is trained, and an EBM that fits less may be better calibrated for that
 reason alone. This trains the baseline alone for each of `--epochs`, with every other setting of the
-grid's `default` baseline (its config.json: data, encoder, 2,500 examples, learning rate and its
+grid's `default` baseline (or `--base-cell`'s; its config.json: data, encoder, 2,500 examples, learning rate and its
 schedule, precision, seed), evaluates it on the same test half (`classify eval`, dev halving seed 0,
 as the quickstart does), and writes GRID/baseline-epochs.md and .png:
 
@@ -61,21 +61,22 @@ def run_seed(cell_seed: Path, out: Path, epochs: float) -> None:
         subprocess.run(cmd, check=True)
 
 
-def report(grid: Path, epochs: list[float], seeds: list[int], cells: list[str], against: float) -> str:
+def report(grid: Path, epochs: list[float], seeds: list[int], cells: list[str], against: float,
+           base: str = "default") -> str:
     from textebm.calibration.plots import plot_tradeoff
     from textebm.calibration.uncertainty import seed_summary
     from textebm.quickstart import final_logged
 
-    default = cell_results(grid, "default")
+    default = cell_results(grid, base)
     if default is None:
-        sys.exit(f"{grid / 'default'} has not finished: run the grid's default cell first")
+        sys.exit(f"{grid / base} has not finished: run the grid's {base} cell first")
     seeds = [s for s in seeds if str(s) in default["seeds"]]
 
     def baseline(e: float) -> dict[int, dict] | None:
         """{seed: metrics and final CE} of the baseline at `e` epochs, None unless every seed has finished."""
         if e == GRID_EPOCHS:
             return {s: {**default["seeds"][str(s)]["methods"]["baseline"],
-                        "ce": final_logged(grid / "default" / f"seed-{s}" / "runs" / "baseline", "ce")} for s in seeds}
+                        "ce": final_logged(grid / base / f"seed-{s}" / "runs" / "baseline", "ce")} for s in seeds}
         d = grid / f"baseline-e{e:g}"
         if not all((d / f"seed-{s}" / "eval" / "metrics.json").is_file() for s in seeds):
             return None
@@ -138,6 +139,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--cells", nargs="+", default=["default"], help="grid cells whose EBMs to set beside")
     ap.add_argument("--against", type=float, default=2.0, help="the baseline epochs the EBMs are paired with")
+    ap.add_argument("--base-cell", default="default",
+                    help="the cell whose baseline is trained at other epochs (its config and its 3-epoch results): "
+                         "any cell that keeps the default baseline's settings (not e4, e4w, e2), e.g. smollm2 "
+                         "where `default` has not run")
     ap.add_argument("--report", action="store_true", help="only write the report from what has finished")
     args = ap.parse_args()
     if any(e <= 0 for e in args.epochs):
@@ -147,8 +152,8 @@ def main() -> None:
         for e in args.epochs:
             if e != GRID_EPOCHS:
                 for s in seeds:
-                    run_seed(grid / "default" / f"seed-{s}", grid / f"baseline-e{e:g}" / f"seed-{s}", e)
-    text = report(grid, args.epochs, seeds, args.cells, args.against)
+                    run_seed(grid / args.base_cell / f"seed-{s}", grid / f"baseline-e{e:g}" / f"seed-{s}", e)
+    text = report(grid, args.epochs, seeds, args.cells, args.against, args.base_cell)
     (grid / "baseline-epochs.md").write_text(text)
     print(text)
 
