@@ -39,9 +39,13 @@ from calibration_grid import EBMS, NOT_RUN, cell_results  # bench/ is on the pat
 GRID_EPOCHS = 3.0  # the epochs of the grid's cells (the quickstart's default)
 
 
-def run_seed(cell_seed: Path, out: Path, epochs: float) -> None:
-    """Train (or resume) one seed's baseline for `epochs`, as the cell's baseline otherwise, and evaluate it."""
-    cfg = json.loads((cell_seed / "runs" / "baseline" / "config.json").read_text())
+def run_seed(cell: Path, seed: int, out: Path, epochs: float) -> None:
+    """Train (or resume) one seed's baseline for `epochs`, as the cell's baseline otherwise, and evaluate it.
+    The settings are the cell's baseline's of that seed, or, before the cell has reached the seed, those
+    of its seed-0 baseline with the seed changed (no other setting of a baseline depends on the seed)."""
+    own = cell / f"seed-{seed}" / "runs" / "baseline" / "config.json"
+    cfg = json.loads((own if own.is_file() else cell / "seed-0" / "runs" / "baseline" / "config.json").read_text())
+    cfg["seed"] = seed
     run, ev = out / "run", out / "eval"
     if not (run / "model").is_dir():
         cmd = [sys.executable, "-m", "textebm", "classify", "train", "--data", cfg["data"], "--out", str(run),
@@ -152,7 +156,7 @@ def main() -> None:
         for e in args.epochs:
             if e != GRID_EPOCHS:
                 for s in seeds:
-                    run_seed(grid / args.base_cell / f"seed-{s}", grid / f"baseline-e{e:g}" / f"seed-{s}", e)
+                    run_seed(grid / args.base_cell, s, grid / f"baseline-e{e:g}" / f"seed-{s}", e)
     text = report(grid, args.epochs, seeds, args.cells, args.against, args.base_cell)
     (grid / "baseline-epochs.md").write_text(text)
     print(text)
