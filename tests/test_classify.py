@@ -319,7 +319,11 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
     for name in ("baseline", "ebm-scalar", "ebm-sharp-hidden"):  # every step's inputs are the same: all copied
         rel = f"runs/{name}/model/model.safetensors"
         assert (shard / "seed-1" / rel).read_bytes() == (out / "seed-1" / rel).read_bytes(), name
-    assert not any(k.startswith("seed 1: train") for k in alone["timings"])
+    # no training ran here (only the evaluation): each copied step counts the time it took where it ran
+    assert alone["timings"].pop("seed 1: eval") > 0
+    assert alone["timings"] == {f"{k} (copied from {out})": v for k, v in res["timings"].items()
+                                if k.startswith("seed 1:") and k != "seed 1: eval"}
+    assert "s of it by steps that ran in another folder and were copied (--reuse)" in (shard / "report.md").read_text()
     assert "training seed 1;" in (shard / "report.md").read_text()
     assert _run(*argv, "--out", tmp_path / "qs-s5", "--only-seeds", "5") == 2
     assert "--only-seeds 5: not among the seeds 0..1" in capsys.readouterr().err

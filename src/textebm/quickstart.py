@@ -200,7 +200,14 @@ def quickstart(cfg: QuickstartConfig) -> dict:
                  "noise LM and noise take longer (SmolLM2-135M measured 7.1 s per noise-LM step on one thread of a "
                  "2-core AVX512 CPU in bf16, the small LM 0.5 s on both threads)", cfg.noise_lm)
 
-    per_seed = {s: run_seed(cfg, choice.precision, data, out / f"seed-{s}", s, step, reuse) for s in seeds_of(cfg)}
+    per_seed = {}
+    for s in seeds_of(cfg):
+        per_seed[s] = run_seed(cfg, choice.precision, data, out / f"seed-{s}", s, step, reuse)
+        if reuse is not None and reuse.copied:  # a copied step counts the time it took where it ran
+            timings.update({f"{label} (copied from {reuse.root})": secs for label, secs in reuse.copied.items()
+                            if secs is not None})
+            reuse.copied.clear()
+            write_json(timings_file, timings)
 
     prev = read_json(out / "results.json") if (out / "results.json").is_file() else {}
     timings = {**prev.get("timings", {}), **timings}  # results.json of a folder made before timings.json
@@ -306,6 +313,8 @@ class ReuseSource:
     root: Path
     settings: dict
     steps: tuple[str, ...] = ()
+    timings: dict = field(default_factory=dict)  # the source's timings.json: what each of its steps took
+    copied: dict = field(default_factory=dict)  # {step label: its seconds in the source, None if unknown}
 
     def match(self, here: dict) -> None:
         self.steps = tuple(name for name, keys in STEP_INPUTS.items()
@@ -313,8 +322,9 @@ class ReuseSource:
         log.info("[quickstart] --reuse %s: steps with the same inputs: %s", self.root,
                  ", ".join(self.steps) or "none (every step's settings differ)")
 
-    def take(self, name: str, src: Path, dst: Path, done) -> bool:
-        """Copy `src` (a finished step of the source) to `dst` when step `name` may be reused."""
+    def take(self, name: str, src: Path, dst: Path, done, label: str = "") -> bool:
+        """Copy `src` (a finished step of the source) to `dst` when step `name` may be reused; note the
+        time the step (`label`, as the quickstart names it) took in the source."""
         import shutil
 
         if name not in self.steps or not src.exists() or not done(src):
@@ -331,6 +341,9 @@ class ReuseSource:
             shutil.rmtree(dst)
         tmp.replace(dst)
         log.info("[quickstart] %s: reused %s", name, src)
+        if label:  # the source may itself have copied it: "LABEL (copied from ...)"
+            self.copied[label] = next((v for k, v in self.timings.items()
+                                       if k == label or k.startswith(f"{label} (copied from ")), None)
         return True
 
 
@@ -358,7 +371,8 @@ def reuse_source(cfg: QuickstartConfig, out: Path) -> ReuseSource | None:
         raise TextebmError(f"--reuse {root}: not a quickstart folder (no {MARKER} and settings.json)")
     if root.resolve() == out.resolve():
         raise TextebmError(f"--reuse {root}: is --out itself")
-    return ReuseSource(root, read_json(settings))
+    timings = root / "timings.json"
+    return ReuseSource(root, read_json(settings), timings=read_json(timings) if timings.is_file() else {})
 
 
 RUNS = {"baseline": dict(energy="none"), "poscal": dict(energy="none", poscal=True),
@@ -379,12 +393,12 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
     common = dict(seed=seed, precision=precision, progress=cfg.progress, resume=False)
     src = reuse.root / out.name if reuse else None
 
-    def reused(name: str, path: Path, done) -> bool:
+    def reused(name: str, path: Path, done, label: str) -> bool:
         finished = done(path)
         if finished or reuse is None:
             return finished
         path.parent.mkdir(parents=True, exist_ok=True)
-        return reuse.take(name, src / path.relative_to(out), path, done)
+        return reuse.take(name, src / path.relative_to(out), path, done, label)
 
     lm_dir = out / "noise-lm"
     lm_cfg = LMTrainConfig(out=str(lm_dir), data=str(data), objective="infill", mask_ratio=0.4,
@@ -392,14 +406,16 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
                            width=cfg.lm_width, heads=4,
                            epochs=cfg.lm_epochs, batch_size=32, lr=1e-3 if not cfg.noise_lm else 5e-5,
                            max_len=cfg.max_len, checkpoint_every=100, **common)  # a killed run loses minutes at most
-    step(f"seed {seed}: noise-lm", reused("noise-lm", lm_dir, run_completed), lambda: lm_train(_resumable(lm_cfg)))
+    label = f"seed {seed}: noise-lm"
+    step(label, reused("noise-lm", lm_dir, run_completed, label), lambda: lm_train(_resumable(lm_cfg)))
 
     noise = out / "noise.jsonl"
     sample_cfg = SampleConfig(model=str(lm_dir / "model"), data=str(data), split="train", mode="infill",
                               top_k=20, per_example=cfg.noise_ratio * math.ceil(cfg.epochs), mask_ratio=0.4,
                               out=str(noise), limit=cfg.train_limit, seed=seed, precision=precision,
                               progress=cfg.progress)
-    step(f"seed {seed}: noise", reused("noise", noise, Path.is_file), lambda: sample_file(sample_cfg))
+    label = f"seed {seed}: noise"
+    step(label, reused("noise", noise, Path.is_file, label), lambda: sample_file(sample_cfg))
 
     for name, kw in RUNS.items():
         run = out / "runs" / name
@@ -410,8 +426,9 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
                                 nce_weight=cfg.nce_weight if ebm else 1.0, nce_warmup=cfg.nce_warmup if ebm else 0.0,
                                 energy_lr=cfg.energy_lr if kw["energy"] == "scalar" else None,
                                 eval_split="", checkpoint_every=100, **kw, **common)
-        done = reused(name, run, run_completed) if name in STEP_INPUTS else run_completed(run)
-        step(f"seed {seed}: train {name}", done, lambda c=c: classify_train(_resumable(c)))
+        label = f"seed {seed}: train {name}"
+        done = reused(name, run, run_completed, label) if name in STEP_INPUTS else run_completed(run)
+        step(label, done, lambda c=c: classify_train(_resumable(c)))
 
     # The dev halving keeps --seed (not the training seed): every seed is scored on the same test half.
     ev_cfg = ClassifyEvalConfig(model=[str(out / "runs" / n) for n in RUNS], data=str(data),
@@ -523,6 +540,12 @@ def ebm_verdict(results: dict) -> str:
             f"changes {where}: " + "; ".join(parts) + ".")
 
 
+def copied_words(timings: dict[str, float]) -> str:
+    """The part of the compute time spent in another folder, for steps copied by --reuse."""
+    copied = sum(v for k, v in timings.items() if " (copied from " in k)
+    return f"; {copied:.0f} s of it by steps that ran in another folder and were copied (--reuse)" if copied else ""
+
+
 def train_ce_words(ce: dict[str, float], n_seeds: int) -> str:
     """The classification loss each run ended training with, and whether the EBMs fit the labels
     less than the baseline did in the same number of steps (one reason an EBM can lose accuracy)."""
@@ -593,7 +616,8 @@ def render_report(results: dict) -> str:
         train_ce_words(results["diagnostics"]["train_ce"], len(seeds)),
         "",
         (f"Compute time of the steps: {results['wall_seconds']:.0f} s (" + ", ".join(
-            f"{k} {v:.0f} s" for k, v in results["timings"].items()) + ")." if results["timings"] else
+            f"{k} {v:.0f} s" for k, v in results["timings"].items()) + ")" + copied_words(results["timings"]) + "."
+         if results["timings"] else
          "Compute time of the steps: none recorded (the steps were copied by --reuse, or done by a textebm "
          "that did not keep timings.json)."),
         "",
