@@ -112,20 +112,44 @@ def test_lm_train_bad_settings_exit_2(data, tmp_path, capsys):
 
 
 def test_infill_lm_resumed_after_a_kill_equals_an_uninterrupted_run(data, tmp_path):
-    """Infill masks are drawn from the global RNG; the checkpoint restores it, so a killed and
-    resumed run sees the same masks and ends with bitwise the same weights."""
+    """Infill masks are a function of (seed, epoch, example), not of the global RNG (the loader
+    collates one batch ahead, so a checkpoint taken between steps has already drawn the next
+    batch's): a run killed in the middle of an epoch and resumed sees the same masks and ends with
+    bitwise the same weights. 120 texts in batches of 16: 8 steps an epoch, the checkpoint at 6."""
     args = [sys.executable, "-m", "textebm", "lm", "train", "--data", str(data), "--objective", "infill",
-            "--epochs", "2", "--checkpoint-every", "4", *TINY]
+            "--epochs", "2", "--checkpoint-every", "3", *TINY]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     full = subprocess.run([*args, "--out", str(tmp_path / "full")], capture_output=True, text=True, env=env)
     assert full.returncode == 0, full.stderr
-    kill_at_10 = [sys.executable, str(Path(__file__).parent / "kill_at_step.py"), "10", *args[3:]]
-    cut = subprocess.run([*kill_at_10, "--out", str(tmp_path / "cut")], capture_output=True, text=True, env=env)
+    kill_at_7 = [sys.executable, str(Path(__file__).parent / "kill_at_step.py"), "7", *args[3:]]
+    cut = subprocess.run([*kill_at_7, "--out", str(tmp_path / "cut")], capture_output=True, text=True, env=env)
     assert cut.returncode == 137 and not (tmp_path / "cut" / "model").exists()
-    assert json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())["step"] == 8
+    assert json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())["batch_in_epoch"] == 6
     resumed = subprocess.run([*args, "--out", str(tmp_path / "cut"), "--resume"], capture_output=True,
                              text=True, env=env)
     assert resumed.returncode == 0, resumed.stderr
     a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "cut" / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_infill_masks_depend_on_seed_epoch_and_example_not_on_the_batch():
+    from textebm.lm.train import LMBatcher
+
+    b = LMBatcher(SP, "infill", "l2r", 0.4, seed=3)
+    a, c = (0, list(range(20, 40))), (1, list(range(40, 60)))
+
+    def row(batch, i):  # example i of a batch, without its padding
+        keep = batch["attention_mask"][i].bool()
+        return batch["input_ids"][i][keep].tolist(), batch["labels"][i][keep].tolist()
+
+    alone, together = b([a]), b([c, a])
+    assert row(alone, 0) == row(together, 1)  # the same mask whatever the batch around it
+    assert row(b([c]), 0) == row(together, 0)
+    b.set_epoch(1)
+    assert row(b([a]), 0) != row(alone, 0)  # a new epoch masks afresh
+    assert row(LMBatcher(SP, "infill", "l2r", 0.4, seed=4)([a]), 0) != row(alone, 0)
+    with pytest.raises(ValueError, match="need"):
+        b([list(range(20, 40))])  # plain ids only with an explicit generator (evaluation)
+    g = torch.Generator().manual_seed(0)
+    assert b([list(range(20, 40))], generator=g)["input_ids"].shape[0] == 1

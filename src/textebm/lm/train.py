@@ -130,21 +130,38 @@ def build_lm(cfg: LMTrainConfig, train_texts: list[str]):
 
 
 class LMBatcher:
-    """Token ids -> padded (input_ids, labels, attention_mask); infill masks drawn per call."""
+    """Token ids -> padded (input_ids, labels, attention_mask).
 
-    def __init__(self, sp, objective: str, direction: str, mask_ratio: float):
+    Infill masks: training items are (example index, ids), and each example's mask comes from its
+    own generator seeded by (seed, epoch, index), so the masks do not depend on the batching, the
+    number of processes, or the global RNG. (The loader collates one batch ahead: masks drawn from
+    the global RNG would be drawn before the checkpoint of the step before, and a resumed run would
+    draw them again from a later state.) Evaluation passes plain ids and one `generator`.
+    """
+
+    def __init__(self, sp, objective: str, direction: str, mask_ratio: float, seed: int = 0):
         self.sp, self.objective, self.direction, self.mask_ratio = sp, objective, direction, mask_ratio
+        self.seed, self.epoch = seed, 0
 
-    def __call__(self, items: list[list[int]], generator: torch.Generator | None = None) -> dict:
+    def set_epoch(self, epoch: int) -> None:
+        """The training loop's on_epoch_start: every epoch masks each example afresh."""
+        self.epoch = epoch
+
+    def __call__(self, items: list, generator: torch.Generator | None = None) -> dict:
         from textebm.data.batching import right_pad
+        from textebm.lm.generate import derive_seed
         from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_example
 
-        if generator is None:  # drawn from the global RNG, which checkpoints save and restore
-            generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,))))
         seqs = []
-        for ids in items:
+        for item in items:
+            index, ids = item if isinstance(item, tuple) else (None, item)
             if self.objective == "infill":
-                seq, lab, _ = infill_example(ids, self.sp, self.mask_ratio, generator, self.direction)
+                g = generator
+                if g is None:
+                    if index is None:
+                        raise ValueError("infill masks need (index, ids) items or a generator")
+                    g = torch.Generator().manual_seed(derive_seed(self.seed, self.epoch, index, "infill-mask"))
+                seq, lab, _ = infill_example(ids, self.sp, self.mask_ratio, g, self.direction)
             else:
                 seq, lab = causal_example(ids, self.sp, self.direction)
             seqs.append((seq, lab))
@@ -195,7 +212,7 @@ def lm_train(cfg: LMTrainConfig) -> dict:
                                       cfg.chunk)
         train_texts, eval_texts = _docs(train_rows), _docs(eval_rows)  # (text, document) pairs
     train_ids = [ids for ids in encode(train_texts) if ids]
-    batcher = LMBatcher(sp, cfg.objective, cfg.direction, cfg.mask_ratio)
+    batcher = LMBatcher(sp, cfg.objective, cfg.direction, cfg.mask_ratio, seed=cfg.seed)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("LM: %.1fM parameters, %d training texts, %s objective", n_params / 1e6, len(train_ids), cfg.objective)
 
@@ -211,8 +228,10 @@ def lm_train(cfg: LMTrainConfig) -> dict:
             return evaluate_lm(m, batcher, eval_ids, cfg.batch_size, cfg.seed, eval_split)
 
     config = {**options_dict(cfg), "parameters": n_params, "vocab_size": len(tokenizer)}
-    return train(cfg, config, model, train_ids, [len(x) for x in train_ids], batcher, step_fn,
-                 save_model=lambda m, d: save_lm(m, tokenizer, meta, d), evaluate=evaluate)
+    items = list(enumerate(train_ids))  # (index, ids): the index keys the example's infill masks
+    return train(cfg, config, model, items, [len(x) for x in train_ids], batcher, step_fn,
+                 save_model=lambda m, d: save_lm(m, tokenizer, meta, d), evaluate=evaluate,
+                 on_epoch_start=batcher.set_epoch)
 
 
 @torch.no_grad()
