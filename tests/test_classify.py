@@ -453,7 +453,11 @@ def test_reuse_replaces_an_unfinished_try_of_the_step(tmp_path):
     src.mkdir(parents=True)
     (src / "model.safetensors").write_bytes(b"done")
     dst.mkdir(parents=True)
-    (dst / "config.json").write_text("{}")  # what a killed noise-LM run leaves
+    (dst / "config.json").write_text("{}")  # what a killed noise-LM run leaves, with textebm's marker
+    (dst / ".textebm-output.json").write_text('{"kind": "lm-run"}')
+    foreign = tmp_path / "out" / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("a user's")
     settings = {k: 1 for k in STEP_INPUTS["noise-lm"]}
     reuse = ReuseSource(tmp_path / "src", settings)
     reuse.match(settings)
@@ -461,3 +465,6 @@ def test_reuse_replaces_an_unfinished_try_of_the_step(tmp_path):
     assert sorted(p.name for p in dst.iterdir()) == ["model.safetensors"]
     assert (src / "model.safetensors").read_bytes() == b"done"  # the source is left as it was
     assert not reuse.take("noise-lm", tmp_path / "nowhere", dst, lambda p: False)
+    # a folder textebm did not write (no marker) is never deleted
+    assert not reuse.take("noise-lm", src, foreign, lambda p: (p / "model.safetensors").is_file())
+    assert (foreign / "notes.txt").read_text() == "a user's"

@@ -327,18 +327,21 @@ class ReuseSource:
         time the step (`label`, as the quickstart names it) took in the source."""
         import shutil
 
+        from textebm.outputs import read_marker, remove
+
         if name not in self.steps or not src.exists() or not done(src):
             return False
+        if dst.is_dir() and read_marker(dst) is None:  # not textebm's: left alone (the step's command refuses it)
+            return False
         tmp = dst.with_name(f".{dst.name}.reuse-partial")
-        if tmp.exists():  # left by an interrupted copy: the quickstart's own
-            shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+        remove(tmp)  # left by an interrupted copy: the quickstart's own
         if src.is_dir():
             shutil.copytree(src, tmp, copy_function=_link_or_copy)
         else:
             _link_or_copy(src, tmp)
-        if dst.is_dir():  # this quickstart's own unfinished try at the step: the finished copy replaces it
+        if dst.is_dir():  # this quickstart's own unfinished try at the step (marked): the finished copy replaces it
             log.info("[quickstart] %s: an unfinished %s is replaced by the finished one of --reuse", name, dst)
-            shutil.rmtree(dst)
+            remove(dst)
         tmp.replace(dst)
         log.info("[quickstart] %s: reused %s", name, src)
         if label:  # the source may itself have copied it: "LABEL (copied from ...)"
