@@ -69,7 +69,7 @@ def report(grid: Path, epochs: list[float], seeds: list[int], cells: list[str], 
            base: str = "default") -> str:
     from textebm.calibration.plots import plot_tradeoff
     from textebm.calibration.uncertainty import seed_summary
-    from textebm.quickstart import final_logged
+    from textebm.classify.quickstart import final_logged
 
     default = cell_results(grid, base)
     if default is None:

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_lm.py [--model smollm2-135m] [--data PTB_DIR] [--repeats 2]
 
-Sampling: `textebm.lm.sampling.generate` (our cached top-k sampler) vs `model.generate`
+Sampling: `textebm.lm.sample_command.generate` (our cached top-k sampler) vs `model.generate`
 (do_sample, top_k 20, KV cache on) on the same left-padded batch of 32 prompts (the first half of
 32 PTB test sentences), 32 new tokens each for both ([eos] is forbidden on both sides, so both do
 exactly the same work: `min_new_tokens` for generate, a banned [eos] for ours).

@@ -6,7 +6,7 @@ Needs a finished quickstart folder (its data, noise LM and noise). Times, in eac
 a noise-LM training step (batch 32), one infill sample, a classifier step (baseline, and joint
 EBM with K=1; batch 32, MiniLM) and one predicted example (evaluation). Prints seconds per unit,
 the bf16/fp32 ratio, the CPU's capability and flags, and what `--precision auto` picks here.
-The quickstart's start-of-run estimate (`STEP_SECONDS` in textebm/quickstart.py) comes from
+The quickstart's start-of-run estimate (`STEP_SECONDS` in textebm/classify/quickstart.py) comes from
 these figures.
 """
 
@@ -38,7 +38,7 @@ def main() -> None:
     from textebm.classify.predict import predict
     from textebm.classify.train import ClassifyTrainConfig, classify_train
     from textebm.data.readers import load_split
-    from textebm.lm.sampling import SampleConfig, sample_file
+    from textebm.lm.sample_command import SampleConfig, sample_file
     from textebm.lm.train import LMTrainConfig, lm_train
     from textebm.models.load import load_classifier
     from textebm.precision import cpu_capability, cpu_flags, resolve_precision

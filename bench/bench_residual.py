@@ -43,17 +43,17 @@ def cpu_label() -> str:
 def windows(args, vocab, n: int):
     from textebm.data.readers import load_split
     from textebm.data.streams import doc_streams
-    from textebm.residual.windows import make_windows
+    from textebm.detection.windows import make_windows
 
     return make_windows(doc_streams(load_split(args.data, "dev"), vocab), "bench", "dev", 64, 64, [48, 56], 0, n)
 
 
 def bench_sampler(args, vocab) -> dict:
     from textebm.lm.generate import generate
-    from textebm.lm.sampling import banned_ids
+    from textebm.lm.sample_command import banned_ids
     from textebm.models.lm import special_ids
     from textebm.models.load import load_lm
-    from textebm.residual.windows import context_ids
+    from textebm.detection.windows import context_ids
 
     out = {}
     wins = windows(args, vocab, args.windows)
@@ -85,7 +85,7 @@ def bench_sampler(args, vocab) -> dict:
 
 
 def bench_energies(args, vocab) -> dict:
-    from textebm.residual.train import ResidualTrainConfig, WindowBatcher, build_energy_model, residual_step
+    from textebm.detection.train import ResidualTrainConfig, WindowBatcher, build_energy_model, residual_step
 
     cfg = json.loads(Path(args.config).read_text())["energies"]
     wins = windows(args, vocab, 64)
@@ -128,7 +128,7 @@ def bench_energies(args, vocab) -> dict:
 
 
 def bench_zeroshot(args, vocab) -> dict:
-    from textebm.residual.detect import ZeroShotScorer
+    from textebm.detection.detect import ZeroShotScorer
 
     wins = [list(w.ids) for w in windows(args, vocab, 32)]
     out = {}
@@ -140,8 +140,8 @@ def bench_zeroshot(args, vocab) -> dict:
 
 
 def rates(res: dict) -> dict:
-    """Seconds per unit for `textebm.residual.report.plan_report`, from this run's measurements."""
-    from textebm.residual.report import DEFAULT_RATES
+    """Seconds per unit for `textebm.detection.report.plan_report`, from this run's measurements."""
+    from textebm.detection.report import DEFAULT_RATES
 
     cfg_energy = {name: r["batch_windows"] * 4 / r["train_windows_per_s"] for name, r in res["energies"].items()}
     steps = {"linear": cfg_energy.get("linear"), "bilstm": cfg_energy.get("bilstm"),
@@ -158,8 +158,8 @@ def rates(res: dict) -> dict:
 def estimate(config: str, rates_: dict) -> str:
     import tempfile
 
-    from textebm.residual.matrix import Matrix, plan_cells, read_config
-    from textebm.residual.report import plan_report
+    from textebm.detection.matrix import Matrix, plan_cells, read_config
+    from textebm.detection.report import plan_report
 
     cfg = read_config(config)
     cfg["rates"] = rates_

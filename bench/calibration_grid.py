@@ -75,7 +75,7 @@ NOT_RUN = "| {} | - | (not run yet) | | | | | | | |"
 
 
 def report(out: Path, cells: list[str]) -> str:
-    from textebm.quickstart import final_logged
+    from textebm.classify.quickstart import final_logged
 
     lines = ["| cell | seeds | method | accuracy | class-wise ECE | change in acc. vs baseline [95% CI] | "
              "change in ECE vs baseline [95% CI] | final training CE | final NCE acc. | noise-LM dev ppl |",

@@ -331,7 +331,7 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
 
 
 def test_train_ce_words_name_the_ebms_that_fit_the_labels_less():
-    from textebm.quickstart import train_ce_words
+    from textebm.classify.quickstart import train_ce_words
 
     ce = {"baseline": 0.24, "poscal": 0.25, "ebm-scalar": 0.35, "ebm-hidden": 0.26, "ebm-sharp-hidden": 0.33}
     text = train_ce_words(ce, 3)
@@ -356,7 +356,7 @@ def test_quickstart_folder_made_before_a_setting_existed_keeps_the_value_it_was_
     call with today's default (a warm-up) is refused, one with --nce-warmup 0 continues."""
     from textebm.data.layout import write_dataset
     from textebm.errors import TextebmError
-    from textebm.quickstart import QuickstartConfig, check_settings
+    from textebm.classify.quickstart import QuickstartConfig, check_settings
 
     rows = [{"text": f"w{i}", "label": "a" if i % 2 else "b"} for i in range(10)]
     write_dataset(tmp_path / "d", {"train": rows, "dev": rows[:4], "test": rows[:2]}, {"name": "d"})
@@ -376,7 +376,7 @@ def test_quickstart_presets_size_the_noise_lm_by_precision_and_fine_tune_a_pretr
     """The defaults are the remedies grid's `lm4w05` cell (docs/classify.md): a noise LM from scratch
     for 4 epochs in bf16 (2 in fp32), NCE weight 0.5 warmed up over 30 % of the steps; a pretrained
     --noise-lm is fine-tuned for one epoch unless --lm-epochs says otherwise."""
-    from textebm.quickstart import QuickstartConfig, settle
+    from textebm.classify.quickstart import QuickstartConfig, settle
 
     assert (QuickstartConfig().nce_weight, QuickstartConfig().nce_warmup) == (0.5, 0.3)
     assert settle(QuickstartConfig(), "bf16").lm_epochs == 4.0
@@ -431,7 +431,7 @@ def test_sentence_pairs_use_the_encoders_pair_input(tmp_path):
 
 
 def test_reuse_takes_an_ebm_only_when_its_loss_settings_match(tmp_path):
-    from textebm.quickstart import STEP_INPUTS, ReuseSource
+    from textebm.classify.quickstart import STEP_INPUTS, ReuseSource
 
     here = {k: 1 for keys in STEP_INPUTS.values() for k in keys}
     src = ReuseSource(tmp_path, dict(here))
@@ -447,7 +447,7 @@ def test_reuse_takes_an_ebm_only_when_its_loss_settings_match(tmp_path):
 
 def test_reuse_replaces_an_unfinished_try_of_the_step(tmp_path):
     """A step this folder began and left unfinished (a killed run) is replaced by the finished copy."""
-    from textebm.quickstart import STEP_INPUTS, ReuseSource
+    from textebm.classify.quickstart import STEP_INPUTS, ReuseSource
 
     src, dst = tmp_path / "src" / "noise-lm", tmp_path / "out" / "noise-lm"
     src.mkdir(parents=True)

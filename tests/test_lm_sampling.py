@@ -15,7 +15,7 @@ from textebm import io
 from textebm.lm import sampling
 from textebm.lm.generate import generate, positions, sample_top_k
 from textebm.models.lm import LMMeta, save_lm, special_ids
-from textebm.lm.sampling import SampleConfig, make_job, sample_file
+from textebm.lm.sample_command import SampleConfig, make_job, sample_file
 from textebm.models.load import load_lm
 
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>", "<mask>", "<sep>"]

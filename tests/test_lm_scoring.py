@@ -11,7 +11,7 @@ import torch
 from test_lm_sampling import make_tiny_lm, sentence
 from textebm.errors import TextebmError
 from textebm.models.load import load_lm
-from textebm.lm.score_command import ScoreConfig, score_file
+from textebm.lm.eval_command import LMScoreConfig, score_file
 from textebm.lm.scoring import ScoreResult, perplexity_metrics, score_sequences, score_texts
 
 TEXTS = [sentence(i, n) for i, n in enumerate([5, 1, 12, 3, 8, 0, 7])]  # one empty text: [bos] [eos]
@@ -84,7 +84,7 @@ def test_score_file_reads_text_and_pairs(lms, tmp_path):
     folder = make_tiny_lm(tmp_path / "lm", seed=4)  # same weights as lms["l2r"]
     model, tokenizer, meta = lms["l2r"]
     (tmp_path / "in.txt").write_text("\n".join(TEXTS[:3]) + "\n", encoding="utf-8")
-    rows = [json.loads(x) for x in score_file(ScoreConfig(model=str(folder), input=str(tmp_path / "in.txt"),
+    rows = [json.loads(x) for x in score_file(LMScoreConfig(model=str(folder), input=str(tmp_path / "in.txt"),
                                                            out=str(tmp_path / "o.jsonl"), precision="fp32")
                                               ).read_text().splitlines()]
     expected = score_texts(model, tokenizer, meta, TEXTS[:3])
@@ -96,7 +96,7 @@ def test_score_file_reads_text_and_pairs(lms, tmp_path):
 
     (tmp_path / "pairs.jsonl").write_text(json.dumps({"id": "p", "text": TEXTS[0], "text_pair": TEXTS[2],
                                                       "label": "1"}) + "\n", encoding="utf-8")
-    out = score_file(ScoreConfig(model=str(folder), input=str(tmp_path / "pairs.jsonl"),
+    out = score_file(LMScoreConfig(model=str(folder), input=str(tmp_path / "pairs.jsonl"),
                                  out=str(tmp_path / "p.jsonl"), precision="fp32"))
     (row,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert row["id"] == "p" and row["label"] == "1"

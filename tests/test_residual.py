@@ -116,7 +116,7 @@ def test_lm_train_gcnn_learns_and_loads(corpus):
 
 def test_windows_strides_contexts_and_splits():
     from textebm.data.streams import starts
-    from textebm.residual.windows import assemble, context_ids, generated_part, make_windows
+    from textebm.detection.windows import assemble, context_ids, generated_part, make_windows
 
     assert list(starts(10, 4, 2)) == [0, 2, 4, 6] and list(starts(3, 4, 1)) == []
     streams = [("d1", list(range(100, 120))), ("d2", list(range(200, 205)))]
@@ -214,7 +214,7 @@ def test_residual_train_learns_to_tell_real_from_generated(trained, capsys):
                                           ("unitransf", ["--layers", "1", "--width", "32", "--heads", "2"]),
                                           ("bitransf", ["--layers", "1", "--width", "32", "--heads", "2"])])
 def test_every_energy_trains_saves_and_loads_back(corpus, trained, tmp_path, energy, extra):
-    from textebm.residual.detect import EnergyScorer
+    from textebm.detection.detect import EnergyScorer
 
     run = tmp_path / energy
     assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
@@ -227,7 +227,7 @@ def test_every_energy_trains_saves_and_loads_back(corpus, trained, tmp_path, ene
 
 
 def test_unitransf_starts_from_the_lm_and_bitransf_from_an_encoder(corpus, trained, tmp_path, classify_fixture):
-    from textebm.residual.detect import EnergyScorer
+    from textebm.detection.detect import EnergyScorer
 
     run = tmp_path / "uni"
     assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
@@ -285,7 +285,7 @@ def test_binoculars_needs_an_observer_with_the_same_tokenizer(corpus, trained, t
 
 
 def test_refitted_threshold_reaches_its_false_positive_rate_on_held_out_human_texts(corpus, trained, tmp_path):
-    from textebm.residual.detect import Rule, refit_threshold
+    from textebm.detection.detect import Rule, refit_threshold
 
     rng = np.random.default_rng(0)
     human = rng.normal(size=4000)
@@ -331,9 +331,9 @@ def _matrix_config(corpus, tmp_path) -> Path:
 
 def test_tiny_matrix_end_to_end_and_a_resumed_one_recomputes_nothing(corpus, tmp_path, monkeypatch):
     import textebm.lm.train
-    import textebm.residual.commands
-    import textebm.residual.negatives
-    import textebm.residual.train
+    import textebm.detection.commands
+    import textebm.detection.negatives
+    import textebm.detection.train
 
     cfg, out = _matrix_config(corpus, tmp_path), tmp_path / "m"
     assert main(["residual", "matrix", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
@@ -351,8 +351,8 @@ def test_tiny_matrix_end_to_end_and_a_resumed_one_recomputes_nothing(corpus, tmp
     def boom(*a, **k):
         raise AssertionError("a cached artifact was recomputed")
 
-    for mod, name in ((textebm.lm.train, "lm_train"), (textebm.residual.train, "residual_train"),
-                      (textebm.residual.negatives, "generate_negatives"), (textebm.residual.commands, "fit_zeroshot")):
+    for mod, name in ((textebm.lm.train, "lm_train"), (textebm.detection.train, "residual_train"),
+                      (textebm.detection.negatives, "generate_negatives"), (textebm.detection.commands, "fit_zeroshot")):
         monkeypatch.setattr(mod, name, boom)
     assert main(["residual", "matrix", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
     after = {p: p.stat().st_mtime_ns for p in before}
@@ -414,7 +414,7 @@ def test_bad_inputs_exit_2_naming_the_file(corpus, trained, tmp_path, capsys):
 
 
 def test_perturbations_by_hand():
-    from textebm.residual.analysis import perturb
+    from textebm.detection.analysis import perturb
 
     w = ["a", "b", "c"]
     assert perturb(w, 1, "john") == ["a", "John", "c"] and perturb(w, 0, "the") == ["the", "b", "c"]
@@ -424,8 +424,8 @@ def test_perturbations_by_hand():
 
 
 def test_analyze_per_context_length_and_perturbation(corpus, trained, tmp_path):
-    from textebm.residual.analysis import by_context
-    from textebm.residual.detect import Rule
+    from textebm.detection.analysis import by_context
+    from textebm.detection.detect import Rule
 
     rows = [{"context_len": c, "positive": [0] * 24} for c in (16, 16, 20, 20)]
     real, fake = np.array([0.0, 0.0, 0.0, 2.0]), np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
@@ -445,7 +445,7 @@ def test_analyze_per_context_length_and_perturbation(corpus, trained, tmp_path):
 def test_fit_rule_calibrates_at_even_odds_on_a_known_logistic_model():
     """Scores drawn so that P(generated | s) = σ(2 s): the fitted rule recovers threshold 0 and
     T = 1/2 whatever the number of negatives per window, and is calibrated."""
-    from textebm.residual.detect import fit_rule
+    from textebm.detection.detect import fit_rule
 
     rng = np.random.default_rng(0)
     s = rng.uniform(-4, 4, 200_000)
@@ -471,7 +471,7 @@ def test_doc_streams_join_a_documents_texts_and_chunks_cut_them():
 
 
 def test_report_drop_lines_by_hand():
-    from textebm.residual.report import _drop_line, _unseen_line
+    from textebm.detection.report import _drop_line, _unseen_line
 
     cells = [{"train": "a/tf/l2r", "test": "a/tf/l2r", "accuracy": 0.9},
              {"train": "a/tf/l2r", "test": "b/tf/l2r", "accuracy": 0.6},
@@ -487,8 +487,8 @@ def test_report_drop_lines_by_hand():
 def test_the_stored_rule_equals_one_fitted_on_the_saved_model(trained):
     """The rule comes from the final evaluation's fp32 scores of the in-memory model: the same as
     scoring the saved model again."""
-    from textebm.residual import detect
-    from textebm.residual.windows import read_window_file
+    from textebm.detection import detect
+    from textebm.detection.windows import read_window_file
 
     _, rule = detect.read_rule(trained["run"] / "detector.json")
     scorer = detect.EnergyScorer(trained["run"] / "model")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from textebm.residual.metrics import (auroc, balanced_accuracy, best_threshold, fit_sign, threshold_at_fpr,
+from textebm.detection.metrics import (auroc, balanced_accuracy, best_threshold, fit_sign, threshold_at_fpr,
                                       tpr_at_fpr)
 
 
@@ -39,7 +39,7 @@ def test_balanced_accuracy_and_best_threshold_by_hand():
 
 
 def test_best_threshold_fast_path_equals_trying_every_candidate():
-    from textebm.residual.metrics import balanced_accuracy, best_threshold
+    from textebm.detection.metrics import balanced_accuracy, best_threshold
 
     rng = np.random.default_rng(3)
     for n in (1, 5, 40):

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from textebm.residual.zeroshot import binoculars, fast_detectgpt, loglik
+from textebm.detection.zeroshot import binoculars, fast_detectgpt, loglik
 
 
 def _case(seed=0, v=3, t=3):

@@ -8,8 +8,8 @@ Sampling, scoring and evaluation run on the GPU when there is one, in --precisio
 where the hardware multiplies it natively, else fp32; the choice is logged at start).
 """
 
-from textebm.lm.sampling import SampleConfig, sample_file
-from textebm.lm.score_command import EvalConfig, ScoreConfig, eval_split, score_file
+from textebm.lm.sample_command import SampleConfig, sample_file
+from textebm.lm.eval_command import LMEvalConfig, LMScoreConfig, eval_split, score_file
 from textebm.lm.train import LMTrainConfig
 
 
@@ -26,12 +26,12 @@ def sample(cfg: SampleConfig) -> None:
     sample_file(cfg)
 
 
-def score(cfg: ScoreConfig) -> None:
+def score(cfg: LMScoreConfig) -> None:
     """log P(x) of each text, per token and in total ([eos] included)."""
     score_file(cfg)
 
 
-def evaluate(cfg: EvalConfig) -> None:
+def evaluate(cfg: LMEvalConfig) -> None:
     """Perplexity on a split (per token and per word), merged into RUN/metrics.json."""
     eval_split(cfg)
 
@@ -39,6 +39,6 @@ def evaluate(cfg: EvalConfig) -> None:
 COMMANDS: dict = {
     "train": (LMTrainConfig, train),
     "sample": (SampleConfig, sample),
-    "score": (ScoreConfig, score),
-    "eval": (EvalConfig, evaluate),
+    "score": (LMScoreConfig, score),
+    "eval": (LMEvalConfig, evaluate),
 }

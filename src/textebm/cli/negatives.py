@@ -7,12 +7,12 @@ generator (a left-to-right one completes suffixes, a right-to-left one prefixes)
 each, top-k sampled; every line carries its provenance. Resumable (FILE.partial).
 """
 
-from textebm.residual.negatives import NegativesConfig
+from textebm.detection.negatives import NegativesConfig
 
 
 def generate(cfg: NegativesConfig) -> None:
     """Windows of a split with k generated negatives each (resumable, cached in --out)."""
-    from textebm.residual.negatives import generate_negatives
+    from textebm.detection.negatives import generate_negatives
 
     generate_negatives(cfg)
 

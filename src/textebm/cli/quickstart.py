@@ -1,10 +1,10 @@
 """The main job: calibration comparison (He et al. 2021) on rt-polarity with MiniLM, end to end."""
 
-from textebm.quickstart import QuickstartConfig
+from textebm.classify.quickstart import QuickstartConfig
 
 
 def run(cfg: QuickstartConfig) -> None:
-    from textebm.quickstart import quickstart
+    from textebm.classify.quickstart import quickstart
 
     quickstart(cfg)
 

@@ -13,14 +13,14 @@ DET of `residual fit` for a zero-shot one) carries its decision rule in detector
 threshold and the temperature fitted on validation windows, never on test.
 """
 
-from textebm.residual.commands import AnalyzeConfig, EvalConfig, FitConfig, ScoreConfig, ThresholdConfig
-from textebm.residual.matrix import MatrixConfig
-from textebm.residual.train import ResidualTrainConfig
+from textebm.detection.commands import AnalyzeConfig, DetectEvalConfig, FitConfig, DetectScoreConfig, ThresholdConfig
+from textebm.detection.matrix import MatrixConfig
+from textebm.detection.train import ResidualTrainConfig
 
 
 def train(cfg: ResidualTrainConfig) -> None:
     """Train a sequence energy (linear, BiLSTM, UniTransf, BiTransf) against generated negatives."""
-    from textebm.residual.train import residual_train
+    from textebm.detection.train import residual_train
 
     m = residual_train(cfg)
     print(f"{cfg.out}: validation " + ", ".join(f"{k}={v:.4g}" for k, v in m["rule"]["val"].items()))
@@ -28,30 +28,30 @@ def train(cfg: ResidualTrainConfig) -> None:
 
 def fit(cfg: FitConfig) -> None:
     """Fit a zero-shot detector's decision rule (loglik, Fast-DetectGPT, Binoculars) on validation windows."""
-    from textebm.residual.commands import fit_zeroshot
+    from textebm.detection.commands import fit_zeroshot
 
     rule = fit_zeroshot(cfg)
     print(f"{cfg.out}: validation " + ", ".join(f"{k}={v:.4g}" for k, v in rule["val"].items()))
 
 
-def evaluate(cfg: EvalConfig) -> None:
+def evaluate(cfg: DetectEvalConfig) -> None:
     """Test metrics of a detector: class-balanced accuracy, AUROC, TPR at 1 % FPR, P@1."""
-    from textebm.residual.commands import evaluate_detector
+    from textebm.detection.commands import evaluate_detector
 
     m = evaluate_detector(cfg)
     print(", ".join(f"{k}={v:.4g}" for k, v in m.items()))
 
 
-def score(cfg: ScoreConfig) -> None:
+def score(cfg: DetectScoreConfig) -> None:
     """Energy and calibrated P(machine-generated) of each text of a file."""
-    from textebm.residual.commands import score_texts
+    from textebm.detection.commands import score_texts
 
     score_texts(cfg)
 
 
 def threshold(cfg: ThresholdConfig) -> None:
     """Re-fit the threshold on your own human texts for a false-positive rate; report it held out."""
-    from textebm.residual.commands import refit_threshold
+    from textebm.detection.commands import refit_threshold
 
     r = refit_threshold(cfg)
     print(f"threshold {r['threshold']:.6g} for FPR {r['target_fpr']:g}: {r['fpr_fit']:.4f} on the {r['n_fit']} "
@@ -60,7 +60,7 @@ def threshold(cfg: ThresholdConfig) -> None:
 
 def analyze(cfg: AnalyzeConfig) -> None:
     """Accuracy against context length (fig. 1); energy and LM NLL against a perturbation's position (fig. 2)."""
-    from textebm.residual.commands import analyze as run
+    from textebm.detection.commands import analyze as run
 
     r = run(cfg)
     print("context length -> accuracy: " + ", ".join(f"{p['context_len']}: {p['accuracy']:.3f}" for p in r["context"]))
@@ -68,7 +68,7 @@ def analyze(cfg: AnalyzeConfig) -> None:
 
 def matrix(cfg: MatrixConfig) -> None:
     """The generalisation tables as a config: every cell cached; results.json, tables.md, heatmaps."""
-    from textebm.residual.matrix import run_matrix
+    from textebm.detection.matrix import run_matrix
 
     summary = run_matrix(cfg)
     if summary:
@@ -78,8 +78,8 @@ def matrix(cfg: MatrixConfig) -> None:
 COMMANDS: dict = {
     "train": (ResidualTrainConfig, train),
     "fit": (FitConfig, fit),
-    "eval": (EvalConfig, evaluate),
-    "score": (ScoreConfig, score),
+    "eval": (DetectEvalConfig, evaluate),
+    "score": (DetectScoreConfig, score),
     "threshold": (ThresholdConfig, threshold),
     "matrix": (MatrixConfig, matrix),
     "analyze": (AnalyzeConfig, analyze),

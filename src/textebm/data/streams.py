@@ -1,7 +1,7 @@
 """Documents as token streams: a corpus's sentences, joined per document, tokenised as one text.
 
 Language models that generate windows of running text (Bakhtin et al. 2019) train on chunks of
-these streams, and the windows of real text are cut from them (`textebm.residual.windows`).
+these streams, and the windows of real text are cut from them (`textebm.detection.windows`).
 """
 
 from __future__ import annotations

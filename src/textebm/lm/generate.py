@@ -1,5 +1,5 @@
 """Top-k sampling from a causal LM: textebm's own batched sampler (a library; `lm sample` is its
-command, in `textebm.lm.sampling`).
+command, in `textebm.lm.sample_command`).
 
 `generate` samples continuations of left-padded contexts with a key-value cache; with
 `use_cache=False` it is the uncached reference that re-runs the full sequence at every step. Each
@@ -12,20 +12,12 @@ precision the model runs in.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from textebm.data.batching import left_pad
-
-
-def derive_seed(*parts) -> int:
-    """A 63-bit seed from any parts, e.g. (seed, example, sample, field, purpose): stable across runs,
-    machines and batchings, for a sequence's own `torch.Generator`."""
-    digest = hashlib.sha256(repr(parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Log-likelihoods and perplexity under a causal LM (a library; the `lm score` and `lm eval`
-commands that use it are in `textebm.lm.score_command`).
+commands that use it are in `textebm.lm.eval_command`).
 
 A text x is scored in the model's own layout (`textebm.models.lm_format.causal_example`):
 log P(x) = sum over the predicted tokens of `x [eos]` (reversed x for an r2l model) of

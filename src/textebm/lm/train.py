@@ -149,7 +149,7 @@ class LMBatcher:
 
     def __call__(self, items: list, generator: torch.Generator | None = None) -> dict:
         from textebm.data.batching import right_pad
-        from textebm.lm.generate import derive_seed
+        from textebm.seeds import derive_seed
         from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_example
 
         seqs = []

@@ -63,7 +63,7 @@ def _model_kind(model_arg: str) -> tuple[str, Path]:
         if info.kind != CAUSAL_LM:
             raise TextebmError(f"--model {info.path}: {info.describe()}; expected a cloze model (`textebm cloze "
                                "train`) or a causal LM (`textebm lm train`, `smollm2-135m`)")
-    from textebm.lm.score_command import scorable_folder
+    from textebm.lm.eval_command import scorable_folder
 
     return "causal", scorable_folder(model_arg)
 

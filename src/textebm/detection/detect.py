@@ -1,9 +1,9 @@
 """Detectors of generated text: scores of windows and texts, and the fitted decision rule.
 
-A score is "higher = more likely machine-generated" (`textebm.residual.metrics`):
+A score is "higher = more likely machine-generated" (`textebm.detection.metrics`):
 
 - a trained energy (`residual train`): the score is E(x) itself;
-- a zero-shot detector from causal LM folders (`textebm.residual.zeroshot`): `loglik` (the
+- a zero-shot detector from causal LM folders (`textebm.detection.zeroshot`): `loglik` (the
   log-likelihood baseline; its sign is fitted on validation), `fastdetectgpt`, `binoculars`
   (observer and performer must share a tokenizer).
 
@@ -105,7 +105,7 @@ class ZeroShotScorer:
     def score_ids(self, seqs: Sequence[Sequence[int]], batch_size: int = 32) -> np.ndarray:
         from textebm.data.batching import right_pad
         from textebm.inference import batched
-        from textebm.residual import zeroshot
+        from textebm.detection import zeroshot
 
         def fn(batch):
             ids, mask = right_pad(batch, self.sp.pad)  # (B, T)
@@ -128,7 +128,7 @@ class ZeroShotScorer:
 def window_scores(score_ids, rows: list[dict], batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(scores of the real windows (N,), of their negatives (N, k)) of negatives-file rows, by
     `score_ids(seqs, batch_size)`."""
-    from textebm.residual.windows import window_seqs
+    from textebm.detection.windows import window_seqs
 
     k = len(rows[0]["negatives"])
     s = np.asarray(score_ids(window_seqs(rows), batch_size)).reshape(len(rows), 1 + k)
@@ -188,7 +188,7 @@ def fit_rule(real_val, fake_val, fit_sign: bool = False, fpr: float = 0.01) -> R
     """The decision rule from validation scores of real and generated windows (module doc)."""
     from textebm.calibration.calibrators import TemperatureScaling
     from textebm.calibration.metrics import ece_toplabel
-    from textebm.residual import metrics
+    from textebm.detection import metrics
 
     real, fake = np.asarray(real_val, dtype=np.float64), np.asarray(fake_val, dtype=np.float64)
     sign = metrics.fit_sign(real, fake) if fit_sign else 1
@@ -217,7 +217,7 @@ def evaluate(rule: Rule, real, fake, fake_by_window: np.ndarray | None = None) -
     """Test metrics at the stored rule: class-balanced accuracy at its threshold, AUROC, the
     true- and false-positive rates at its 1 % threshold, and P@1 when each real window's
     negatives are given as rows of `fake_by_window` (N, k)."""
-    from textebm.residual import metrics
+    from textebm.detection import metrics
 
     r, f = rule.oriented(real), rule.oriented(fake)
     out = {"accuracy": metrics.balanced_accuracy(r, f, rule.threshold), "auroc": metrics.auroc(r, f),
@@ -232,7 +232,7 @@ def evaluate(rule: Rule, real, fake, fake_by_window: np.ndarray | None = None) -
 def refit_threshold(human_scores, rule: Rule, fpr: float, seed: int = 0, held_out: float = 0.5) -> dict:
     """A threshold for `fpr` fitted on part of a user's human-written texts, and the false-positive
     rate it reaches on the held-out rest (seeded split)."""
-    from textebm.residual import metrics
+    from textebm.detection import metrics
 
     s = rule.oriented(human_scores)
     if s.size < 4:

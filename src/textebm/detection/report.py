@@ -130,7 +130,7 @@ def write_report(summary: dict, out: Path) -> Path:
 
 def plan_report(matrix, cells, left) -> str:
     """The work a run would still do and its estimated CPU time."""
-    from textebm.residual.detect import ZEROSHOT
+    from textebm.detection.detect import ZEROSHOT
     from textebm.train import run_completed
 
     cfg = matrix.cfg

@@ -389,7 +389,7 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
     `reuse`, finished steps of the same seed and inputs are copied from another quickstart."""
     from textebm.classify.evaluate import ClassifyEvalConfig, evaluate_runs
     from textebm.classify.train import ClassifyTrainConfig, classify_train
-    from textebm.lm.sampling import SampleConfig, sample_file
+    from textebm.lm.sample_command import SampleConfig, sample_file
     from textebm.lm.train import LMTrainConfig, lm_train
     from textebm.train import run_completed
 

@@ -7,7 +7,7 @@ Each batch holds B windows and their k negatives; the energy scores all B(1+k) w
 and continuation together, and the loss is `textebm.losses.residual` (eq. 1's BCE with the worst,
 one random or all negatives, or appendix C's ranking loss).
 
-After training, validation windows fit the decision rule (`textebm.residual.detect.fit_rule`:
+After training, validation windows fit the decision rule (`textebm.detection.detect.fit_rule`:
 threshold, 1 % false-positive threshold, temperature), written to RUN/detector.json beside
 RUN/model.
 """
@@ -127,7 +127,7 @@ class WindowBatcher:
 
     def __call__(self, rows: list[dict]) -> dict:
         from textebm.models.seq_energy import encode_windows
-        from textebm.residual.windows import window_seqs
+        from textebm.detection.windows import window_seqs
 
         batch = encode_windows(window_seqs(rows), self.spec, self.tokenizer, self.vocab)
         return {**batch, "k": len(rows[0]["negatives"])}
@@ -156,8 +156,8 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     from textebm.models.load import load_tokenizer
     from textebm.models.seq_energy import save_energy
     from textebm.options import check_config
-    from textebm.residual import detect
-    from textebm.residual.windows import read_window_files
+    from textebm.detection import detect
+    from textebm.detection.windows import read_window_files
     from textebm.train import check_run_dir, options_dict, seed_everything, train
 
     check_config(cfg)

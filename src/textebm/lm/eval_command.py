@@ -51,7 +51,7 @@ def _load(folder: Path, precision: str):
 
 
 @dataclass(kw_only=True)
-class ScoreConfig:
+class LMScoreConfig:
     model: str = field(metadata={"help": "LM folder, a run directory holding model/, or a models-fetch id"})
     input: str = field(metadata={"help": "texts to score (.jsonl, .csv, .tsv or .txt)"})
     out: str = field(metadata={"help": "output JSONL, one line per input item"})
@@ -60,7 +60,7 @@ class ScoreConfig:
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
 
 
-def score_file(cfg: ScoreConfig) -> Path:
+def score_file(cfg: LMScoreConfig) -> Path:
     """Score every item of a file: log P(x) in nats, per token and in total ([eos] included)."""
     from textebm.options import check_config
     from textebm.data.readers import read_examples
@@ -103,7 +103,7 @@ def _score_row(row: dict, index: int, res: ScoreResult, pair: ScoreResult | None
 
 
 @dataclass(kw_only=True)
-class EvalConfig:
+class LMEvalConfig:
     model: str = field(metadata={"help": "LM folder, a run directory holding model/, or a models-fetch id"})
     data: str = field(metadata={"help": "dataset directory (SPLIT.jsonl) or a data file"})
     split: str = field(default="test", metadata={"help": "split of --data to evaluate on"})
@@ -124,7 +124,7 @@ class EvalConfig:
             refuse_unused(self, ["overwrite"], "when the result is only printed (no --metrics, --out or run folder)")
 
 
-def metrics_target(cfg: EvalConfig) -> tuple[Path, str] | None:
+def metrics_target(cfg: LMEvalConfig) -> tuple[Path, str] | None:
     """(metrics file, the option that named it), or None when the result is only printed."""
     if cfg.metrics:
         return Path(cfg.metrics), "--metrics"
@@ -165,7 +165,7 @@ def merge_metrics(path: Path, key: str, value: dict) -> None:
     write_json(path, current)
 
 
-def eval_split(cfg: EvalConfig) -> dict:
+def eval_split(cfg: LMEvalConfig) -> dict:
     """Perplexity of an LM on a split (token level; also per whitespace word, the PTB convention)."""
     from textebm.options import check_config
     from textebm.data.readers import load_split

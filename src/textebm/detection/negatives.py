@@ -1,7 +1,7 @@
 """`textebm negatives generate`: real windows and k generated negatives each (Bakhtin et al. 2019,
 sec. 4.1-4.2), pre-generated once, cached and resumable.
 
-Windows come from `textebm.residual.windows` (split by document, `--length` tokens every
+Windows come from `textebm.detection.windows` (split by document, `--length` tokens every
 `--stride`, a context of one of `--contexts` tokens). The generator writes the rest of the
 window with textebm's KV-cache sampler (`textebm.lm.generate`), top-k (`--top-k 10`, the paper's;
 `--top-k 0` samples the full distribution, as residual EBM generation needs), exactly L − c
@@ -82,7 +82,7 @@ def windows_of(cfg: NegativesConfig, vocab) -> list:
     """The windows of `cfg.split` of `cfg.data` in the vocabulary `vocab`."""
     from textebm.data.readers import load_split
     from textebm.data.streams import doc_streams
-    from textebm.residual.windows import make_windows
+    from textebm.detection.windows import make_windows
 
     rows = load_split(cfg.data, cfg.split)
     stride = cfg.stride or max(cfg.length // 4, 1)
@@ -97,7 +97,7 @@ class _Writer:
     """Generates the negatives of windows, in the shared vocabulary or through a foreign one."""
 
     def __init__(self, cfg: NegativesConfig, model, tokenizer, meta, vocab):
-        from textebm.lm.sampling import banned_ids
+        from textebm.lm.sample_command import banned_ids
         from textebm.models.lm import special_ids
         from textebm.tokenizer import same_vocab
 
@@ -115,7 +115,7 @@ class _Writer:
 
     def jobs(self, window) -> tuple[list[int], int]:
         """(model input, tokens to generate) of a window's negatives."""
-        from textebm.residual.windows import context_ids
+        from textebm.detection.windows import context_ids
 
         ctx = context_ids(window, self.direction)
         n = len(window.ids) - window.context_len
@@ -140,11 +140,12 @@ def generate_negatives(cfg: NegativesConfig) -> Path:
 
     from textebm.inference import inference_setup
     from textebm.io import atomic_write, read_partial
-    from textebm.lm.generate import derive_seed, generate
+    from textebm.lm.generate import generate
+    from textebm.seeds import derive_seed
     from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
     from textebm.options import check_config
     from textebm.outputs import check_output_file
-    from textebm.residual.windows import assemble
+    from textebm.detection.windows import assemble
 
     check_config(cfg)
     out = Path(cfg.out)

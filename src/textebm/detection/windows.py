@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from textebm.data.streams import starts
-from textebm.lm.generate import derive_seed
+from textebm.seeds import derive_seed
 
 DIRECTIONS = ("l2r", "r2l")
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from textebm.errors import TextebmError
-from textebm.residual.detect import ZEROSHOT
-from textebm.residual.windows import read_window_files
+from textebm.detection.detect import ZEROSHOT
+from textebm.detection.windows import read_window_files
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class FitConfig:
 
 
 @dataclass(kw_only=True)
-class EvalConfig:
+class DetectEvalConfig:
     model: str = field(metadata={"help": "detector folder (RUN of `residual train`, or of `residual fit`)"})
     test: list[str] = field(metadata={"help": "negatives files of test windows (another generator's)"})
     out: str = field(default="", metadata={"help": "write the metrics to this JSON file (default: print only)"})
@@ -38,7 +38,7 @@ class EvalConfig:
 
 
 @dataclass(kw_only=True)
-class ScoreConfig:
+class DetectScoreConfig:
     model: str = field(metadata={"help": "detector folder (RUN of `residual train`, or of `residual fit`)"})
     input: str = field(metadata={"help": "texts: JSONL (`text`), CSV/TSV or plain text (one per line)"})
     out: str = field(metadata={"help": "output JSONL: energy / score, P(machine-generated), decision"})
@@ -82,7 +82,7 @@ def fit_zeroshot(cfg: FitConfig) -> dict:
     from textebm.models.load import CAUSAL_LM, find_model, load_tokenizer
     from textebm.options import check_config
     from textebm.outputs import check_output_dir, output_dir
-    from textebm.residual import detect
+    from textebm.detection import detect
 
     check_config(cfg)
     check_output_dir(cfg.out, "residual fit", cfg.overwrite)
@@ -102,12 +102,12 @@ def fit_zeroshot(cfg: FitConfig) -> dict:
     return rule.as_dict()
 
 
-def evaluate_detector(cfg: EvalConfig) -> dict:
+def evaluate_detector(cfg: DetectEvalConfig) -> dict:
     """Test metrics of a detector at its stored rule (accuracy, AUROC, TPR at 1 % FPR, P@1)."""
     from textebm.io import write_json
     from textebm.options import check_config
     from textebm.outputs import check_output_file
-    from textebm.residual import detect
+    from textebm.detection import detect
 
     check_config(cfg)
     if cfg.out:
@@ -128,12 +128,12 @@ def _texts(path: str) -> tuple[list[str], list[str]]:
     return [example_id(r, i) for i, r in enumerate(rows)], [r["text"] for r in rows]
 
 
-def score_texts(cfg: ScoreConfig) -> Path:
+def score_texts(cfg: DetectScoreConfig) -> Path:
     """Energy (or zero-shot score), P(machine-generated) and the decision for each text."""
     from textebm.io import atomic_write, read_json_object
     from textebm.options import check_config
     from textebm.outputs import check_output_file
-    from textebm.residual import detect
+    from textebm.detection import detect
 
     check_config(cfg)
     check_output_file(cfg.out, cfg.overwrite)
@@ -175,7 +175,7 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     from textebm.io import write_json
     from textebm.options import check_config
     from textebm.outputs import check_output_file
-    from textebm.residual import detect
+    from textebm.detection import detect
 
     check_config(cfg)
     check_output_file(cfg.out, cfg.overwrite)
@@ -194,7 +194,7 @@ def analyze(cfg: AnalyzeConfig) -> dict:
     from textebm.io import write_json
     from textebm.options import check_config
     from textebm.outputs import check_output_dir, output_dir
-    from textebm.residual import analysis, detect
+    from textebm.detection import analysis, detect
 
     check_config(cfg)
     check_output_dir(cfg.out, "residual analyze", cfg.overwrite)

@@ -41,7 +41,8 @@ import torch
 from textebm.errors import TextebmError
 from textebm.models.lm_format import SpecialIds, infill_context, mask_tokens
 from textebm.io import read_partial
-from textebm.lm.generate import Generation, derive_seed, generate
+from textebm.lm.generate import Generation, generate
+from textebm.seeds import derive_seed
 from textebm.precision import CHOICES as PRECISIONS
 
 log = logging.getLogger(__name__)

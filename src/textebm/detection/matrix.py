@@ -121,7 +121,7 @@ def read_config(path: str | Path) -> dict:
             raise InputError(path, f"generator {name!r}: give `arch` (transformer / gcnn) or `pretrained`")
     from textebm.losses.residual import NEGATIVES
     from textebm.models.seq_energy import KINDS as ENERGIES
-    from textebm.residual.detect import ZEROSHOT
+    from textebm.detection.detect import ZEROSHOT
 
     for name, e in cfg["energies"].items():
         if not isinstance(e, dict) or e.get("energy") not in ENERGIES:
@@ -328,7 +328,7 @@ class Matrix:
         path = self.negatives(corpus, g, d, split)
 
         def build():
-            from textebm.residual.negatives import NegativesConfig, generate_negatives
+            from textebm.detection.negatives import NegativesConfig, generate_negatives
 
             gen = self.ensure_generator(corpus, g, d, TEST_SEED if split == "test" else 0)
             w = self.cfg["windows"]
@@ -347,7 +347,7 @@ class Matrix:
         path = self.energy_dir(e, side, neg)
 
         def build():
-            from textebm.residual.train import ResidualTrainConfig, residual_train
+            from textebm.detection.train import ResidualTrainConfig, residual_train
 
             spec = {**DEFAULT_ENERGY, **self.cfg["energies"][e]}
             train = [str(self.ensure_negatives(c, side.generator, side.direction, "train")) for c in side.corpora]
@@ -369,7 +369,7 @@ class Matrix:
         path = self.out / "zeroshot" / f"{method}-{side.corpora[0]}-{side.generator}-{side.direction}-{key}"
 
         def build():
-            from textebm.residual.commands import FitConfig, fit_zeroshot
+            from textebm.detection.commands import FitConfig, fit_zeroshot
 
             corpus = side.corpora[0]
             lm = self.ensure_generator(corpus, side.generator, side.direction, 0)  # the TRAINING generator
@@ -395,13 +395,13 @@ class Matrix:
 
     def _evaluate(self, cell: Cell, path: Path) -> None:
         from textebm.io import write_json
-        from textebm.residual import detect
-        from textebm.residual.detect import ZEROSHOT
+        from textebm.detection import detect
+        from textebm.detection.detect import ZEROSHOT
 
         t0 = time.perf_counter()
         det = (self.ensure_zeroshot(cell.detector, cell.train) if cell.detector in ZEROSHOT
                else self.ensure_energy(cell.detector, cell.train, cell.negatives))
-        from textebm.residual.windows import read_window_files
+        from textebm.detection.windows import read_window_files
 
         test = [self.ensure_negatives(c, cell.test.generator, cell.test.direction, "test") for c in cell.test.corpora]
         rows = read_window_files(test, "test negatives")
@@ -441,7 +441,7 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     cells = plan_cells(cfg)
     left = [c for c in cells if not m.cell_file(c).is_file()]
     log.info("%d cells, %d cached, %d to run", len(cells), len(cells) - len(left), len(left))
-    from textebm.residual.report import plan_report
+    from textebm.detection.report import plan_report
 
     plan = plan_report(m, cells, left)
     if cfg_.plan:
@@ -459,7 +459,7 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     for cell in cells:
         r = m.run_cell(cell)  # cached; with --shard, waits for (or does) the other shards' cells
         results.append({**r, "table": cell.table})  # a cell shared by two tables is computed once
-    from textebm.residual.report import write_report
+    from textebm.detection.report import write_report
 
     summary = {"config": cfg, "cells": results}
     write_json(out / "results.json", summary)

@@ -36,7 +36,7 @@ def perturb(words: Sequence[str], i: int, kind: str) -> list[str]:
 
 def by_context(rule, rows: list[dict], real: np.ndarray, fake: np.ndarray) -> list[dict]:
     """Test metrics (`detect.evaluate`) per context length of the rows."""
-    from textebm.residual.detect import evaluate
+    from textebm.detection.detect import evaluate
 
     lengths = np.array([r["context_len"] for r in rows])
     out = []
