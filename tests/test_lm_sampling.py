@@ -12,7 +12,7 @@ import torch
 from textebm.errors import TextebmError
 from textebm.data.batching import left_pad
 from textebm import io
-from textebm.lm import sampling
+from textebm.lm import sample_command as sampling
 from textebm.lm.generate import generate, positions, sample_top_k
 from textebm.models.lm import LMMeta, save_lm, special_ids
 from textebm.lm.sample_command import SampleConfig, make_job, sample_file
