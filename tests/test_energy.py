@@ -95,3 +95,18 @@ def test_sequence_energy_dispatch():
         sequence_energy("scalar", logits, pooled)
     with pytest.raises(ValueError, match="unknown energy variant"):
         energy_head("magic", 4)
+
+
+def test_fp32_linear_is_the_one_output_layer():
+    """Energy and score heads (sequence energies, cloze towers) share `fp32_linear`: fp32 output
+    from a bf16 body, equal to the hand-written product."""
+    import torch
+
+    from textebm.energy import fp32_linear
+
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(3, 5, 8, generator=g).to(torch.bfloat16)
+    w, b = torch.randn(2, 8, generator=g).to(torch.bfloat16), torch.randn(2, generator=g)
+    out = fp32_linear(h, w, b)
+    assert out.dtype == torch.float32 and out.shape == (3, 5, 2)
+    torch.testing.assert_close(out, h.float() @ w.float().T + b)

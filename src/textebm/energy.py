@@ -42,6 +42,13 @@ class ScalarEnergyHead(nn.Module):
         return self.proj(pooled).squeeze(-1)  # (..., H) -> (...)
 
 
+def fp32_linear(h: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """The output layer of every energy and score head: h W^T + b in fp32, so a model whose body
+    runs in bf16 still gives fp32 energies (under training's autocast the multiply runs in the
+    autocast precision, as every other). h (..., H), weight (O, H), bias (O,) -> (..., O)."""
+    return nn.functional.linear(h.float(), weight.float(), bias.float())  # (..., O)
+
+
 def hidden_energy(logits: Tensor) -> Tensor:
     """Eq. (4): Ê(x) = -logsumexp_y logits[y]. logits (..., |Y|) -> energies (...)."""
     return -torch.logsumexp(logits, dim=-1)  # (..., C) -> (...)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+from textebm.markdown import table
+
 # (key, label as in the paper), in the paper's row order.
 METHODS = (
     ("baseline", "Baseline"),
@@ -60,10 +62,7 @@ def render_table(results: Mapping[str, Mapping[str, float]], *, perf: str = "acc
             best[col] = min(vals)
 
     columns = [(perf, PERF_COLUMNS[perf]), *CALIBRATION_COLUMNS]
-    lines = [
-        "| Method | " + " | ".join(label for _, label in columns) + " |",
-        "|---|" + "---:|" * len(columns),
-    ]
+    body = []
     for key in rows:
         cells = []
         for col, _ in columns:
@@ -72,15 +71,15 @@ def render_table(results: Mapping[str, Mapping[str, float]], *, perf: str = "acc
             if col in best and not uses_dev(key) and _finite(v) and round(v, digits) == best[col]:
                 text = f"**{text}**"
             cells.append(text)
-        lines.append(f"| {method_label(key)} | " + " | ".join(cells) + " |")
-    lines.append("")
+        body.append([method_label(key), *cells])
+    lines = [table(["Method", *(label for _, label in columns)], body, ["left"] + ["right"] * len(columns)), ""]
     lines.append("Bold: best calibration among the methods that do not use the dev set.")
     return "\n".join(lines) + "\n"
 
 
 def method_label(key: str) -> str:
     """The paper's label of a method ("ebm-hidden" -> "(EBM)hidden"); any other name as given."""
-    return dict(METHODS).get(key) or key.replace("|", "\\|")  # a "|" would end the table cell
+    return dict(METHODS).get(key) or key
 
 
 def uses_dev(key: str) -> bool:

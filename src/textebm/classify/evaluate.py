@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from textebm.markdown import table
 from textebm.precision import CHOICES as PRECISIONS
 
 log = logging.getLogger(__name__)
@@ -231,13 +232,14 @@ def render_intervals(result: dict) -> str:
     b = result["bootstrap"]
     lines = [f"95% bootstrap intervals over {b['resamples']} resamples of the test half; the change "
              "against the baseline is measured on the same resamples (paired).", "",
-             "| Method | acc. [95% CI] | ECE class-wise [95% CI] | change in class-wise ECE vs baseline [95% CI] |",
-             "|---|---|---|---|"]
+             ]
+    body = []
     for name, iv in result["intervals"].items():
         acc, ece = iv["accuracy"], iv["ece_classwise"]
         m = result["methods"][name]
         d = result.get("vs_baseline", {}).get(name, {}).get("ece_classwise")
         change = f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]" if d else "-"
-        lines.append(f"| {method_label(name)} | {m['accuracy']:.3f} [{acc[0]:.3f}, {acc[1]:.3f}] | "
-                     f"{m['ece_classwise']:.3f} [{ece[0]:.3f}, {ece[1]:.3f}] | {change} |")
-    return "\n".join(lines)
+        body.append([method_label(name), f"{m['accuracy']:.3f} [{acc[0]:.3f}, {acc[1]:.3f}]",
+                     f"{m['ece_classwise']:.3f} [{ece[0]:.3f}, {ece[1]:.3f}]", change])
+    header = ["Method", "acc. [95% CI]", "ECE class-wise [95% CI]", "change in class-wise ECE vs baseline [95% CI]"]
+    return "\n".join([*lines, table(header, body)])

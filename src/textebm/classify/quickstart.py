@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from textebm.io import read_json
+from textebm.markdown import table
 
 log = logging.getLogger(__name__)
 
@@ -589,14 +590,12 @@ def render_report(results: dict) -> str:
     if len(seeds) == 1:
         lines += [render_table(results["methods"]), ""]
     else:
+        body = [[method_label(m), *(f"{row[k]['mean']:.3f} ± {row[k]['std']:.3f} [{row[k]['lo']:.3f}, {row[k]['hi']:.3f}]"
+                                    if k in ("accuracy", "ece_classwise") else f"{row[k]['mean']:.3f} ± {row[k]['std']:.3f}"
+                                    for k in METRICS)]
+                for m, row in results["summary"].items()]
         lines += [f"Mean over {len(seeds)} seeds ± standard deviation, and the 95% t-interval of the mean:", "",
-                  "| Method | acc. | ECE (class-wise) | ECE (top-label) | NLL | Brier |", "|---|---|---|---|---|---|"]
-        for m, row in results["summary"].items():
-            cells = [f"{row[k]['mean']:.3f} ± {row[k]['std']:.3f} [{row[k]['lo']:.3f}, {row[k]['hi']:.3f}]"
-                     if k in ("accuracy", "ece_classwise") else f"{row[k]['mean']:.3f} ± {row[k]['std']:.3f}"
-                     for k in METRICS]
-            lines.append(f"| {method_label(m)} | " + " | ".join(cells) + " |")
-        lines.append("")
+                  table(["Method", "acc.", "ECE (class-wise)", "ECE (top-label)", "NLL", "Brier"], body), ""]
     boot = results["seeds"][first]["intervals"]
     if boot:
         lines += [f"95% bootstrap intervals on the test half (seed {first}; {results['bootstrap'].get('resamples')} "

@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from textebm.data.streams import chunks
 from textebm.errors import TextebmError
 from textebm.tokenizer import same_vocab
 
@@ -144,9 +145,9 @@ def text_scores(scorer, texts: Sequence[str], length: int, batch_size: int = 64)
     for i, s in enumerate(ids):
         if not s:
             raise TextebmError(f"text {i + 1} is empty")
-        for a in range(0, len(s), length):
-            wins.append(s[a:a + length])
-            owner.append(i)
+        pieces = chunks([(str(i), s)], length)
+        wins += pieces
+        owner += [i] * len(pieces)
     scores = np.asarray(scorer.score_ids(wins, batch_size), dtype=np.float64) if wins else np.zeros(0)
     total = np.bincount(owner, weights=scores, minlength=len(ids))
     count = np.bincount(owner, minlength=len(ids))

@@ -7,6 +7,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from textebm.markdown import table
+
 # Seconds per unit on one CPU thread (AVX512 + avx512_bf16 EPYC, fp32 inference / bf16 training),
 # measured by bench/bench_residual.py (bench/results/residual/bench_residual.json); generator steps
 # (113 s per 300-step generator) and foreign (SmolLM2) negatives from the matrix run. A config's
@@ -20,12 +22,6 @@ DEFAULT_RATES = {"generator_step": 0.38, "negative_window": 0.008, "foreign_nega
 
 def _fmt(r: dict | None) -> str:
     return "–" if r is None else f"{100 * r['accuracy']:.1f} ({r['auroc']:.3f})"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def _heatmap(title: str, rows: list[str], cols: list[str], values, path: Path) -> None:
@@ -94,7 +90,7 @@ def write_report(summary: dict, out: Path) -> Path:
             trains = list(dict.fromkeys(c["train"] for c in cells))
             tests = list(dict.fromkeys(c["test"] for c in cells))
             get = {(c["train"], c["test"]): c for c in cells}
-            parts.append(_table(["train \\ test", *tests], [[tr, *(_fmt(get.get((tr, te))) for te in tests)]
+            parts.append(table(["train \\ test", *tests], [[tr, *(_fmt(get.get((tr, te))) for te in tests)]
                                                            for tr in trains]))
             parts.append("\n\n" + _drop_line(cells))
             safe = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
@@ -109,7 +105,7 @@ def write_report(summary: dict, out: Path) -> Path:
             get = {(c["detector"], c["negatives"] if kind == "negatives" else "",
                     c["train"] if kind == "unseen" else "", c["test"]): c for c in cells}
             label = lambda r: " ".join(x for x in r if x)
-            parts.append(_table(["detector", *cols], [[label(r), *(_fmt(get.get((*r, col))) for col in cols)]
+            parts.append(table(["detector", *cols], [[label(r), *(_fmt(get.get((*r, col))) for col in cols)]
                                                       for r in rows]))
             if kind == "unseen":
                 parts.append("\n\n" + _unseen_line(cells))
@@ -118,7 +114,7 @@ def write_report(summary: dict, out: Path) -> Path:
                 key = next(k for k in tpr[0] if k.startswith("tpr_at_"))
                 parts.append(f"\n\nTrue-positive rate at the validation threshold for 1 % false positives "
                              f"({key}; the false-positive rate it reached on test in brackets):\n")
-                parts.append(_table(["detector", *cols], [[label(r), *(
+                parts.append(table(["detector", *cols], [[label(r), *(
                     f"{100 * g[key]:.1f} ({100 * g['fpr_reached']:.1f})" if (g := get.get((*r, col))) else "–"
                     for col in cols)] for r in rows]))
         parts.append("\n")

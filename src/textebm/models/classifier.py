@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from textebm.energy import ENERGY_CHOICES, POOLINGS, energy_head, pool, sequence_energy
+from textebm import specs
 from textebm.errors import InputError
 
 SPEC_FILE = "classifier.json"
@@ -44,16 +45,11 @@ class ClassifierSpec:
 def spec_from_dict(raw, path: str | Path) -> ClassifierSpec:
     """A `ClassifierSpec` from the parsed `classifier.json` at `path`; InputError naming the file
     and the field when anything is missing, unknown or out of range."""
-    if not isinstance(raw, dict):
-        raise InputError(path, f"expected a JSON object, got {type(raw).__name__}")
-    known = {f.name for f in dataclasses.fields(ClassifierSpec)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise InputError(path, f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    labels = raw.get("labels")
-    if not isinstance(labels, list) or len(labels) < 2 or not all(isinstance(x, str) for x in labels):
-        raise InputError(path, f"'labels' must be a list of at least 2 label names, got {labels!r}")
-    spec = ClassifierSpec(**raw)
+    if isinstance(raw, dict):
+        labels = raw.get("labels")
+        if not isinstance(labels, list) or len(labels) < 2 or not all(isinstance(x, str) for x in labels):
+            raise InputError(path, f"'labels' must be a list of at least 2 label names, got {labels!r}")
+    spec = specs.spec_from_dict(ClassifierSpec, raw, path)
     rules = [("energy", spec.energy in ENERGY_CHOICES, f"one of {', '.join(ENERGY_CHOICES)}"),
              ("head", spec.head in HEADS, f"one of {', '.join(HEADS)}"),
              ("pooling", spec.pooling in POOLINGS, f"one of {', '.join(POOLINGS)}"),

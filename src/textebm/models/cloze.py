@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from textebm import specs
+from textebm.energy import fp32_linear
 from textebm.errors import InputError
 
 SPEC_FILE = "cloze.json"
@@ -63,15 +65,7 @@ class ClozeSpec:
 
 def spec_from_dict(raw, path: str | Path) -> ClozeSpec:
     """A `ClozeSpec` from parsed `cloze.json`; InputError naming the file and the field."""
-    if not isinstance(raw, dict):
-        raise InputError(path, f"expected a JSON object, got {type(raw).__name__}")
-    known = {f.name for f in dataclasses.fields(ClozeSpec)}
-    unknown, missing = sorted(set(raw) - known), sorted(
-        f.name for f in dataclasses.fields(ClozeSpec)
-        if f.name not in raw and f.default is dataclasses.MISSING)
-    if unknown or missing:
-        raise InputError(path, f"unknown field(s) {unknown} or missing field(s) {missing}")
-    spec = ClozeSpec(**raw)
+    spec = specs.spec_from_dict(ClozeSpec, raw, path)
     if spec.objective not in OBJECTIVES:
         raise InputError(path, f"'objective' must be one of {', '.join(OBJECTIVES)}, got {spec.objective!r}")
     if spec.objective != "mlm" and spec.tower is None:
@@ -95,12 +89,6 @@ def scaled_tower(width: int, ffn: int, heads: int, layers: int, scale: float) ->
     h = max(1, round(heads * scale))
     head_dim = max(8, 2 * round(width * scale / h / 2))
     return TowerShape(layers=layers, width=h * head_dim, heads=h, ffn=max(8, round(ffn * scale)))
-
-
-def _out_layer(h: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """h W^T + b in fp32 (a model loaded in bf16 still gives fp32 scores); under training's
-    autocast the multiply runs in the autocast precision as every other."""
-    return nn.functional.linear(h.float(), weight.float(), bias.float())
 
 
 class TwoTower(nn.Module):
@@ -147,7 +135,7 @@ class TwoTower(nn.Module):
         right = torch.cat([h_b[:, 1:], zero], 1)  # (B, T, w) h_bwd(t+1) (padding beyond the end)
         right = torch.where((pos + 1 < lengths[:, None])[..., None], right, torch.zeros_like(right))
         h = self.proj_out(torch.cat([left, right], -1))  # (B, T, D)
-        return _out_layer(h, self.embed.weight, self.out_bias)  # (B, T, V)
+        return fp32_linear(h, self.embed.weight, self.out_bias)  # (B, T, V)
 
 
 class MLMHead(nn.Module):
@@ -162,7 +150,7 @@ class MLMHead(nn.Module):
 
     def forward(self, h: Tensor) -> Tensor:
         h = self.norm(nn.functional.gelu(self.dense(h)))  # (B, T, D)
-        return _out_layer(h, self.embed.weight, self.bias)  # (B, T, V)
+        return fp32_linear(h, self.embed.weight, self.bias)  # (B, T, V)
 
 
 class ClozeModel(nn.Module):
@@ -188,7 +176,7 @@ class ClozeModel(nn.Module):
     def token_scores(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """electric: energies E(x)_t; electra: logits s_t of "replaced".  (B, T) fp32."""
         h = self.hidden(input_ids, attention_mask)  # (B, T, H)
-        return _out_layer(h, self.head.weight, self.head.bias).squeeze(-1)  # (B, T)
+        return fp32_linear(h, self.head.weight, self.head.bias).squeeze(-1)  # (B, T)
 
     def mlm_logits(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         return self.mlm_head(self.hidden(input_ids, attention_mask))  # (B, T, V)

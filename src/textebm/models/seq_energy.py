@@ -23,13 +23,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from textebm.energy import pool
+from textebm import specs
+from textebm.energy import fp32_linear, pool
+from textebm.errors import InputError
 
 KINDS = ("linear", "bilstm", "unitransf", "bitransf")
 
 
 def _head(h: Tensor, layer: nn.Linear) -> Tensor:
-    return nn.functional.linear(h.float(), layer.weight.float(), layer.bias.float()).squeeze(-1)  # (B,)
+    return fp32_linear(h, layer.weight, layer.bias).squeeze(-1)  # (B, H) -> (B,)
 
 
 class LinearEnergy(nn.Module):
@@ -111,13 +113,8 @@ class EnergySpec:
 
 
 def spec_from_dict(raw: dict, where) -> EnergySpec:
-    from textebm.errors import InputError
-
-    known = {f.name for f in dataclasses.fields(EnergySpec)}
-    try:
-        spec = EnergySpec(**{k: v for k, v in raw.items() if k in known})
-    except TypeError as e:
-        raise InputError(where, f"not an energy description: {e}") from None
+    """An `EnergySpec` from the parsed `energy.json` at `where` (InputError naming file and field)."""
+    spec = specs.spec_from_dict(EnergySpec, raw, where)
     if spec.kind not in KINDS:
         raise InputError(where, f"kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
     return spec
