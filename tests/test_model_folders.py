@@ -160,3 +160,25 @@ def test_classifier_saved_with_a_pooler_still_loads(folders, tmp_path):
     save_file(state, str(model_dir / "model.safetensors"))
     model, _ = load_classifier(model_dir)
     assert not any("pooler" in k for k in model.state_dict())
+
+
+def test_each_textebm_kind_is_declared_beside_its_model_and_recognised_by_its_marker(tmp_path):
+    """The kinds table: a folder holding only a kind's marker (and weights) is that kind; the
+    message names it with the kind's own noun."""
+    from textebm.models.load import MARKED, inspect_folder
+
+    assert set(MARKED) == {"classifier", "cloze", "energy"}
+    for kind in MARKED.values():
+        folder = tmp_path / kind.name
+        folder.mkdir()
+        (folder / kind.marker).write_text("{}")
+        if kind.shows_encoder:  # a classifier keeps its encoder's config.json beside its marker
+            assert inspect_folder(folder).kind == NONE
+            (folder / "config.json").write_text('{"architectures": ["BertModel"], "model_type": "bert"}')
+        info = inspect_folder(folder)
+        assert info.kind == kind.name and info.describe().startswith(kind.noun)
+        run = tmp_path / f"run-{kind.name}"
+        (run / "model").mkdir(parents=True)
+        for f in folder.iterdir():
+            (run / "model" / f.name).write_text(f.read_text())
+        assert inspect_folder(run).path == run / "model"

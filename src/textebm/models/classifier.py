@@ -26,8 +26,11 @@ from torch import nn
 from textebm.energy import ENERGY_CHOICES, POOLINGS, energy_head, pool, sequence_energy
 from textebm import specs
 from textebm.errors import InputError
+from textebm.models.kinds import ModelKind
 
 SPEC_FILE = "classifier.json"
+KIND = ModelKind("classifier", SPEC_FILE, "a textebm classifier",
+                 "a classifier trained with `textebm classify train` (RUN or RUN/model)", shows_encoder=True)
 HEADS = ("mlp", "linear")
 
 

@@ -33,8 +33,11 @@ from torch import Tensor, nn
 from textebm import specs
 from textebm.energy import fp32_linear
 from textebm.errors import InputError
+from textebm.models.kinds import ModelKind
 
 SPEC_FILE = "cloze.json"
+KIND = ModelKind("cloze", SPEC_FILE, "a textebm cloze model",
+                 "a cloze model trained with `textebm cloze train` (RUN or RUN/model)")
 OBJECTIVES = ("electric", "electra", "mlm", "twotower")
 
 

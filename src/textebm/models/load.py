@@ -36,9 +36,13 @@ import torch
 from safetensors import SafetensorError
 
 from textebm.errors import TextebmError
+from textebm.models import classifier, cloze, seq_energy
+from textebm.models.kinds import ModelKind
 
-CAUSAL_LM, ENCODER, CLASSIFIER, CLOZE, ENERGY, OTHER, NONE = ("causal-lm", "encoder", "classifier", "cloze", "energy",
-                                                            "other", "none")
+# Folders textebm writes, recognised by their marker file (each kind declared beside its model).
+MARKED: dict[str, ModelKind] = {k.name: k for k in (classifier.KIND, cloze.KIND, seq_energy.KIND)}
+CLASSIFIER, CLOZE, ENERGY = classifier.KIND.name, cloze.KIND.name, seq_energy.KIND.name
+CAUSAL_LM, ENCODER, OTHER, NONE = "causal-lm", "encoder", "other", "none"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
@@ -49,18 +53,15 @@ LOAD_ERRORS = (OSError, ValueError, RuntimeError, SafetensorError)
 NEEDS = {
     CAUSAL_LM: "a causal LM (train one with `textebm lm train`, or use `smollm2-135m`)",
     ENCODER: "a pretrained text encoder (`minilm-l6`, `mpnet-base`, or a BERT-like Hugging Face folder)",
-    CLASSIFIER: "a classifier trained with `textebm classify train` (RUN or RUN/model)",
-    CLOZE: "a cloze model trained with `textebm cloze train` (RUN or RUN/model)",
-    ENERGY: "a sequence energy trained with `textebm residual train` (RUN or RUN/model)",
+    **{k.name: k.needs for k in MARKED.values()},
 }
-NAMES = {CAUSAL_LM: "a causal LM", ENCODER: "an encoder", CLASSIFIER: "a textebm classifier",
-         CLOZE: "a textebm cloze model", ENERGY: "a textebm sequence energy"}
+NAMES = {CAUSAL_LM: "a causal LM", ENCODER: "an encoder", **{k.name: k.noun for k in MARKED.values()}}
 
 
 @dataclass(frozen=True)
 class FolderInfo:
     path: Path  # the folder the model lives in (RUN/model for a run folder)
-    kind: str  # causal-lm | encoder | classifier | other | none
+    kind: str  # causal-lm | encoder | other | none | one of MARKED (classifier, cloze, energy)
     architecture: str  # config.json `architectures[0]`, or "" when it names none
     model_type: str  # config.json `model_type`, or ""
     run: Path | None = None  # the run folder `path` belongs to, when one was given
@@ -68,12 +69,9 @@ class FolderInfo:
     def describe(self) -> str:
         """What the folder holds, for messages: "a BertModel encoder", "a textebm classifier ..."."""
         arch = self.architecture or (f"{self.model_type} model" if self.model_type else "model")
-        if self.kind == CLASSIFIER:
-            return f"a textebm classifier ({arch} encoder)"
-        if self.kind == CLOZE:
-            return "a textebm cloze model"
-        if self.kind == ENERGY:
-            return "a textebm sequence energy"
+        if self.kind in MARKED:
+            kind = MARKED[self.kind]
+            return f"{kind.noun} ({arch} encoder)" if kind.shows_encoder else kind.noun
         if self.kind == CAUSAL_LM:
             return f"a {arch} causal LM"
         if self.kind == ENCODER:
@@ -102,24 +100,22 @@ def inspect_folder(path: str | Path) -> FolderInfo:
     """What the folder at `path` holds (see the module doc). A run folder (with `model/`) is
     described by its model."""
     path, run = Path(path), None
-    if ((path / "model" / "config.json").is_file() or (path / "model" / "cloze.json").is_file()
-            or (path / "model" / "energy.json").is_file()
+    if ((path / "model" / "config.json").is_file() or any((path / "model" / k.marker).is_file() for k in MARKED.values())
             or (not (path / "config.json").is_file() and (path / "model").is_dir())):
         path, run = path / "model", path  # a run folder: RUN/config.json is its training config
     elif path.name == "model" and _is_run(path.parent):
         run = path.parent  # RUN/model given directly: the run's settings (e.g. --limit) still apply
-    if (path / "cloze.json").is_file():
-        return FolderInfo(path, CLOZE, "", "", run)
-    if (path / "energy.json").is_file():
-        return FolderInfo(path, ENERGY, "", "", run)
+    marked = next((k for k in MARKED.values() if (path / k.marker).is_file()), None)
+    if marked is not None and not marked.shows_encoder:
+        return FolderInfo(path, marked.name, "", "", run)
     if not (path / "config.json").is_file():
         return FolderInfo(path, NONE, "", "", run)
     config = read_config(path)
     archs = config.get("architectures") or []
     arch = str(archs[0]) if isinstance(archs, list) and archs else ""
     model_type = str(config.get("model_type") or "")
-    if (path / "classifier.json").is_file():
-        return FolderInfo(path, CLASSIFIER, arch, model_type, run)
+    if marked is not None:
+        return FolderInfo(path, marked.name, arch, model_type, run)
     causal, masked = _model_families()
     if arch.endswith(CAUSAL_SUFFIXES):
         kind = CAUSAL_LM
@@ -141,7 +137,7 @@ def _is_run(folder: Path) -> bool:
 
 
 def folder_kind(path: str | Path) -> str:
-    """causal-lm | encoder | classifier | other | none (see the module doc)."""
+    """causal-lm | encoder | other | none | a textebm kind (see the module doc)."""
     return inspect_folder(path).kind
 
 
@@ -164,7 +160,7 @@ def find_model(name_or_path: str | Path, kind: str, option: str = "--model", ids
     if info.kind != kind:
         found = info.describe() if info.kind == NONE else f"{info.describe()}, not {NAMES[kind]}"
         raise TextebmError(f"{option} {info.path}: {found}; expected {NEEDS[kind]}")
-    if info.kind in (CLASSIFIER, CLOZE, ENERGY):
+    if info.kind in MARKED:
         if not (info.path / "model.safetensors").is_file():
             raise TextebmError(f"{option} {info.path}: no model.safetensors ({NAMES[kind]}'s weights); "
                                "the folder is incomplete")

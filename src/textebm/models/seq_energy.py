@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from textebm import specs
 from textebm.energy import fp32_linear, pool
 from textebm.errors import InputError
+from textebm.models.kinds import ModelKind
 
 KINDS = ("linear", "bilstm", "unitransf", "bitransf")
 
@@ -93,6 +94,8 @@ class BiTransfEnergy(nn.Module):
 # ---------------------------------------------------------------- a saved energy: spec, build, save
 
 SPEC_FILE = "energy.json"
+KIND = ModelKind("energy", SPEC_FILE, "a textebm sequence energy",
+                 "a sequence energy trained with `textebm residual train` (RUN or RUN/model)")
 
 
 @dataclass
