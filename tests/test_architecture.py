@@ -1,0 +1,160 @@
+"""The package's layers (docs/architecture.md), enforced on the source: which units may import
+which, and that no component takes or imports a command's `*Config`."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "textebm"
+
+# A unit (top-level module or package of textebm) may import units of lower layers only; within a
+# layer only where ALLOWED says so. Keep in step with docs/architecture.md.
+LAYERS = [
+    # 0 foundation: files, errors, options, seeds, precision, reports, checkpoints, grids
+    {"textebm", "errors", "io", "options", "outputs", "cache", "seeds", "precision", "bootstrap", "figures",
+     "markdown", "specs", "checkpoint", "inference", "resumable", "grid"},
+    {"data", "tokenizer", "assets"},  # 1 readers, datasets, tokenizers, registry assets
+    {"energy", "losses", "calibration"},  # 2 maths on tensors and arrays: heads, objectives, metrics
+    {"models"},  # 3 every model and the one loader
+    {"train"},  # 4 the one training loop
+    {"lm"},  # 5 language models: training recipe, the sampler, scoring (noise models, generators)
+    {"classify", "cloze", "scoring", "detection", "residual", "tagging"},  # 6 the five systems
+    {"cli", "__main__"},  # 7 the command line
+]
+ALLOWED = {("residual", "detection"),  # paper d builds on paper c's windows, negatives and energies
+           ("__main__", "cli")}
+FOUNDATION_INNER = True  # foundation modules may import one another (no cycles: see below)
+
+
+def _layer(unit: str) -> int:
+    for i, units in enumerate(LAYERS):
+        if unit in units:
+            return i
+    raise AssertionError(f"unit {unit!r} is in no layer: add it to LAYERS and docs/architecture.md")
+
+
+def _modules():
+    for f in sorted(SRC.rglob("*.py")):
+        parts = f.relative_to(SRC).with_suffix("").parts
+        name = ".".join(("textebm", *parts)).removesuffix(".__init__")
+        yield name, f, ast.parse(f.read_text(encoding="utf-8"))
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    named = any(len(parts) > 1 and parts[1] in units for units in LAYERS)
+    if len(parts) < 2 or not (named or (SRC / parts[1]).is_dir() or (SRC / f"{parts[1]}.py").is_file()):
+        return "textebm"  # the package itself (`from textebm import __version__`)
+    return parts[1]
+
+
+def _imports(tree: ast.AST, module: str) -> list[tuple[str, list[str], int]]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:  # relative: resolve against the module's package
+                base = module.split(".")[:-node.level] if not module.endswith("__init__") else module.split(".")
+                target = ".".join([*base, target] if target else base)
+            if target.startswith("textebm"):
+                out.append((target, [a.name for a in node.names], node.lineno))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names if a.name.startswith("textebm")]
+    return out
+
+
+def layer_violations(modules) -> list[str]:
+    bad = []
+    for module, f, tree in modules:
+        src = _unit(module)
+        for target, names, line in _imports(tree, module):
+            targets = [target] if target != "textebm" else [f"textebm.{n}" for n in names]
+            for t in targets:
+                dst = _unit(t)
+                if dst == src or (src, dst) in ALLOWED:
+                    continue
+                a, b = _layer(src), _layer(dst)
+                if b > a or (b == a and not (a == 0 and FOUNDATION_INNER)):
+                    bad.append(f"{f}:{line}: {src} (layer {a}) imports {dst} (layer {b})")
+    return bad
+
+
+def test_no_arrow_runs_back_up():
+    bad = layer_violations(_modules())
+    assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+def test_the_layer_check_sees_an_arrow_up_even_inside_a_function():
+    tree = ast.parse("def f():\n    from textebm.cli import main\n    from textebm.errors import TextebmError\n")
+    assert layer_violations([("textebm.models.x", "models/x.py", tree)]) == [
+        "models/x.py:2: models (layer 3) imports cli (layer 7)"]
+    tree = ast.parse("from textebm.detection.windows import make_windows\n")
+    assert layer_violations([("textebm.classify.x", "classify/x.py", tree)])  # one system into another
+    assert not layer_violations([("textebm.residual.x", "residual/x.py", tree)])  # d builds on c
+
+
+def command_configs() -> dict[str, str]:
+    """{config class name: module defining it} of every command the CLI registers."""
+    from textebm.cli import GROUPS
+
+    out = {}
+    for module_name, _ in GROUPS.values():
+        mod = importlib.import_module(module_name)
+        pairs = [mod.COMMAND] if hasattr(mod, "COMMAND") else list(mod.COMMANDS.values())
+        for cls, _fn in pairs:
+            out[cls.__name__] = cls.__module__
+    return out
+
+
+def test_components_take_no_command_config():
+    """Configs stay in the command layer: a function outside cli/ and the command modules (those
+    defining a command's config) neither takes a command `*Config` nor imports one."""
+    configs = command_configs()
+    assert len(configs) >= 20
+    command_modules = set(configs.values())
+    bad = []
+    for module, f, tree in _modules():
+        if module.startswith("textebm.cli") or module in command_modules:
+            continue
+        for target, names, line in _imports(tree, module):
+            hit = [n for n in names if n in configs]
+            if hit:
+                bad.append(f"{f.relative_to(SRC.parent)}:{line}: imports {', '.join(hit)}")
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                for a in args:
+                    ann = ast.unparse(a.annotation) if a.annotation is not None else ""
+                    hit = [c for c in configs if c in ann.replace("'", "").replace('"', "").split(".")[-1:]
+                           or any(c == tok for tok in ann.replace("|", " ").replace("[", " ").replace("]", " ").split())]
+                    if hit:
+                        bad.append(f"{f.relative_to(SRC.parent)}:{node.lineno}: {node.name}({a.arg}: {ann})")
+    assert not bad, "components that take or import a command config:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle_between_units():
+    edges: dict[str, set[str]] = {}
+    for module, _f, tree in _modules():
+        for target, names, _line in _imports(tree, module):
+            for t in ([target] if target != "textebm" else [f"textebm.{n}" for n in names]):
+                if _unit(t) != _unit(module):
+                    edges.setdefault(_unit(module), set()).add(_unit(t))
+    seen, stack = set(), []
+
+    def visit(u):
+        if u in stack:
+            pytest.fail("import cycle: " + " -> ".join([*stack[stack.index(u):], u]))
+        if u in seen:
+            return
+        seen.add(u)
+        stack.append(u)
+        for v in sorted(edges.get(u, ())):
+            visit(v)
+        stack.pop()
+
+    for u in sorted(edges):
+        visit(u)
