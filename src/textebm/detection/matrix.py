@@ -223,9 +223,9 @@ def _typed(f, v) -> str:
     return ""
 
 
-def _check_section(path, where: str, spec: dict, cls, allowed: dict, probe: dict | None) -> None:
+def _check_section(path, where: str, spec: dict, cls, allowed: dict, probe) -> None:
     """Each key of `spec` (config section `where`) is one of `allowed` and of its option's type;
-    then, with `probe` (the command's options built from `spec`), the command's own bounds and
+    then, with `probe()` (the command's options built from `spec`), the command's own bounds and
     rules, their messages naming the config's keys instead of the command's flags."""
     import dataclasses
 
@@ -243,10 +243,12 @@ def _check_section(path, where: str, spec: dict, cls, allowed: dict, probe: dict
     if "max_steps" in spec and "epochs" not in spec:
         raise InputError(path, f"`{where}.max_steps` caps `epochs`, which is missing (for an exact number of "
                                "steps give `steps`)")
+    if "steps" in spec and spec["steps"] < 1:
+        raise InputError(path, f"`{where}.steps` must be at least 1, got {spec['steps']}")
     if probe is None:
         return
     try:
-        check_config(cls(**probe))
+        check_config(cls(**probe()))
     except TextebmError as e:
         msg = str(e)
         for k, name in sorted(allowed.items(), key=lambda kv: kv[0] not in spec):  # keys the config uses first
@@ -266,11 +268,11 @@ def _check_settings(path, cfg: dict) -> None:
     for name, g in cfg["generators"].items():
         if isinstance(g, dict) and g.get("arch") in ("transformer", "gcnn"):
             _check_section(path, f"generators.{name}", g, LMTrainConfig, GENERATOR_KEYS,
-                           {"data": "", "out": "", "tokenizer": "vocab", **generator_options(g, cfg["lm"])})
+                           lambda: {"data": "", "out": "", "tokenizer": "vocab", **generator_options(g, cfg["lm"])})
     w = cfg["windows"]
     _check_section(path, "windows", w, NegativesConfig, WINDOW_KEYS,
-                   {"data": "", "generator": "", "vocab": "", "out": "",
-                    **{k: v for k, v in w.items() if k != "max_windows"}})
+                   lambda: {"data": "", "generator": "", "vocab": "", "out": "",
+                            **{k: v for k, v in w.items() if k != "max_windows"}})
     mw = w["max_windows"]
     if not isinstance(mw, dict) or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in mw.values()):
         raise InputError(path, f"`windows.max_windows` must map splits to counts (0: all), got {mw!r}")
@@ -278,7 +280,8 @@ def _check_settings(path, cfg: dict) -> None:
         if isinstance(e, dict) and "energy" in e:
             init = "generator" if e.get("init") else ""
             _check_section(path, f"energies.{name}", e, ResidualTrainConfig, ENERGY_KEYS,
-                           {"train": [], "val": [], "vocab": "", "out": "", "init": init, **energy_options(e)})
+                           lambda: {"train": [], "val": [], "vocab": "", "out": "", "init": init,
+                                    **energy_options(e)})
 
 
 def _table_energies(t: dict) -> list[str]:
