@@ -116,8 +116,10 @@ def test_two_processes_sharing_a_folder_compute_each_cell_and_artifact_once(tmp_
 def test_a_shard_computes_its_own_cells_first_then_finishes_the_others(tmp_path):
     log = tmp_path / "log"
     cells = _cells(5)
-    assert [c.name for c in grid.Grid.mine(cells, (2, 2))] == ["c1", "c3"]
-    results = grid.Grid(tmp_path / "cells", _Logged(log)).run(cells, (2, 2))
+    g = grid.Grid(tmp_path / "cells", _Logged(log))
+    assert [c.name for c in g.mine(cells, (2, 2))] == ["c1", "c3"]
+    assert [c.name for c in g.mine([cells[0], *cells], (2, 2))] == ["c1", "c3"]  # a repeated cell counts once
+    results = g.run(cells, (2, 2))
     assert [r["y"] for r in results] == [0, 1, 4, 9, 16]
     assert _computed(log) == ["c1", "c3", "c0", "c2", "c4"]
 
@@ -163,6 +165,7 @@ def test_the_plan_lists_the_cells_left_and_their_cpu_time(tmp_path):
     assert "1 cached; shard 1/2 holds 2, 1 to run here" in plan and "c2" in plan and "c1" not in plan
     assert "estimated CPU time: 1.5 min" in plan
     assert g.plan(cells, estimate=lambda left: f"{len(left)} left by my own estimate").endswith("3 left by my own estimate")
+    assert g.plan([*cells, cells[3]]).startswith("4 cells (5 entries, some the same cell), 1 cached, 3 to run")
 
 
 def test_a_tiny_grid_on_a_local_two_worker_dask_cluster(tmp_path):

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from textebm.errors import TextebmError
+from textebm.io import read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -142,14 +143,10 @@ class Grid:
         return self.file(cell).is_file()
 
     def result(self, cell: Cell) -> dict:
-        from textebm.io import read_json
-
         return read_json(self.file(cell))["result"]
 
     def run_cell(self, cell: Cell) -> dict:
         """The cell's result: read from its file, or computed (under its lock) and written."""
-        from textebm.io import write_json
-
         path = self.file(cell)
         if not path.is_file():
             with locked(path):
@@ -161,19 +158,21 @@ class Grid:
         return self.result(cell)
 
     def left(self, cells: list[Cell]) -> list[Cell]:
-        return [c for c in cells if not self.done(c)]
+        """The unfinished cells, each once (two cells with the same name and settings are one)."""
+        return list({self.file(c): c for c in cells if not self.done(c)}.values())
 
-    @staticmethod
-    def mine(cells: list[Cell], shard: tuple[int, int]) -> list[Cell]:
-        """Every N-th cell from the I-th (shard (I, N), 1-based)."""
-        return cells[shard[0] - 1::shard[1]]
+    def mine(self, cells: list[Cell], shard: tuple[int, int]) -> list[Cell]:
+        """Every N-th distinct cell from the I-th (shard (I, N), 1-based)."""
+        return list({self.file(c): c for c in cells}.values())[shard[0] - 1::shard[1]]
 
     def plan(self, cells: list[Cell], shard: tuple[int, int] = (1, 1),
              estimate: Callable[[list[Cell]], str] | None = None) -> str:
         """The cells this shard would still compute, then the estimated CPU time: the sum of the
         cells' own estimates, or `estimate(cells left)` for a grid whose cells share artifacts."""
         left = self.left(self.mine(cells, shard))
-        head = f"{len(cells)} cells, {len(cells) - len(self.left(cells))} cached"
+        distinct = len({self.file(c) for c in cells})
+        head = f"{distinct} cells" + (f" ({len(cells)} entries, some the same cell)" if distinct < len(cells) else "")
+        head += f", {distinct - len(self.left(cells))} cached"
         if shard != (1, 1):
             head += f"; shard {shard[0]}/{shard[1]} holds {len(self.mine(cells, shard))}"
         lines = [f"{head}, {len(left)} to run here:"]
@@ -188,7 +187,7 @@ class Grid:
         order: the other shards' cells are read when finished, waited for while another process
         computes them (their lock), or computed here when nobody has started them."""
         todo = self.left(self.mine(cells, shard))
-        log.info("%d cells, %d cached, %d to run here", len(cells), len(cells) - len(self.left(cells)), len(todo))
+        log.info("%d cells, %d to run here", len({self.file(c) for c in cells}), len(todo))
         if backend == "dask" and todo:
             for cell, result in run_dask(self, todo, workers, address):
                 if on_result:

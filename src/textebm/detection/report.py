@@ -185,8 +185,8 @@ def plan_report(matrix, cells, left) -> str:
 
     t_eval = sum(w["max_windows"].get("test", 500) * (1 + w["k"]) * eval_rate(c.detector) for c in left)
     total = t_gen + t_neg + t_en + t_eval
-    return "\n".join([
-        f"{len(cells)} cells, {len(cells) - len(left)} cached, {len(left)} to run",
+    return "\n".join([  # after the grid runner's list of the cells left
+        "shared artifacts and evaluations left:",
         f"  generators to train: {len(gens):3d}   ~{t_gen / 60:6.1f} min",
         f"  negatives files:     {len(negs):3d}   ~{t_neg / 60:6.1f} min",
         f"  energies to train:   {len(energies):3d}   ~{t_en / 60:6.1f} min",
