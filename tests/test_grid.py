@@ -191,3 +191,22 @@ class _Fails:
 def test_a_user_error_in_a_dask_task_is_a_user_error_here(tmp_path):
     with pytest.raises(TextebmError, match="cell c0: bad input"):
         grid.Grid(tmp_path / "cells", _Fails()).run(_cells(1), backend="dask", workers=1)
+
+
+class _FailsOn:
+    def __init__(self, bad: int):
+        self.bad = bad
+
+    def __call__(self, cell):
+        if cell.task == self.bad:
+            raise TextebmError(f"cell {cell.name}: bad input")
+        return {"y": cell.task ** 2}
+
+
+@pytest.mark.parametrize("backend", ["local", "dask"])
+def test_keep_going_skips_a_failed_cell_and_caches_nothing_for_it(tmp_path, backend):
+    g = grid.Grid(tmp_path / "cells", _FailsOn(1))
+    results = g.run(_cells(3), backend=backend, workers=1, keep_going=True)
+    assert [r and r["y"] for r in results] == [0, None, 4] and not g.done(_cells(3)[1])
+    with pytest.raises(TextebmError, match="cell c1: bad input"):
+        g.run(_cells(3))

@@ -182,24 +182,53 @@ class Grid:
         return "\n".join(lines)
 
     def run(self, cells: list[Cell], shard: tuple[int, int] = (1, 1), backend: str = "local", workers: int = 2,
-            address: str = "", on_result: Callable[[Cell, dict], None] | None = None) -> list[dict]:
+            address: str = "", on_result: Callable[[Cell, dict], None] | None = None,
+            keep_going: bool = False) -> list[dict | None]:
         """Compute this shard's unfinished cells on `backend`, then return every cell's result in
         order: the other shards' cells are read when finished, waited for while another process
-        computes them (their lock), or computed here when nobody has started them."""
+        computes them (their lock), or computed here when nobody has started them.
+
+        A user error (TextebmError) in a cell stops the grid, or with `keep_going` is logged and
+        that cell's result is None (nothing is cached for it: the next run tries it again)."""
+        if backend not in BACKENDS:
+            raise TextebmError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         todo = self.left(self.mine(cells, shard))
         log.info("%d cells, %d to run here", len({self.file(c) for c in cells}), len(todo))
+        failed: dict[Path, str] = {}
+
+        def done(cell: Cell, result: dict | None, error: str | None) -> None:
+            if error is not None:
+                if not keep_going:
+                    raise TextebmError(error)
+                log.error("cell %s failed: %s (the grid goes on; run it again to retry)", cell.name, error)
+                failed[self.file(cell)] = error
+            elif on_result:
+                on_result(cell, result)
+
         if backend == "dask" and todo:
-            for cell, result in run_dask(self, todo, workers, address):
-                if on_result:
-                    on_result(cell, result)
-        elif backend not in BACKENDS:
-            raise TextebmError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+            for cell, result, error in run_dask(self, todo, workers, address, keep_going):
+                done(cell, result, error)
         else:
             for cell in todo:
-                result = self.run_cell(cell)
-                if on_result:
-                    on_result(cell, result)
-        return [self.run_cell(c) for c in cells]
+                try:
+                    result, error = self.run_cell(cell), None
+                except TextebmError as e:
+                    result, error = None, str(e)
+                done(cell, result, error)
+        results: list[dict | None] = []
+        for cell in cells:
+            if self.file(cell) in failed:
+                results.append(None)
+                continue
+            try:
+                results.append(self.run_cell(cell))
+            except TextebmError as e:
+                if not keep_going:
+                    raise
+                log.error("cell %s failed: %s", cell.name, e)
+                failed[self.file(cell)] = str(e)
+                results.append(None)
+        return results
 
 
 def _remote(grid: Grid, cell: Cell) -> tuple[str, Any]:
@@ -211,8 +240,10 @@ def _remote(grid: Grid, cell: Cell) -> tuple[str, Any]:
         return "error", str(e)
 
 
-def run_dask(grid: Grid, cells: list[Cell], workers: int = 2, address: str = "") -> Iterator[tuple[Cell, dict]]:
-    """Each cell as a Dask task, yielded as they finish: on the cluster at `address` (a scheduler
+def run_dask(grid: Grid, cells: list[Cell], workers: int = 2, address: str = "",
+             keep_going: bool = False) -> Iterator[tuple[Cell, dict | None, str | None]]:
+    """Each cell as a Dask task, yielded as they finish with its result or its user error (the
+    first error cancels the other tasks, unless `keep_going`): on the cluster at `address` (a scheduler
     started by the user, e.g. `dask scheduler` + `dask worker` on each machine, or dask-jobqueue)
     or on a local cluster of `workers` processes of one thread each. Cells share artifacts through
     the grid's folder and its file locks, so every worker must see the same file system."""
@@ -236,8 +267,7 @@ def run_dask(grid: Grid, cells: list[Cell], workers: int = 2, address: str = "")
         futures = {client.submit(_remote, grid, c, key=f"{_safe(c.name)}-{c.key}", pure=False): c for c in cells}
         for fut in as_completed(futures):
             status, value = fut.result()
-            if status == "error":
+            if status == "error" and not keep_going:
                 for other in futures:
                     other.cancel()
-                raise TextebmError(value)
-            yield futures[fut], value
+            yield (futures[fut], None, value) if status == "error" else (futures[fut], value, None)
