@@ -210,3 +210,54 @@ def test_keep_going_skips_a_failed_cell_and_caches_nothing_for_it(tmp_path, back
     assert [r and r["y"] for r in results] == [0, None, 4] and not g.done(_cells(3)[1])
     with pytest.raises(TextebmError, match="cell c1: bad input"):
         g.run(_cells(3))
+
+
+def _calibration_grid():
+    """bench/calibration_grid.py, the runner's second user (a script, loaded from its path)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "calibration_grid.py"
+    spec = importlib.util.spec_from_file_location("calibration_grid", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_calibration_grid_runs_its_cells_on_the_runner(tmp_path, monkeypatch, capsys):
+    """Each cell one quickstart (faked here: it records its command and writes what a finished
+    quickstart leaves); a cell that reuses another's steps runs after it; a failed cell is reported
+    and the grid goes on; a finished grid runs nothing again; --plan runs nothing."""
+    import subprocess
+    import sys
+
+    cg = _calibration_grid()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dataset.json").write_text("{}")
+    calls = []
+
+    def fake_run(cmd, **kw):
+        out = Path(cmd[cmd.index("--out") + 1])
+        cell = out.name
+        calls.append((cell, cmd[cmd.index("--reuse") + 1] if "--reuse" in cmd else None))
+        if cell == "k4":
+            return subprocess.CompletedProcess(cmd, 1)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "settings.json").write_text("{}")
+        (out / "results.json").write_text(json.dumps({"seeds": [0]}))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(cg.subprocess, "run", fake_run)
+    monkeypatch.setattr(cg, "report", lambda out, cells: "report\n")
+    argv = ["calibration_grid.py", "--out", str(tmp_path / "g"), "--data", str(data), "--seeds", "1",
+            "--cells", "lm4w", "k4", "lm4", "default"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--plan"])
+    cg.main()
+    assert "4 cells, 0 cached, 4 to run here" in capsys.readouterr().out and calls == []
+    monkeypatch.setattr(sys, "argv", argv)
+    cg.main()
+    g = str(tmp_path / "g")
+    assert calls == [("default", None), ("lm4", f"{g}/default"), ("lm4w", f"{g}/lm4"), ("k4", f"{g}/default")]
+    calls.clear()
+    cg.main()
+    assert calls == [("k4", f"{g}/default")]  # only the failed cell is tried again
