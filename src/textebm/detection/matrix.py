@@ -7,12 +7,16 @@ What the config names (see bench/residual/*.json and docs/residual.md):
 - `corpora`: dataset names of `textebm data prepare` (or {"name": "folder"} for your own);
   `vocab_corpora` (default: the same) train the one shared BPE vocabulary (`vocab_size`).
 - `generators`: name -> `lm train` settings (`arch`, `layers`, `width`, `heads`, `kernel`,
-  `steps`), or {"pretrained": "smollm2-135m"} for an unseen foreign generator (suffix only);
-  `lm` holds the settings they share (context, chunk, batch size, learning rate).
+  `steps` or `epochs` [+ `max_steps`]), or {"pretrained": "smollm2-135m"} for an unseen foreign
+  generator (suffix only); `lm` holds the settings they share (context, chunk, batch size,
+  learning rate).
 - `windows`: length, contexts, stride, k, top_k, max_windows per split.
-- `energies`: name -> `residual train` settings (`energy`, `init`, `steps`, ...). `init:
-  "generator"` starts a UniTransf from the transformer generator "tf" (seed 0, l2r) of its first
-  training corpus.
+- `energies`: name -> `residual train` settings (`energy`, `init`, `steps` or `epochs` [+
+  `max_steps`], ...). `init: "generator"` starts a UniTransf from the transformer generator "tf"
+  (seed 0, l2r) of its first training corpus.
+- `steps` N means N optimiser steps (passes over the data repeat as needed); `epochs` E means E
+  passes, cut at `max_steps` when given (`train_length`). Every setting is checked against the
+  option it sets, and errors name the config file and key (`energies.linear.steps`).
 - `tables`: a list of slices, each a `kind` with its own fields:
     in-domain     energies x corpora x generators x directions; train and test on one corpus,
                   test negatives from the generator's second seed (table 2)
@@ -24,9 +28,11 @@ What the config names (see bench/residual/*.json and docs/residual.md):
     zeroshot      the zero-shot detectors on in-domain test sets (loglik: the training
                   generator's LM; binoculars: that LM observing, the other architecture performing)
 
-Artifacts under DIR: data/, vocab/, gen/{corpus}-{gen}-{dir}-s{seed}, neg/*.jsonl,
+Artifacts under DIR: data/, vocab/, gen/{corpus}-{gen}-{dir}-s{seed}-{key}, neg/*.jsonl,
 energy/*, zeroshot/*, cells/*.json (one per evaluated cell, named with a hash of everything it
-depends on), then results.json, tables.md and heatmaps (*.png).
+depends on), then results.json, tables.md and heatmaps (*.png). The cells run on the grid runner
+(`textebm.grid`: cache, locks, --shard or a Slurm array, --plan, --backend dask); DIR follows the
+output rule for a cache (`check_out`).
 """
 
 from __future__ import annotations
