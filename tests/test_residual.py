@@ -411,7 +411,7 @@ def test_matrix_steps_are_optimiser_steps_and_the_dask_backend_gives_the_same_ce
 def test_matrix_out_follows_the_output_rule(corpus, tmp_path, capsys):
     """Issue 21 item 1: a user's folder or another command's output is refused (exit 2, untouched),
     with or without --overwrite; so are an --out under a file and one that cannot be made."""
-    from textebm.outputs import MARKER, write_marker
+    from textebm.outputs import write_marker
 
     cfg = _small_matrix(corpus, tmp_path)
     mine = tmp_path / "mine"
@@ -457,11 +457,11 @@ def test_a_matrix_folder_continues_and_overwrite_removes_only_the_matrix_work(tm
 @pytest.mark.parametrize("change, names", [
     (lambda c: c["energies"]["linear"].update(steps="many"), "`energies.linear.steps` must be an integer"),
     (lambda c: c["generators"]["tf"].update(steps=2.5), "`generators.tf.steps` must be an integer"),
-    (lambda c: c["generators"]["tf"].update(width=30, heads=4), "`generators.tf.width` 30 must be divisible by "
-                                                                 "`generators.tf.heads`"),
+    (lambda c: c["generators"]["tf"].update(width=30, heads=4),
+     "`generators.tf.width` 30 must be divisible by `generators.tf.heads`"),
     (lambda c: c["windows"].update(length=2, contexts=[1]), "`windows.length` must be at least 4"),
-    (lambda c: c["windows"].update(contexts=[24]), "`windows.contexts` 24 leaves nothing to generate in a window "
-                                                   "of `windows.length` 24"),
+    (lambda c: c["windows"].update(contexts=[24]),
+     "`windows.contexts` 24 leaves nothing to generate in a window of `windows.length` 24"),
     (lambda c: c["windows"].update(max_windows={"train": -1}), "`windows.max_windows`"),
     (lambda c: c["energies"]["linear"].update(epochs=2), "give `steps`"),
     (lambda c: c["energies"]["linear"].update(steps=0), "`energies.linear.steps` must be at least 1"),

@@ -42,10 +42,9 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from textebm.errors import InputError, TextebmError
 from textebm import grid
+from textebm.errors import InputError, TextebmError
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +273,8 @@ def _check_settings(path, cfg: dict) -> None:
     for name, g in cfg["generators"].items():
         if isinstance(g, dict) and g.get("arch") in ("transformer", "gcnn"):
             _check_section(path, f"generators.{name}", g, LMTrainConfig, GENERATOR_KEYS,
-                           lambda: {"data": "", "out": "", "tokenizer": "vocab", **generator_options(g, cfg["lm"])})
+                           lambda g=g: {"data": "", "out": "", "tokenizer": "vocab",
+                                        **generator_options(g, cfg["lm"])})
     w = cfg["windows"]
     _check_section(path, "windows", w, NegativesConfig, WINDOW_KEYS,
                    lambda: {"data": "", "generator": "", "vocab": "", "out": "",
@@ -286,8 +286,8 @@ def _check_settings(path, cfg: dict) -> None:
         if isinstance(e, dict) and "energy" in e:
             init = "generator" if e.get("init") else ""
             _check_section(path, f"energies.{name}", e, ResidualTrainConfig, ENERGY_KEYS,
-                           lambda: {"train": [], "val": [], "vocab": "", "out": "", "init": init,
-                                    **energy_options(e)})
+                           lambda e=e, init=init: {"train": [], "val": [], "vocab": "", "out": "",
+                                                   "init": init, **energy_options(e)})
 
 
 def _table_energies(t: dict) -> list[str]:
@@ -575,9 +575,9 @@ def _mark(out: Path, names) -> None:
 
 def run_matrix(cfg_: MatrixConfig) -> dict:
     """Every cell of the config (cached), then results.json, tables.md and heatmaps."""
+    from textebm.detection.report import plan_report, write_report
     from textebm.io import write_json
     from textebm.options import check_config
-    from textebm.detection.report import plan_report, write_report
 
     check_config(cfg_)
     shard = grid.shard_from(cfg_.shard)
