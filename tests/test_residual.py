@@ -468,6 +468,7 @@ def test_a_matrix_folder_continues_and_overwrite_removes_only_the_matrix_work(tm
     (lambda c: c["energies"]["linear"].update(width=64), "`energies.linear.width` has no effect"),
     (lambda c: c["energies"]["linear"].update(stepz=3), "`energies.linear.stepz` is not a setting"),
     (lambda c: c["lm"].update(lr="fast"), "`lm.lr` must be a number"),
+    (lambda c: c.update(lm=[1]), "`lm` must be an object"),
 ])
 def test_matrix_config_settings_are_checked_naming_the_file_and_key(corpus, tmp_path, capsys, change, names):
     """Issue 21 items 11-12: a bad setting is a one-line error naming the config file and its key

@@ -130,12 +130,12 @@ def read_config(path: str | Path) -> dict:
         raise InputError(path, "`corpora` must be a list of dataset names or {name: folder}")
     cfg.setdefault("vocab_corpora", list(cfg["corpora"]))
     cfg.setdefault("vocab_size", 8000)
+    for section in ("generators", "energies", "lm", "windows"):
+        if not isinstance(cfg.get(section, {}), dict):
+            raise InputError(path, f"`{section}` must be an object, got {cfg[section]!r}")
     cfg["lm"] = {**DEFAULT_LM, **cfg.get("lm", {})}
     cfg["windows"] = {**DEFAULT_WINDOWS, **cfg.get("windows", {})}
     cfg.setdefault("energies", {})
-    for section in ("generators", "energies", "lm", "windows"):
-        if not isinstance(cfg[section], dict):
-            raise InputError(path, f"`{section}` must be an object, got {cfg[section]!r}")
     _check_settings(path, cfg)
     for name, g in cfg["generators"].items():
         if not isinstance(g, dict) or not ("pretrained" in g or g.get("arch") in ("transformer", "gcnn")):
