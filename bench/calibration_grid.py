@@ -3,10 +3,15 @@
     python bench/calibration_grid.py [--out runs/grid] [--seeds 3] [--cells default k4 ...] [--data DIR]
 
 Every cell is a `textebm quickstart` with its own settings in OUT/CELL (per seed: noise LM, noise,
-five classifiers, evaluation) on one dataset folder, OUT/data. A quickstart folder continues where
-it stopped, so the grid is cached per cell and per seed and resumable: kill it, run it again, and
-finished work is kept. Cells after `default` take its finished steps whose inputs they share
-(`quickstart --reuse`; `lm4w` and `lm4w05` take lm4's): the EBM-only cells train only the three EBMs, and every cell but `e4`
+five classifiers, evaluation) on one dataset folder, OUT/data. The cells run on textebm's grid
+runner (docs/grids.md): a finished cell is recorded in OUT/cells/ under a hash of its settings and
+the data, `--plan` lists the cells left, `--shard I/N` (or a Slurm job array) splits them among
+processes sharing OUT, and `--backend dask` runs them as Dask tasks. A quickstart folder continues
+where it stopped, so the grid is cached per cell and per seed and resumable: kill it, run it
+again, and finished work is kept. A cell that fails is reported and the grid goes on (run it
+again to retry that cell). Cells after `default` take its finished steps whose inputs they share
+(`quickstart --reuse`; `lm4w` and `lm4w05` take lm4's; a cell whose source is in the grid waits for
+it to finish): the EBM-only cells train only the three EBMs, and every cell but `e4`
 reuses the baseline and PosCal, so each compares against the same baselines.
 At the end (and with --report alone) it writes OUT/grid.md: per cell, the baseline and every EBM
 variant as mean ± standard deviation over seeds of accuracy and class-wise ECE, and each EBM's
@@ -109,7 +114,68 @@ def report(out: Path, cells: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Rough CPU time of one seed of a cell on one thread (docs/classify.md: 30-60 minutes in bf16,
+# smollm2 almost 2 hours), for --plan.
+SEED_SECONDS = {"smollm2": 2 * 3600}
+SEED_SECONDS_DEFAULT = 45 * 60
+
+
+def data_key(data: Path) -> str:
+    """The dataset folder's identity by content: a hash of its files."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(p for p in data.iterdir() if p.is_file()):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class Quickstarts:
+    """The grid's cells on textebm's grid runner: each cell one quickstart folder OUT/CELL (itself
+    resumable), cached as finished in OUT/cells/. A cell that takes finished steps from another cell
+    (`--reuse`) has that cell finished first (or waits for the process computing it)."""
+
+    def __init__(self, out: Path, data: str, seeds: int, preset: list[str], cells: list[str]):
+        from textebm import grid
+
+        self.out, self.data, self.seeds, self.preset, self.names = out, data, seeds, preset, cells
+        self.runner = grid.Grid(out / "cells", self.compute)
+        self.key = data_key(Path(data)) if Path(data).is_dir() else "not prepared yet"
+
+    def cell(self, name: str):
+        from textebm import grid
+
+        args = [*self.preset, *CELLS[name]]
+        return grid.Cell(name, {"cell": name, "args": args, "seeds": self.seeds, "data": self.key,
+                                "reuse": self.source(name)}, name, SEED_SECONDS.get(name, SEED_SECONDS_DEFAULT) * self.seeds)
+
+    def source(self, name: str) -> str:
+        return "" if name == "default" else REUSE_FROM.get(name, "default")
+
+    def cells(self) -> list:
+        return [self.cell(n) for n in self.names]
+
+    def compute(self, cell) -> dict:
+        from textebm.errors import TextebmError
+
+        name = cell.task
+        src = self.source(name)
+        if src in self.names:
+            self.runner.run_cell(self.cell(src))  # its finished steps are taken, not trained again
+        reuse = ["--reuse", str(self.out / src)] if src and (self.out / src / "settings.json").is_file() else []
+        cmd = [sys.executable, "-m", "textebm", "quickstart", "--out", str(self.out / name), "--seeds",
+               str(self.seeds), "--no-progress", "--data", self.data, *reuse, *self.preset, *CELLS[name]]
+        print("+", " ".join(cmd), flush=True)
+        rc = subprocess.run(cmd).returncode
+        if rc != 0:
+            raise TextebmError(f"cell {name}: quickstart exited with status {rc}")
+        return {"folder": str(self.out / name), "seeds": cell_results(self.out, name)["seeds"]}
+
+
 def main() -> None:
+    from textebm import grid
+    from textebm.errors import TextebmError
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/grid")
     ap.add_argument("--seeds", type=int, default=3)
@@ -121,22 +187,31 @@ def main() -> None:
                          "(2,500 examples, a 2-epoch noise LM) in either precision, so cells stay the same "
                          "experiment on a CPU without native bf16 (there auto picks fp32, whose quickstart "
                          "preset is smaller); use a separate --out per precision")
+    ap.add_argument("--plan", action="store_true", help="list the cells left and their rough CPU time, then stop")
+    ap.add_argument("--shard", default="", help="I/N: this process's share of the cells (default: from a Slurm "
+                                                "job array when in one); see docs/grids.md")
+    ap.add_argument("--backend", choices=list(grid.BACKENDS), default="local",
+                    help="run the cells here, or as tasks on a Dask cluster (pip install 'textebm[grid]')")
+    ap.add_argument("--workers", type=int, default=2, help="--backend dask: local worker processes")
+    ap.add_argument("--address", default="", help="--backend dask: scheduler of an existing cluster")
     args = ap.parse_args()
     out = Path(args.out)
     preset = ["--precision", args.precision, "--train-limit", "2500", "--lm-epochs", "2"]
-    if not args.report:
-        data = args.data or str(out / "data")
-        if not args.data and not (out / "data" / "dataset.json").is_file():
-            subprocess.run([sys.executable, "-m", "textebm", "data", "prepare", "rt-polarity", "--out", data,
-                            "--seed", "0"], check=True)
-        for cell in args.cells:
-            src = out / REUSE_FROM.get(cell, "default")
-            reuse = ["--reuse", str(src)] if cell != "default" and (src / "settings.json").is_file() else []
-            cmd = [sys.executable, "-m", "textebm", "quickstart", "--out", str(out / cell), "--seeds",
-                   str(args.seeds), "--no-progress", "--data", data, *reuse, *preset, *CELLS[cell]]
-            print("+", " ".join(cmd), flush=True)
-            if subprocess.run(cmd).returncode != 0:
-                print(f"cell {cell} failed; the grid goes on (rerun to retry it)", flush=True)
+    try:
+        shard = grid.shard_from(args.shard)
+        if not args.report:
+            data = args.data or str(out / "data")
+            grid_ = Quickstarts(out, data, args.seeds, preset, args.cells)
+            if args.plan:
+                print(grid_.runner.plan(grid_.cells(), shard))
+                return
+            if not args.data and not (out / "data" / "dataset.json").is_file():
+                subprocess.run([sys.executable, "-m", "textebm", "data", "prepare", "rt-polarity", "--out", data,
+                                "--seed", "0"], check=True)
+                grid_ = Quickstarts(out, data, args.seeds, preset, args.cells)  # keyed by the data prepared
+            grid_.runner.run(grid_.cells(), shard, args.backend, args.workers, args.address, keep_going=True)
+    except TextebmError as e:
+        sys.exit(f"calibration_grid: {e}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "grid.md").write_text(report(out, args.cells))
     print((out / "grid.md").read_text())

@@ -369,6 +369,131 @@ def test_matrix_plan_prints_the_estimate_and_runs_nothing(corpus, tmp_path, caps
     assert not (tmp_path / "p").exists()
 
 
+def _small_matrix(corpus, tmp_path, energy_steps: int = 5, gen_steps: int = 7) -> Path:
+    """One in-domain cell: a linear energy on the tf generator's negatives."""
+    cfg = json.loads(_matrix_config(corpus, tmp_path).read_text())
+    cfg["generators"] = {"tf": {**cfg["generators"]["tf"], "steps": gen_steps}}
+    cfg["energies"]["linear"]["steps"] = energy_steps
+    cfg["tables"] = [{"kind": "in-domain", "energies": ["linear"], "corpora": ["a"], "generators": ["tf"]}]
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_matrix_steps_are_optimiser_steps_and_the_dask_backend_gives_the_same_cells(corpus, tmp_path):
+    """Issue 21 item 9: `"steps": 5` trains 5 steps, though 30 windows at batch 16 make 2 steps per
+    epoch (it used to stop after one epoch); the generator's 7 steps are more than one epoch too.
+    The same matrix as Dask tasks gives the same numbers."""
+    import shutil
+
+    from textebm.outputs import remove
+
+    cfg = _small_matrix(corpus, tmp_path)
+    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m"), "--no-progress"]) == 0
+    steps = lambda run: json.loads((run / "metrics.json").read_text())["train"]["steps"]
+    runs = lambda d: [p for p in (tmp_path / "m" / d).iterdir() if p.is_dir()]
+    (energy,), gens = runs("energy"), runs("gen")
+    assert steps(energy) == 5 and json.loads((energy / "metrics.json").read_text())["train"]["epochs_completed"] > 2
+    assert len(gens) == 2 and all(steps(g) == 7 for g in gens)
+    # the same folder's generators and negatives, its energy trained again and its cell evaluated
+    # as Dask tasks (the runner's two-worker grid is tests/test_grid.py)
+    shutil.copytree(tmp_path / "m", tmp_path / "d")
+    for name in ("cells", "energy", "results.json"):
+        remove(tmp_path / "d" / name)
+    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "d"), "--backend", "dask",
+                 "--workers", "1"]) == 0
+    assert [p for p in (tmp_path / "d" / "energy").iterdir() if p.is_dir()]
+    local, dask = (json.loads((tmp_path / d / "results.json").read_text())["cells"] for d in ("m", "d"))
+    drop = lambda c: {k: v for k, v in c.items() if k not in ("seconds", "detector_dir")}
+    assert [drop(c) for c in dask] == [drop(c) for c in local]
+
+
+def test_matrix_out_follows_the_output_rule(corpus, tmp_path, capsys):
+    """Issue 21 item 1: a user's folder or another command's output is refused (exit 2, untouched),
+    with or without --overwrite; so are an --out under a file and one that cannot be made."""
+    from textebm.outputs import write_marker
+
+    cfg = _small_matrix(corpus, tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.json").write_text('{"my": 1}')
+    (mine / "tables.md").write_text("mine")
+    run = tmp_path / "cloze-run"
+    run.mkdir()
+    (run / "model.safetensors").write_text("weights")
+    write_marker(run, "cloze train", ["model.safetensors"])
+    before = {p: p.read_bytes() for d in (mine, run) for p in d.iterdir()}
+    for out, extra, why in ((mine, [], "not written by textebm"), (mine, ["--overwrite"], "not written by textebm"),
+                            (run, [], "cloze train"), (run, ["--overwrite"], "cloze train"),
+                            (tmp_path / "small.json" / "x", [], "is a file"), (Path("/proc/textebm-matrix"), [], "")):
+        capsys.readouterr()
+        assert main(["residual", "matrix", "--config", str(cfg), "--out", str(out), *extra]) == 2, out
+        err = capsys.readouterr().err
+        assert str(out) in err and why in err and "Traceback" not in err
+    assert {p: p.read_bytes() for d in (mine, run) for p in d.iterdir()} == before
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_matrix_folder_continues_and_overwrite_removes_only_the_matrix_work(tmp_path):
+    """The matrix is a cache: its own folder continues without --overwrite; --overwrite removes
+    what its marker lists (earlier cells and artifacts), never a user's file beside them."""
+    from textebm.detection.matrix import KIND, check_out
+    from textebm.outputs import read_marker, write_marker
+
+    out = tmp_path / "m"
+    check_out(out, overwrite=False)  # new: created and marked
+    assert read_marker(out)["kind"] == KIND
+    (out / "cells").mkdir()
+    (out / "cells" / "c.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    check_out(out, overwrite=False)  # continues: nothing removed
+    assert (out / "cells" / "c.json").is_file()
+    write_marker(out, KIND, [*read_marker(out)["entries"], "heatmap-x.png"])
+    (out / "heatmap-x.png").write_text("png")
+    check_out(out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == [".textebm-output.json", "notes.txt"]
+
+
+@pytest.mark.parametrize("change, names", [
+    (lambda c: c["energies"]["linear"].update(steps="many"), "`energies.linear.steps` must be an integer"),
+    (lambda c: c["generators"]["tf"].update(steps=2.5), "`generators.tf.steps` must be an integer"),
+    (lambda c: c["generators"]["tf"].update(width=30, heads=4),
+     "`generators.tf.width` 30 must be divisible by `generators.tf.heads`"),
+    (lambda c: c["windows"].update(length=2, contexts=[1]), "`windows.length` must be at least 4"),
+    (lambda c: c["windows"].update(contexts=[24]),
+     "`windows.contexts` 24 leaves nothing to generate in a window of `windows.length` 24"),
+    (lambda c: c["windows"].update(max_windows={"train": -1}), "`windows.max_windows`"),
+    (lambda c: c["energies"]["linear"].update(epochs=2), "give `steps`"),
+    (lambda c: c["energies"]["linear"].update(steps=0), "`energies.linear.steps` must be at least 1"),
+    (lambda c: c["energies"]["linear"].update(width=64), "`energies.linear.width` has no effect"),
+    (lambda c: c["energies"]["linear"].update(stepz=3), "`energies.linear.stepz` is not a setting"),
+    (lambda c: c["lm"].update(lr="fast"), "`lm.lr` must be a number"),
+    (lambda c: c.update(lm=[1]), "`lm` must be an object"),
+])
+def test_matrix_config_settings_are_checked_naming_the_file_and_key(corpus, tmp_path, capsys, change, names):
+    """Issue 21 items 11-12: a bad setting is a one-line error naming the config file and its key
+    (not a TypeError, not a command's --flag), before any work."""
+    cfg = json.loads(_small_matrix(corpus, tmp_path).read_text())
+    change(cfg)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["residual", "matrix", "--config", str(path), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: " in err and names in err and "--" not in err.split(str(path))[1], err
+    assert not (tmp_path / "m").exists()
+
+
+def test_matrix_plan_takes_its_shard_from_a_slurm_array(corpus, tmp_path, capsys, monkeypatch):
+    cfg = _matrix_config(corpus, tmp_path)
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "3")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_MIN", "1")
+    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "p"), "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "7 cells (11 entries, some the same cell), 0 cached; shard 2/3 holds 2, 2 to run here" in out
+    assert "estimated CPU time" in out
+
+
 # ---------------------------------------------------------------- bad input
 
 

@@ -7,12 +7,16 @@ What the config names (see bench/residual/*.json and docs/residual.md):
 - `corpora`: dataset names of `textebm data prepare` (or {"name": "folder"} for your own);
   `vocab_corpora` (default: the same) train the one shared BPE vocabulary (`vocab_size`).
 - `generators`: name -> `lm train` settings (`arch`, `layers`, `width`, `heads`, `kernel`,
-  `steps`), or {"pretrained": "smollm2-135m"} for an unseen foreign generator (suffix only);
-  `lm` holds the settings they share (context, chunk, batch size, learning rate).
+  `steps` or `epochs` [+ `max_steps`]), or {"pretrained": "smollm2-135m"} for an unseen foreign
+  generator (suffix only); `lm` holds the settings they share (context, chunk, batch size,
+  learning rate).
 - `windows`: length, contexts, stride, k, top_k, max_windows per split.
-- `energies`: name -> `residual train` settings (`energy`, `init`, `steps`, ...). `init:
-  "generator"` starts a UniTransf from the transformer generator "tf" (seed 0, l2r) of its first
-  training corpus.
+- `energies`: name -> `residual train` settings (`energy`, `init`, `steps` or `epochs` [+
+  `max_steps`], ...). `init: "generator"` starts a UniTransf from the transformer generator "tf"
+  (seed 0, l2r) of its first training corpus.
+- `steps` N means N optimiser steps (passes over the data repeat as needed); `epochs` E means E
+  passes, cut at `max_steps` when given (`train_length`). Every setting is checked against the
+  option it sets, and errors name the config file and key (`energies.linear.steps`).
 - `tables`: a list of slices, each a `kind` with its own fields:
     in-domain     energies x corpora x generators x directions; train and test on one corpus,
                   test negatives from the generator's second seed (table 2)
@@ -24,22 +28,22 @@ What the config names (see bench/residual/*.json and docs/residual.md):
     zeroshot      the zero-shot detectors on in-domain test sets (loglik: the training
                   generator's LM; binoculars: that LM observing, the other architecture performing)
 
-Artifacts under DIR: data/, vocab/, gen/{corpus}-{gen}-{dir}-s{seed}, neg/*.jsonl,
+Artifacts under DIR: data/, vocab/, gen/{corpus}-{gen}-{dir}-s{seed}-{key}, neg/*.jsonl,
 energy/*, zeroshot/*, cells/*.json (one per evaluated cell, named with a hash of everything it
-depends on), then results.json, tables.md and heatmaps (*.png).
+depends on), then results.json, tables.md and heatmaps (*.png). The cells run on the grid runner
+(`textebm.grid`: cache, locks, --shard or a Slurm array, --plan, --backend dask); DIR follows the
+output rule for a cache (`check_out`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
 
+from textebm import grid
 from textebm.errors import InputError, TextebmError
 
 log = logging.getLogger(__name__)
@@ -52,48 +56,61 @@ REQUIRED = {"in-domain": ("energies", "corpora", "generators"), "zeroshot": ("de
 DEFAULT_LM = {"context": 80, "chunk": 64, "batch_size": 32, "lr": 2e-3}
 DEFAULT_WINDOWS = {"length": 64, "contexts": [48, 56], "stride": 16, "k": 3, "top_k": 10,
                    "max_windows": {"train": 2000, "dev": 500, "test": 500}}
-DEFAULT_ENERGY = {"steps": 300, "batch_size": 16, "lr": 1e-3}
+DEFAULT_ENERGY = {"batch_size": 16, "lr": 1e-3}
+DEFAULT_STEPS = 300  # of a generator or energy that names neither `steps` nor `epochs`
+# The settings each section of the config may hold: key -> the option of `lm train` (generators,
+# lm), `negatives generate` (windows) or `residual train` (energies) it sets, whose type and bounds
+# it takes (None: not an option).
+GENERATOR_KEYS = {"arch": "arch", "pretrained": None, "layers": "layers", "width": "width", "heads": "heads",
+                  "kernel": "kernel", "steps": "max_steps", "epochs": "epochs", "max_steps": "max_steps"}
+LM_KEYS = {"context": "context", "chunk": "chunk", "batch_size": "batch_size", "lr": "lr"}
+WINDOW_KEYS = {"length": "length", "contexts": "contexts", "stride": "stride", "k": "k", "top_k": "top_k",
+               "batch_size": "batch_size", "max_windows": None}
+ENERGY_KEYS = {"energy": "energy", "init": None, "loss": "loss", "margin": "margin", "layers": "layers",
+               "width": "width", "heads": "heads", "max_tokens": "max_tokens", "steps": "max_steps",
+               "epochs": "epochs", "max_steps": "max_steps", "batch_size": "batch_size", "lr": "lr"}
 TEST_SEED = 1  # the test negatives' generator: another seed of the training one's architecture
+
+
+KIND = "residual matrix"  # the kind in the marker of an --out folder the matrix wrote
+# The entries of --out that the matrix writes (and `--overwrite` removes), besides its heatmaps.
+ENTRIES = ("data", "vocab", "gen", "neg", "energy", "zeroshot", "cells", "results.json", "tables.md")
 
 
 @dataclass(kw_only=True)
 class MatrixConfig:
     config: str = field(metadata={"help": "matrix config JSON (see bench/residual/ and docs/residual.md)"})
-    out: str = field(metadata={"help": "folder of every cached artifact and the results"})
+    out: str = field(metadata={"help": "folder of every cached artifact and the results; a folder the matrix "
+                                       "wrote continues where it stopped (it is a cache)"})
     plan: bool = field(default=False, metadata={"help": "print the work left and its estimated CPU time, "
                                                         "then stop"})
-    threads: int = field(default=0, metadata={"help": "CPU threads (0: torch default)", "min": 0})
+    threads: int = field(default=0, metadata={"help": "CPU threads per process (0: torch default; with "
+                                                        "--backend dask: the cores shared among the workers)",
+                                              "min": 0})
     shard: str = field(default="", metadata={"help": "I/N: run every N-th cell from the I-th (1-based), for "
-                                                      "N processes sharing --out; shared artifacts are built once"})
+                                                      "N processes sharing --out; shared artifacts are built "
+                                                      "once (default: from a Slurm job array when in one)"})
+    backend: str = field(default="local", metadata={"help": "run the cells in this process, or as tasks on a "
+                                                            "Dask cluster (pip install 'textebm[grid]')",
+                                                    "choices": list(grid.BACKENDS)})
+    workers: int = field(default=2, metadata={"help": "--backend dask: worker processes of the local cluster",
+                                              "min": 1})
+    address: str = field(default="", metadata={"help": "--backend dask: scheduler address of an existing "
+                                                       "cluster (default: start a local one)"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "discard the matrix's earlier work in --out (what its marker lists) and start again; "
+                "without it, the matrix continues. Never touches files it did not write"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
+    def check(self) -> None:
+        from textebm.options import refuse_unused
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on PATH.lock, so that matrix processes sharing an --out (`--shard`)
-    build each artifact once: a second one waits, then finds it finished."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _once(path: Path, done, build) -> Path:
-    """PATH, built by `build()` unless `done()`; under its lock (`_locked`)."""
-    if not done():
-        with _locked(path):
-            if not done():
-                build()
-    return path
-
-
-def _hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
+        if self.shard:
+            grid.parse_shard(self.shard)
+        if self.backend != "dask":
+            refuse_unused(self, ["workers", "address"], "without --backend dask")
+        elif self.address:
+            refuse_unused(self, ["workers"], "with --address (the cluster has its own workers)")
 
 
 # ---------------------------------------------------------------- config
@@ -113,9 +130,13 @@ def read_config(path: str | Path) -> dict:
         raise InputError(path, "`corpora` must be a list of dataset names or {name: folder}")
     cfg.setdefault("vocab_corpora", list(cfg["corpora"]))
     cfg.setdefault("vocab_size", 8000)
+    for section in ("generators", "energies", "lm", "windows"):
+        if not isinstance(cfg.get(section, {}), dict):
+            raise InputError(path, f"`{section}` must be an object, got {cfg[section]!r}")
     cfg["lm"] = {**DEFAULT_LM, **cfg.get("lm", {})}
     cfg["windows"] = {**DEFAULT_WINDOWS, **cfg.get("windows", {})}
     cfg.setdefault("energies", {})
+    _check_settings(path, cfg)
     for name, g in cfg["generators"].items():
         if not isinstance(g, dict) or not ("pretrained" in g or g.get("arch") in ("transformer", "gcnn")):
             raise InputError(path, f"generator {name!r}: give `arch` (transformer / gcnn) or `pretrained`")
@@ -158,6 +179,115 @@ def read_config(path: str | Path) -> dict:
             if c is not None and c not in cfg["corpora"]:
                 raise InputError(path, f"table {i + 1}: corpus {c!r} is not in `corpora`")
     return cfg
+
+
+def train_length(spec: dict) -> dict:
+    """`epochs` and `max_steps` of the training command for a generator's or energy's settings:
+    `steps` N is exactly N optimiser steps (as many passes over the data as that takes: every pass
+    has at least one step, so N passes never end before step N); `epochs` E is E passes, cut at
+    `max_steps` when that is given."""
+    if "epochs" in spec:
+        return {"epochs": float(spec["epochs"]), "max_steps": spec.get("max_steps", 0)}
+    steps = spec.get("steps", DEFAULT_STEPS)
+    return {"epochs": float(steps), "max_steps": steps}
+
+
+def generator_options(spec: dict, lm: dict) -> dict:
+    """The `lm train` options of a generator's settings (everything but the files)."""
+    arch = {"arch": spec["arch"], "layers": spec.get("layers", 2), "width": spec.get("width", 128)}
+    if spec["arch"] == "gcnn":
+        arch["kernel"] = spec.get("kernel", 4)
+    else:
+        arch["heads"] = spec.get("heads", 4)
+    return {**arch, **train_length(spec), "context": lm["context"], "chunk": lm["chunk"],
+            "batch_size": lm["batch_size"], "lr": lm["lr"]}
+
+
+def energy_options(spec: dict) -> dict:
+    """The `residual train` options of an energy's settings (everything but the files and `init`)."""
+    spec = {**DEFAULT_ENERGY, **spec}
+    opts = {k: spec[k] for k in ("layers", "width", "heads", "max_tokens", "margin", "loss") if k in spec}
+    return {"energy": spec["energy"], **train_length(spec), "batch_size": spec["batch_size"], "lr": spec["lr"],
+            **opts}
+
+
+def _typed(f, v) -> str:
+    """'' when `v` fits option `f`'s type and choices, else what it should be."""
+    number = lambda x, t: isinstance(x, t) and not isinstance(x, bool)
+    t = str(f.type)
+    if t == "int" and not number(v, int):
+        return "an integer"
+    if t == "float" and not number(v, (int, float)):
+        return "a number"
+    if t == "str" and not isinstance(v, str):
+        return "a string"
+    if t == "list[int]" and not (isinstance(v, list) and v and all(number(x, int) for x in v)):
+        return "a list of integers"
+    if "choices" in f.metadata and v not in f.metadata["choices"]:
+        return "one of " + ", ".join(map(str, f.metadata["choices"]))
+    return ""
+
+
+def _check_section(path, where: str, spec: dict, cls, allowed: dict, probe) -> None:
+    """Each key of `spec` (config section `where`) is one of `allowed` and of its option's type;
+    then, with `probe()` (the command's options built from `spec`), the command's own bounds and
+    rules, their messages naming the config's keys instead of the command's flags."""
+    import dataclasses
+
+    from textebm.options import check_config, flag_of
+
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for k, v in spec.items():
+        if k not in allowed:
+            raise InputError(path, f"`{where}.{k}` is not a setting here (known: {', '.join(allowed)})")
+        if allowed[k] and (want := _typed(fields[allowed[k]], v)):
+            raise InputError(path, f"`{where}.{k}` must be {want}, got {v!r}")
+    if "steps" in spec and ("epochs" in spec or "max_steps" in spec):
+        raise InputError(path, f"`{where}`: give `steps` (exactly this many optimiser steps) or `epochs` "
+                               "(passes over the data, with an optional cap `max_steps`), not both")
+    if "max_steps" in spec and "epochs" not in spec:
+        raise InputError(path, f"`{where}.max_steps` caps `epochs`, which is missing (for an exact number of "
+                               "steps give `steps`)")
+    if "steps" in spec and spec["steps"] < 1:
+        raise InputError(path, f"`{where}.steps` must be at least 1, got {spec['steps']}")
+    if probe is None:
+        return
+    try:
+        check_config(cls(**probe()))
+    except TextebmError as e:
+        msg = str(e)
+        for k, name in sorted(allowed.items(), key=lambda kv: kv[0] not in spec):  # keys the config uses first
+            if name and flag_of(fields[name]) in msg:
+                msg = msg.replace(flag_of(fields[name]), f"`{where}.{k}`")
+        raise InputError(path, msg) from None
+
+
+def _check_settings(path, cfg: dict) -> None:
+    """Types, bounds and rules of every generator's, energy's, window's and LM setting, named by
+    their config keys (`energies.linear.steps`), before any work."""
+    from textebm.detection.negatives import NegativesConfig
+    from textebm.detection.train import ResidualTrainConfig
+    from textebm.lm.train import LMTrainConfig
+
+    _check_section(path, "lm", cfg["lm"], LMTrainConfig, LM_KEYS, None)
+    for name, g in cfg["generators"].items():
+        if isinstance(g, dict) and g.get("arch") in ("transformer", "gcnn"):
+            _check_section(path, f"generators.{name}", g, LMTrainConfig, GENERATOR_KEYS,
+                           lambda g=g: {"data": "", "out": "", "tokenizer": "vocab",
+                                        **generator_options(g, cfg["lm"])})
+    w = cfg["windows"]
+    _check_section(path, "windows", w, NegativesConfig, WINDOW_KEYS,
+                   lambda: {"data": "", "generator": "", "vocab": "", "out": "",
+                            **{k: v for k, v in w.items() if k != "max_windows"}})
+    mw = w["max_windows"]
+    if not isinstance(mw, dict) or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in mw.values()):
+        raise InputError(path, f"`windows.max_windows` must map splits to counts (0: all), got {mw!r}")
+    for name, e in cfg["energies"].items():
+        if isinstance(e, dict) and "energy" in e:
+            init = "generator" if e.get("init") else ""
+            _check_section(path, f"energies.{name}", e, ResidualTrainConfig, ENERGY_KEYS,
+                           lambda e=e, init=init: {"train": [], "val": [], "vocab": "", "out": "",
+                                                   "init": init, **energy_options(e)})
 
 
 def _table_energies(t: dict) -> list[str]:
@@ -248,31 +378,44 @@ class Matrix:
     def vocab(self) -> Path:
         return self.out / "vocab"
 
+    def gen_settings(self, g: str) -> dict:
+        """Everything a generator depends on: its `lm train` options as resolved (or its pretrained id)."""
+        spec = self.cfg["generators"][g]
+        return spec if "pretrained" in spec else generator_options(spec, self.cfg["lm"])
+
+    def energy_settings(self, e: str) -> dict:
+        spec = self.cfg["energies"][e]
+        return {**energy_options(spec), "init": spec.get("init", "")}
+
     def gen(self, corpus: str, g: str, d: str, seed: int) -> Path:
         spec = self.cfg["generators"][g]
         if "pretrained" in spec:
             return Path(spec["pretrained"])
-        return self.out / "gen" / f"{corpus}-{g}-{d}-s{seed}"
+        return self.out / "gen" / f"{corpus}-{g}-{d}-s{seed}-{grid.key(self.gen_settings(g))}"
 
     def foreign(self, g: str) -> bool:
         return "pretrained" in self.cfg["generators"][g]
 
     def negatives(self, corpus: str, g: str, d: str, split: str) -> Path:
         seed = TEST_SEED if split == "test" else 0
-        w = self.cfg["windows"]
-        key = _hash({"w": w, "g": self.cfg["generators"][g], "lm": self.cfg["lm"]})
+        key = grid.key({"w": self.cfg["windows"], "g": self.gen_settings(g)})
         return self.out / "neg" / f"{corpus}-{g}-{d}-s{seed}-{split}-{key}.jsonl"
 
     def energy_dir(self, e: str, side: Side, neg: str) -> Path:
-        key = _hash({"e": self.cfg["energies"][e], "w": self.cfg["windows"], "g": self.cfg["generators"][side.generator]})
+        key = grid.key({"e": self.energy_settings(e), "w": self.cfg["windows"], "g": self.gen_settings(side.generator)})
         return self.out / "energy" / f"{e}-{'+'.join(side.corpora)}-{side.generator}-{side.direction}-{neg}-{key}"
 
-    def cell_file(self, cell: Cell) -> Path:
-        key = _hash({"cell": [cell.detector, cell.train.name, cell.test.name, cell.negatives],
-                     "e": self.cfg["energies"].get(cell.detector), "w": self.cfg["windows"],
-                     "g": [self.cfg["generators"][cell.train.generator], self.cfg["generators"][cell.test.generator]]})
-        readable = f"{cell.detector}__{cell.train.name}__{cell.test.name}__{cell.negatives}".replace("/", "-")
-        return self.out / "cells" / f"{readable}-{key}.json"
+    def grid_cell(self, cell: Cell) -> grid.Cell:
+        """The matrix cell as a cell of the grid runner: keyed by everything its result depends on."""
+        settings = {"cell": [cell.detector, cell.train.name, cell.test.name, cell.negatives],
+                    "e": self.energy_settings(cell.detector) if cell.detector in self.cfg["energies"] else None,
+                    "w": self.cfg["windows"],
+                    "g": [self.gen_settings(cell.train.generator), self.gen_settings(cell.test.generator)]}
+        name = f"{cell.detector}__{cell.train.name}__{cell.test.name}__{cell.negatives}".replace("/", "-")
+        return grid.Cell(name, settings, cell)
+
+    def runner(self) -> grid.Grid:
+        return grid.Grid(self.out / "cells", self.compute)
 
     # -- stages
     def ensure_data(self, corpus: str) -> Path:
@@ -286,7 +429,7 @@ class Matrix:
             log.info("preparing %s", corpus)
             prepare(corpus, path)
 
-        return _once(path, lambda: (path / "train.jsonl").is_file(), build)
+        return grid.once(path, lambda: (path / "train.jsonl").is_file(), build)
 
     def ensure_vocab(self) -> Path:
         path = self.vocab()
@@ -300,7 +443,7 @@ class Matrix:
             with output_dir(path, "tokenizer train", False) as tmp:
                 tok.save_pretrained(tmp)
 
-        return _once(path, lambda: (path / "tokenizer.json").is_file(), build)
+        return grid.once(path, lambda: (path / "tokenizer.json").is_file(), build)
 
     def ensure_generator(self, corpus: str, g: str, d: str, seed: int) -> Path:
         from textebm.train import run_completed
@@ -310,19 +453,13 @@ class Matrix:
         def build():
             from textebm.lm.train import LMTrainConfig, lm_train
 
-            spec, lm = self.cfg["generators"][g], self.cfg["lm"]
-            arch = {"arch": spec["arch"], "layers": spec.get("layers", 2), "width": spec.get("width", 128)}
-            if spec["arch"] == "gcnn":
-                arch["kernel"] = spec.get("kernel", 4)
-            else:
-                arch["heads"] = spec.get("heads", 4)
             log.info("training generator %s", path.name)
-            lm_train(LMTrainConfig(data=str(self.ensure_data(corpus)), tokenizer=str(self.ensure_vocab()), **arch,
-                                   context=lm["context"], chunk=lm["chunk"], max_steps=spec.get("steps", 300),
-                                   batch_size=lm["batch_size"], lr=lm["lr"], direction=d, seed=seed, out=str(path),
-                                   progress=False, threads=self.threads, resume=(path / "config.json").is_file()))
+            lm_train(LMTrainConfig(data=str(self.ensure_data(corpus)), tokenizer=str(self.ensure_vocab()),
+                                   **generator_options(self.cfg["generators"][g], self.cfg["lm"]), direction=d,
+                                   seed=seed, out=str(path), progress=False, threads=self.threads,
+                                   resume=(path / "config.json").is_file()))
 
-        return _once(path, lambda: self.foreign(g) or run_completed(path), build)
+        return grid.once(path, lambda: self.foreign(g) or run_completed(path), build)
 
     def ensure_negatives(self, corpus: str, g: str, d: str, split: str) -> Path:
         path = self.negatives(corpus, g, d, split)
@@ -339,7 +476,7 @@ class Matrix:
                 progress=self.progress, precision=self.cfg.get("precision", "fp32"),
                 batch_size=w.get("batch_size", 64)))
 
-        return _once(path, path.is_file, build)
+        return grid.once(path, path.is_file, build)
 
     def ensure_energy(self, e: str, side: Side, neg: str) -> Path:
         from textebm.train import run_completed
@@ -349,23 +486,22 @@ class Matrix:
         def build():
             from textebm.detection.train import ResidualTrainConfig, residual_train
 
-            spec = {**DEFAULT_ENERGY, **self.cfg["energies"][e]}
+            spec = self.cfg["energies"][e]
             train = [str(self.ensure_negatives(c, side.generator, side.direction, "train")) for c in side.corpora]
             val = [str(self.ensure_negatives(c, side.generator, side.direction, "dev")) for c in side.corpora]
-            opts = {k: spec[k] for k in ("layers", "width", "heads", "max_tokens", "margin", "loss") if k in spec}
             init = spec.get("init", "")
             if init == "generator":  # the transformer LM of its first training corpus, in the shared vocabulary
                 init = str(self.ensure_generator(side.corpora[0], "tf", "l2r", 0))
             log.info("training energy %s", path.name)
             residual_train(ResidualTrainConfig(
-                train=train, val=val, vocab=str(self.vocab()), energy=spec["energy"], init=init, negatives=neg,
-                max_steps=spec["steps"], batch_size=spec["batch_size"], lr=spec["lr"], out=str(path), seed=0,
-                progress=self.progress, threads=self.threads, resume=(path / "config.json").is_file(), **opts))
+                train=train, val=val, vocab=str(self.vocab()), init=init, negatives=neg, out=str(path), seed=0,
+                progress=self.progress, threads=self.threads, resume=(path / "config.json").is_file(),
+                **energy_options(spec)))
 
-        return _once(path, lambda: run_completed(path) and (path / "detector.json").is_file(), build)
+        return grid.once(path, lambda: run_completed(path) and (path / "detector.json").is_file(), build)
 
     def ensure_zeroshot(self, method: str, side: Side) -> Path:
-        key = _hash({"g": self.cfg["generators"][side.generator], "w": self.cfg["windows"]})
+        key = grid.key({"g": self.gen_settings(side.generator), "w": self.cfg["windows"]})
         path = self.out / "zeroshot" / f"{method}-{side.corpora[0]}-{side.generator}-{side.direction}-{key}"
 
         def build():
@@ -381,89 +517,100 @@ class Matrix:
             fit_zeroshot(FitConfig(zeroshot=method, model=str(lm), val=val, vocab=str(self.vocab()), out=str(path),
                                    observer=observer))
 
-        return _once(path, lambda: (path / "detector.json").is_file(), build)
+        return grid.once(path, lambda: (path / "detector.json").is_file(), build)
 
-    def run_cell(self, cell: Cell) -> dict:
-        from textebm.io import read_json
-
-        path = self.cell_file(cell)
-        if not path.is_file():
-            with _locked(path):
-                if not path.is_file():
-                    self._evaluate(cell, path)
-        return read_json(path)
-
-    def _evaluate(self, cell: Cell, path: Path) -> None:
-        from textebm.io import write_json
+    def compute(self, gcell: grid.Cell) -> dict:
+        """Evaluate a cell (training its detector first, unless cached): the grid runner's compute."""
         from textebm.detection import detect
         from textebm.detection.detect import ZEROSHOT
+        from textebm.detection.windows import read_window_files
 
+        cell = gcell.task
         t0 = time.perf_counter()
         det = (self.ensure_zeroshot(cell.detector, cell.train) if cell.detector in ZEROSHOT
                else self.ensure_energy(cell.detector, cell.train, cell.negatives))
-        from textebm.detection.windows import read_window_files
-
         test = [self.ensure_negatives(c, cell.test.generator, cell.test.direction, "test") for c in cell.test.corpora]
         rows = read_window_files(test, "test negatives")
         scorer, rule, _ = detect.load_detector(det)
         real, fake = detect.window_scores(scorer.score_ids, rows, 64)
-        result = {"table": cell.table, "detector": cell.detector, "train": cell.train.name, "test": cell.test.name,
-                  "negatives": cell.negatives, **detect.evaluate(rule, real, fake.ravel(), fake),
-                  "val_accuracy": rule.val.get("balanced_accuracy"), "detector_dir": str(det),
-                  "seconds": round(time.perf_counter() - t0, 1)}
-        write_json(path, result)
+        return {"table": cell.table, "detector": cell.detector, "train": cell.train.name, "test": cell.test.name,
+                "negatives": cell.negatives, **detect.evaluate(rule, real, fake.ravel(), fake),
+                "val_accuracy": rule.val.get("balanced_accuracy"), "detector_dir": str(det),
+                "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def _shard(value: str) -> tuple[int, int]:
+def check_out(out: Path, overwrite: bool, plan: bool = False) -> None:
+    """The output rule for a folder that is a cache: a new or empty folder is written; a folder the
+    matrix wrote (its marker says `residual matrix`) continues where it stopped, or with
+    `overwrite` starts again (only the entries the marker lists are removed: a user's notes stay);
+    anything else (a folder textebm did not write, another command's output) is refused, with or
+    without `overwrite`. Then --out is created and marked, so an interrupted matrix is recognised."""
+    from textebm.outputs import check_output_dir, own_entries, read_marker, remove
+
+    marker = read_marker(out) if out.is_dir() else None
+    if marker is None or marker["kind"] != KIND:
+        check_output_dir(out, KIND, False)  # refuses what the matrix did not write, and a parent we cannot use
+        marker = None
+    if plan:
+        return
     try:
-        i, n = (int(x) for x in value.split("/"))
-    except ValueError:
-        i = n = 0
-    if not 1 <= i <= n:
-        raise TextebmError(f"--shard must be I/N with 1 <= I <= N, got {value!r}")
-    return i, n
+        if marker is not None and overwrite:
+            log.info("--overwrite: removing the matrix's earlier work in %s", out)
+            for name in own_entries(marker):
+                remove(out / name)
+        out.mkdir(parents=True, exist_ok=True)
+        _mark(out, ENTRIES)
+    except OSError as e:
+        raise TextebmError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+
+
+def _mark(out: Path, names) -> None:
+    """Add `names` to the entries the marker of --out lists (written only when they change)."""
+    from textebm.outputs import own_entries, read_marker, write_marker
+
+    old = own_entries(read_marker(out))
+    if read_marker(out) is None or not set(names) <= set(old):
+        write_marker(out, KIND, [*old, *names])
 
 
 def run_matrix(cfg_: MatrixConfig) -> dict:
     """Every cell of the config (cached), then results.json, tables.md and heatmaps."""
+    from textebm.detection.report import plan_report, write_report
     from textebm.io import write_json
     from textebm.options import check_config
 
     check_config(cfg_)
-    shard = _shard(cfg_.shard) if cfg_.shard else (1, 1)
+    shard = grid.shard_from(cfg_.shard)
     cfg = read_config(cfg_.config)
     out = Path(cfg_.out)
-    if cfg_.threads:
+    check_out(out, cfg_.overwrite, cfg_.plan)
+    threads = cfg_.threads
+    if cfg_.backend == "dask" and not cfg_.address and not threads:  # the local cores, shared by the workers
+        threads = max(1, (os.cpu_count() or 1) // cfg_.workers)
+    if threads:
         import torch
 
-        torch.set_num_threads(cfg_.threads)
-    m = Matrix(cfg, out, cfg_.threads, cfg_.progress)
-    cells = plan_cells(cfg)
-    left = [c for c in cells if not m.cell_file(c).is_file()]
-    log.info("%d cells, %d cached, %d to run", len(cells), len(cells) - len(left), len(left))
-    from textebm.detection.report import plan_report
-
-    plan = plan_report(m, cells, left)
+        torch.set_num_threads(threads)
+    m = Matrix(cfg, out, threads, cfg_.progress and cfg_.backend == "local")
+    cells = [m.grid_cell(c) for c in plan_cells(cfg)]
+    runner = m.runner()
+    plan = runner.plan(cells, shard, lambda left: plan_report(m, cells, [c.task for c in left]))
     if cfg_.plan:
         print(plan)
         return {}
     log.info("before it starts:\n%s", plan)
-    out.mkdir(parents=True, exist_ok=True)
-    mine = set(range(shard[0] - 1, len(cells), shard[1]))
-    for i, cell in enumerate(cells):
-        if i in mine:
-            r = m.run_cell(cell)
-            log.info("[%d/%d] %s %s -> %s: accuracy %.3f, AUROC %.3f", i + 1, len(cells), cell.detector,
-                     cell.train.name, cell.test.name, r["accuracy"], r["auroc"])
-    results = []
-    for cell in cells:
-        r = m.run_cell(cell)  # cached; with --shard, waits for (or does) the other shards' cells
-        results.append({**r, "table": cell.table})  # a cell shared by two tables is computed once
-    from textebm.detection.report import write_report
+    done = {"n": 0}
 
+    def on_result(cell: grid.Cell, r: dict) -> None:
+        done["n"] += 1
+        log.info("[%d] %s %s -> %s: accuracy %.3f, AUROC %.3f", done["n"], r["detector"], r["train"], r["test"],
+                 r["accuracy"], r["auroc"])
+
+    # with --shard, the other shards' cells are then read, waited for or done here
+    results = runner.run(cells, shard, cfg_.backend, cfg_.workers, cfg_.address, on_result)
+    results = [{**r, "table": c.task.table} for r, c in zip(results, cells)]  # a cell shared by two tables is computed once
     summary = {"config": cfg, "cells": results}
     write_json(out / "results.json", summary)
     write_report(summary, out)
+    _mark(out, [p.name for p in out.glob("heatmap-*.png")])
     return summary
-
-

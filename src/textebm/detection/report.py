@@ -3,6 +3,7 @@ time (from per-unit rates measured by bench/bench_residual.py, or the config's `
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -124,6 +125,16 @@ def write_report(summary: dict, out: Path) -> Path:
     return path
 
 
+def _steps(spec: dict, per_epoch: float) -> float:
+    """Optimiser steps of a generator's or energy's settings (`steps`, or `epochs` of `per_epoch`
+    steps cut at `max_steps`)."""
+    from textebm.detection.matrix import train_length
+
+    t = train_length(spec)
+    steps = t["epochs"] * per_epoch if "epochs" in spec else t["max_steps"]
+    return min(steps, t["max_steps"]) if t["max_steps"] else steps
+
+
 def plan_report(matrix, cells, left) -> str:
     """The work a run would still do and its estimated CPU time."""
     from textebm.detection.detect import ZEROSHOT
@@ -149,14 +160,15 @@ def plan_report(matrix, cells, left) -> str:
         elif not run_completed(matrix.energy_dir(c.detector, c.train, c.negatives)):
             energies.add((c.detector, c.train, c.negatives))
     w = cfg["windows"]
-    t_gen = sum(cfg["generators"][g].get("steps", 300) * rates["generator_step"] for _, g, _, _ in gens)
+    t_gen = sum(_steps(cfg["generators"][g], 300) * rates["generator_step"] for _, g, _, _ in gens)  # epochs: ~300 each
     t_neg = sum(w["max_windows"].get(s, 1000) * w["k"] / 3 * (rates["foreign_negative_window"] if matrix.foreign(g)
                                                               else rates["negative_window"]) for _, g, _, s in negs)
     t_en = 0.0
-    for e, _, _ in energies:
+    for e, side, _ in energies:
         spec = cfg["energies"][e]
         kind = spec["energy"] + ("-init" if spec["energy"] == "bitransf" and spec.get("init") else "")
-        t_en += spec.get("steps", 300) * rates["energy_step"].get(kind, 0.2)
+        per_epoch = math.ceil((w["max_windows"].get("train") or 2000) * len(side.corpora) / spec.get("batch_size", 16))
+        t_en += _steps(spec, per_epoch) * rates["energy_step"].get(kind, 0.2)
     def eval_rate(detector: str) -> float:
         table = rates["eval_window"]
         if not isinstance(table, dict):
@@ -169,8 +181,8 @@ def plan_report(matrix, cells, left) -> str:
 
     t_eval = sum(w["max_windows"].get("test", 500) * (1 + w["k"]) * eval_rate(c.detector) for c in left)
     total = t_gen + t_neg + t_en + t_eval
-    return "\n".join([
-        f"{len(cells)} cells, {len(cells) - len(left)} cached, {len(left)} to run",
+    return "\n".join([  # after the grid runner's list of the cells left
+        "shared artifacts and evaluations left:",
         f"  generators to train: {len(gens):3d}   ~{t_gen / 60:6.1f} min",
         f"  negatives files:     {len(negs):3d}   ~{t_neg / 60:6.1f} min",
         f"  energies to train:   {len(energies):3d}   ~{t_en / 60:6.1f} min",

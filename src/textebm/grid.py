@@ -1,0 +1,273 @@
+"""Experiment grids: one runner for every grid of textebm (the residual matrix, the calibration grid).
+
+A grid is a list of `Cell`s: a readable name, the settings its result depends on, an estimate of
+its CPU time, and a payload for the function that computes it. `Grid(folder, compute)` keeps one
+file per finished cell, FOLDER/NAME-KEY.json, where KEY is a hash of the cell's settings, so
+
+- a finished cell is never recomputed (its file is its cache), and a cell whose settings change
+  gets a new key, so a result is never reused for other settings;
+- an interrupted grid continues where it stopped (`Grid.run` skips finished cells);
+- processes sharing FOLDER compute each cell once: a cell is computed under an exclusive file lock
+  (`locked`), and `once` builds an artifact that several cells share (a generator, a negatives
+  file) under the same kind of lock;
+- `--shard I/N` runs every N-th cell from the I-th; without it, a Slurm job array
+  (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT, SLURM_ARRAY_TASK_MIN) gives each array task its
+  shard (`shard_from`);
+- `Grid.plan` lists the cells left with their estimated CPU time.
+
+Backends: `local` computes the cells one after another in this process; `dask` submits them as
+tasks to a Dask cluster (the optional extra `textebm[grid]`): a local one of `workers` processes,
+or an existing one given by its scheduler address. See docs/grids.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from textebm.errors import TextebmError
+from textebm.io import read_json, write_json
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("local", "dask")
+
+
+def key(obj: Any) -> str:
+    """A short hash of a JSON-able object (dict keys sorted): the identity of a cell or artifact."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on PATH.lock, so that processes sharing a grid's folder build each
+    artifact once: a second one waits, then finds it finished."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def once(path: Path, done: Callable[[], bool], build: Callable[[], Any]) -> Path:
+    """PATH, built by `build()` unless `done()`; under its lock (`locked`)."""
+    if not done():
+        with locked(path):
+            if not done():
+                build()
+    return path
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of a grid. `settings` (JSON) is everything its result depends on and is hashed into
+    its file name; `task` is what the compute function needs (not hashed); `seconds` is the
+    estimated CPU time, for the plan."""
+
+    name: str
+    settings: Any
+    task: Any = None
+    seconds: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return key(self.settings)
+
+
+def parse_shard(value: str, option: str = "--shard") -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        i = n = 0
+    if not 1 <= i <= n:
+        raise TextebmError(f"{option} must be I/N with 1 <= I <= N, got {value!r}")
+    return i, n
+
+
+def shard_from(value: str, env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(I, N), 1-based: from `--shard I/N` when given, else from a Slurm job array, else (1, 1).
+
+    Slurm numbers array tasks as `--array` says (0-3, 1-4, even 0-6:2): the task's place is
+    (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN) / SLURM_ARRAY_TASK_STEP among
+    SLURM_ARRAY_TASK_COUNT tasks."""
+    if value:
+        return parse_shard(value)
+    env = os.environ if env is None else env
+    if "SLURM_ARRAY_TASK_ID" not in env:
+        return 1, 1
+    names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN")
+    try:
+        task, count, low = (int(env[n]) for n in names)
+        step = int(env.get("SLURM_ARRAY_TASK_STEP", "1"))
+    except (KeyError, ValueError):
+        raise TextebmError("SLURM_ARRAY_TASK_ID is set, so the shard comes from the job array, but "
+                           + ", ".join(f"{n}={env.get(n)!r}" for n in names)
+                           + " do not give it; pass --shard I/N") from None
+    i = (task - low) // max(step, 1) + 1
+    if not 1 <= i <= count:
+        raise TextebmError(f"SLURM_ARRAY_TASK_ID={task} is not one of the {count} tasks of the array "
+                           f"from {low}; pass --shard I/N")
+    return i, count
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9+_.=-]+", "-", name).strip("-")[:120] or "cell"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.2f} h"
+
+
+class Grid:
+    """Cells cached in `folder` and computed by `compute(cell) -> dict` (a JSON object)."""
+
+    def __init__(self, folder: str | Path, compute: Callable[[Cell], dict]):
+        self.folder, self.compute = Path(folder), compute
+
+    def file(self, cell: Cell) -> Path:
+        return self.folder / f"{_safe(cell.name)}-{cell.key}.json"
+
+    def done(self, cell: Cell) -> bool:
+        return self.file(cell).is_file()
+
+    def result(self, cell: Cell) -> dict:
+        return read_json(self.file(cell))["result"]
+
+    def run_cell(self, cell: Cell) -> dict:
+        """The cell's result: read from its file, or computed (under its lock) and written."""
+        path = self.file(cell)
+        if not path.is_file():
+            with locked(path):
+                if not path.is_file():
+                    t0 = time.perf_counter()
+                    result = self.compute(cell)
+                    write_json(path, {"name": cell.name, "settings": cell.settings, "result": result,
+                                      "seconds": round(time.perf_counter() - t0, 1)})
+        return self.result(cell)
+
+    def left(self, cells: list[Cell]) -> list[Cell]:
+        """The unfinished cells, each once (two cells with the same name and settings are one)."""
+        return list({self.file(c): c for c in cells if not self.done(c)}.values())
+
+    def mine(self, cells: list[Cell], shard: tuple[int, int]) -> list[Cell]:
+        """Every N-th distinct cell from the I-th (shard (I, N), 1-based)."""
+        return list({self.file(c): c for c in cells}.values())[shard[0] - 1::shard[1]]
+
+    def plan(self, cells: list[Cell], shard: tuple[int, int] = (1, 1),
+             estimate: Callable[[list[Cell]], str] | None = None) -> str:
+        """The cells this shard would still compute, then the estimated CPU time: the sum of the
+        cells' own estimates, or `estimate(cells left)` for a grid whose cells share artifacts."""
+        left = self.left(self.mine(cells, shard))
+        distinct = len({self.file(c) for c in cells})
+        head = f"{distinct} cells" + (f" ({len(cells)} entries, some the same cell)" if distinct < len(cells) else "")
+        head += f", {distinct - len(self.left(cells))} cached"
+        if shard != (1, 1):
+            head += f"; shard {shard[0]}/{shard[1]} holds {len(self.mine(cells, shard))}"
+        lines = [f"{head}, {len(left)} to run here:"]
+        lines += [f"  {c.name}" + (f"  ~{_minutes(c.seconds)}" if c.seconds else "") for c in left]
+        lines.append(estimate(left) if estimate else
+                     f"estimated CPU time: {_minutes(sum(c.seconds for c in left))} on one thread")
+        return "\n".join(lines)
+
+    def run(self, cells: list[Cell], shard: tuple[int, int] = (1, 1), backend: str = "local", workers: int = 2,
+            address: str = "", on_result: Callable[[Cell, dict], None] | None = None,
+            keep_going: bool = False) -> list[dict | None]:
+        """Compute this shard's unfinished cells on `backend`, then return every cell's result in
+        order: the other shards' cells are read when finished, waited for while another process
+        computes them (their lock), or computed here when nobody has started them.
+
+        A user error (TextebmError) in a cell stops the grid, or with `keep_going` is logged and
+        that cell's result is None (nothing is cached for it: the next run tries it again)."""
+        if backend not in BACKENDS:
+            raise TextebmError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        todo = self.left(self.mine(cells, shard))
+        log.info("%d cells, %d to run here", len({self.file(c) for c in cells}), len(todo))
+        failed: dict[Path, str] = {}
+
+        def done(cell: Cell, result: dict | None, error: str | None) -> None:
+            if error is not None:
+                if not keep_going:
+                    raise TextebmError(error)
+                log.error("cell %s failed: %s (the grid goes on; run it again to retry)", cell.name, error)
+                failed[self.file(cell)] = error
+            elif on_result:
+                on_result(cell, result)
+
+        if backend == "dask" and todo:
+            for cell, result, error in run_dask(self, todo, workers, address, keep_going):
+                done(cell, result, error)
+        else:
+            for cell in todo:
+                try:
+                    result, error = self.run_cell(cell), None
+                except TextebmError as e:
+                    result, error = None, str(e)
+                done(cell, result, error)
+        results: list[dict | None] = []
+        for cell in cells:
+            if self.file(cell) in failed:
+                results.append(None)
+                continue
+            try:
+                results.append(self.run_cell(cell))
+            except TextebmError as e:
+                if not keep_going:
+                    raise
+                log.error("cell %s failed: %s", cell.name, e)
+                failed[self.file(cell)] = str(e)
+                results.append(None)
+        return results
+
+
+def _remote(grid: Grid, cell: Cell) -> tuple[str, Any]:
+    """Run on a Dask worker: the cell's result, or the user error it met (as text: an error object
+    need not survive pickling)."""
+    try:
+        return "ok", grid.run_cell(cell)
+    except TextebmError as e:
+        return "error", str(e)
+
+
+def run_dask(grid: Grid, cells: list[Cell], workers: int = 2, address: str = "",
+             keep_going: bool = False) -> Iterator[tuple[Cell, dict | None, str | None]]:
+    """Each cell as a Dask task, yielded as they finish with its result or its user error (the
+    first error cancels the other tasks, unless `keep_going`): on the cluster at `address` (a scheduler
+    started by the user, e.g. `dask scheduler` + `dask worker` on each machine, or dask-jobqueue)
+    or on a local cluster of `workers` processes of one thread each. Cells share artifacts through
+    the grid's folder and its file locks, so every worker must see the same file system."""
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise TextebmError("--backend dask needs Dask: pip install 'textebm[grid]' "
+                           "(or dask[distributed])") from None
+    with contextlib.ExitStack() as stack:
+        if address:
+            try:
+                client = stack.enter_context(Client(address, timeout="30s"))
+            except (OSError, TimeoutError) as e:
+                raise TextebmError(f"--address {address}: no Dask scheduler answered ({e})") from None
+        else:
+            # processes, not threads: each cell trains with its own seeds in torch's global state
+            cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                                       dashboard_address=None))
+            client = stack.enter_context(Client(cluster))
+        log.info("dask: %d cells on %s", len(cells), client.dashboard_link if address else f"{workers} local workers")
+        futures = {client.submit(_remote, grid, c, key=f"{_safe(c.name)}-{c.key}", pure=False): c for c in cells}
+        for fut in as_completed(futures):
+            status, value = fut.result()
+            if status == "error" and not keep_going:
+                for other in futures:
+                    other.cancel()
+            yield (futures[fut], None, value) if status == "error" else (futures[fut], value, None)

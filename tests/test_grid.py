@@ -1,0 +1,263 @@
+"""The grid runner (textebm.grid): cells cached by a hash of their settings, computed once by
+processes sharing a folder (file locks), shards from --shard or a Slurm job array, the plan, and
+the Dask backend on a local two-worker cluster."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from textebm import grid
+from textebm.errors import TextebmError
+
+
+def _cells(n: int = 4, seconds: float = 60.0) -> list[grid.Cell]:
+    return [grid.Cell(f"c{i}", {"x": i, "what": "square"}, i, seconds) for i in range(n)]
+
+
+def _square(cell: grid.Cell) -> dict:
+    return {"y": cell.task ** 2}
+
+
+class _Logged:
+    """A compute that appends each cell's name to LOG (one line per computation, O_APPEND)."""
+
+    def __init__(self, log: Path, sleep: float = 0.0):
+        self.log, self.sleep = log, sleep
+
+    def __call__(self, cell: grid.Cell) -> dict:
+        time.sleep(self.sleep)
+        with open(self.log, "a") as f:
+            f.write(f"{cell.name} {os.getpid()}\n")
+        return {"y": cell.task ** 2, "pid": os.getpid()}
+
+
+def _computed(log: Path) -> list[str]:
+    return [line.split()[0] for line in log.read_text().splitlines()] if log.is_file() else []
+
+
+def test_key_is_the_settings_not_their_order():
+    assert grid.key({"a": 1, "b": [1, 2]}) == grid.key({"b": [1, 2], "a": 1}) != grid.key({"a": 1, "b": [2, 1]})
+    assert len(grid.key({})) == 10
+
+
+def test_a_finished_cell_is_never_recomputed_and_new_settings_make_a_new_cell(tmp_path):
+    log = tmp_path / "log"
+    g = grid.Grid(tmp_path / "cells", _Logged(log))
+    cells = _cells(3)
+    assert [r["y"] for r in g.run(cells)] == [0, 1, 4]
+    assert _computed(log) == ["c0", "c1", "c2"]
+    saved = json.loads(g.file(cells[1]).read_text())
+    assert saved["settings"] == {"x": 1, "what": "square"} and saved["result"]["y"] == 1
+    assert [r["y"] for r in g.run(cells)] == [0, 1, 4] and len(_computed(log)) == 3  # all cached
+    changed = grid.Cell("c1", {"x": 1, "what": "square", "v": 2}, 1)  # same name, other settings
+    assert g.file(changed) != g.file(cells[1])
+    g.run([changed])
+    assert _computed(log) == ["c0", "c1", "c2", "c1"]
+
+
+def test_an_interrupted_grid_continues_where_it_stopped(tmp_path):
+    log = tmp_path / "log"
+
+    class Dies(_Logged):
+        def __call__(self, cell):
+            if cell.task == 2:
+                raise KeyboardInterrupt
+            return super().__call__(cell)
+
+    with pytest.raises(KeyboardInterrupt):
+        grid.Grid(tmp_path / "cells", Dies(log)).run(_cells(4))
+    assert _computed(log) == ["c0", "c1"]
+    assert [r["y"] for r in grid.Grid(tmp_path / "cells", _Logged(log)).run(_cells(4))] == [0, 1, 4, 9]
+    assert _computed(log) == ["c0", "c1", "c2", "c3"]
+
+
+def _run_grid(folder: str, log: str, shard: tuple[int, int]) -> None:
+    grid.Grid(folder, _Logged(Path(log), sleep=0.05)).run(_cells(6), shard)
+
+
+def _build_once(path: str, log: str) -> None:
+    def build():
+        time.sleep(0.2)
+        with open(log, "a") as f:
+            f.write(f"built {os.getpid()}\n")
+        Path(path).write_text("artifact")
+
+    grid.once(Path(path), Path(path).is_file, build)
+
+
+def test_two_processes_sharing_a_folder_compute_each_cell_and_artifact_once(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    log = tmp_path / "log"
+    for shards in (((1, 1), (1, 1)), ((1, 2), (2, 2))):  # the same cells, then two shards
+        folder = tmp_path / f"cells-{shards[1][0]}"
+        procs = [ctx.Process(target=_run_grid, args=(str(folder), str(log), s)) for s in shards]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert [p.exitcode for p in procs] == [0, 0]
+        names = _computed(log)
+        assert sorted(names) == [f"c{i}" for i in range(6)], names  # each cell once, none lost
+        log.unlink()
+    procs = [ctx.Process(target=_build_once, args=(str(tmp_path / "artifact"), str(log))) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert len(log.read_text().splitlines()) == 1 and (tmp_path / "artifact").read_text() == "artifact"
+
+
+def test_a_shard_computes_its_own_cells_first_then_finishes_the_others(tmp_path):
+    log = tmp_path / "log"
+    cells = _cells(5)
+    g = grid.Grid(tmp_path / "cells", _Logged(log))
+    assert [c.name for c in g.mine(cells, (2, 2))] == ["c1", "c3"]
+    assert [c.name for c in g.mine([cells[0], *cells], (2, 2))] == ["c1", "c3"]  # a repeated cell counts once
+    results = g.run(cells, (2, 2))
+    assert [r["y"] for r in results] == [0, 1, 4, 9, 16]
+    assert _computed(log) == ["c1", "c3", "c0", "c2", "c4"]
+
+
+@pytest.mark.parametrize("env, want", [
+    ({}, (1, 1)),
+    ({"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0"}, (1, 4)),
+    ({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0"}, (4, 4)),
+    ({"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "1"}, (1, 4)),
+    ({"SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "1"}, (4, 4)),
+    ({"SLURM_ARRAY_TASK_ID": "4", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0",  # --array=0-6:2
+      "SLURM_ARRAY_TASK_STEP": "2"}, (3, 4)),
+])
+def test_the_shard_comes_from_a_slurm_job_array(env, want):
+    assert grid.shard_from("", env) == want
+    assert grid.shard_from("2/5", env) == (2, 5)  # --shard wins
+
+
+@pytest.mark.parametrize("env", [
+    {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "1"},
+    {"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "x", "SLURM_ARRAY_TASK_MIN": "1"},
+    {"SLURM_ARRAY_TASK_ID": "1"},
+])
+def test_a_job_array_that_gives_no_shard_is_refused(env):
+    with pytest.raises(TextebmError, match="--shard"):
+        grid.shard_from("", env)
+
+
+@pytest.mark.parametrize("value", ["0/2", "3/2", "1", "a/b", "1/0"])
+def test_bad_shards_are_refused(value):
+    with pytest.raises(TextebmError, match="--shard"):
+        grid.shard_from(value, {})
+
+
+def test_the_plan_lists_the_cells_left_and_their_cpu_time(tmp_path):
+    g = grid.Grid(tmp_path / "cells", _square)
+    cells = _cells(4, seconds=90)
+    plan = g.plan(cells)
+    assert "4 cells, 0 cached, 4 to run here" in plan and "  c3  ~1.5 min" in plan
+    assert "estimated CPU time: 6.0 min" in plan and not (tmp_path / "cells").exists()
+    g.run_cell(cells[0])
+    plan = g.plan(cells, (1, 2))
+    assert "1 cached; shard 1/2 holds 2, 1 to run here" in plan and "c2" in plan and "c1" not in plan
+    assert "estimated CPU time: 1.5 min" in plan
+    assert g.plan(cells, estimate=lambda left: f"{len(left)} left by my own estimate").endswith("3 left by my own estimate")
+    assert g.plan([*cells, cells[3]]).startswith("4 cells (5 entries, some the same cell), 1 cached, 3 to run")
+
+
+def test_a_tiny_grid_on_a_local_two_worker_dask_cluster(tmp_path):
+    """The Dask backend (the `grid` extra, part of `dev`): each cell a task on one of two worker
+    processes; the same results as the local backend; a finished grid submits nothing."""
+    log = tmp_path / "log"
+    cells = _cells(6)
+    g = grid.Grid(tmp_path / "cells", _Logged(log, sleep=0.3))
+    seen = []
+    results = g.run(cells, backend="dask", workers=2, on_result=lambda c, r: seen.append(c.name))
+    assert [r["y"] for r in results] == [c.task ** 2 for c in cells] and sorted(seen) == sorted(c.name for c in cells)
+    pids = {r["pid"] for r in results}
+    assert os.getpid() not in pids and len(pids) == 2  # two worker processes, not this one
+    assert sorted(_computed(log)) == sorted(c.name for c in cells)  # each once
+    assert g.run(cells, backend="dask") == results and len(_computed(log)) == 6  # cached: no cluster started
+
+
+class _Fails:
+    def __call__(self, cell):
+        raise TextebmError(f"cell {cell.name}: bad input")
+
+
+def test_a_user_error_in_a_dask_task_is_a_user_error_here(tmp_path):
+    with pytest.raises(TextebmError, match="cell c0: bad input"):
+        grid.Grid(tmp_path / "cells", _Fails()).run(_cells(1), backend="dask", workers=1)
+
+
+class _FailsOn:
+    def __init__(self, bad: int):
+        self.bad = bad
+
+    def __call__(self, cell):
+        if cell.task == self.bad:
+            raise TextebmError(f"cell {cell.name}: bad input")
+        return {"y": cell.task ** 2}
+
+
+@pytest.mark.parametrize("backend", ["local", "dask"])
+def test_keep_going_skips_a_failed_cell_and_caches_nothing_for_it(tmp_path, backend):
+    g = grid.Grid(tmp_path / "cells", _FailsOn(1))
+    results = g.run(_cells(3), backend=backend, workers=1, keep_going=True)
+    assert [r and r["y"] for r in results] == [0, None, 4] and not g.done(_cells(3)[1])
+    with pytest.raises(TextebmError, match="cell c1: bad input"):
+        g.run(_cells(3))
+
+
+def _calibration_grid():
+    """bench/calibration_grid.py, the runner's second user (a script, loaded from its path)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "calibration_grid.py"
+    spec = importlib.util.spec_from_file_location("calibration_grid", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_calibration_grid_runs_its_cells_on_the_runner(tmp_path, monkeypatch, capsys):
+    """Each cell one quickstart (faked here: it records its command and writes what a finished
+    quickstart leaves); a cell that reuses another's steps runs after it; a failed cell is reported
+    and the grid goes on; a finished grid runs nothing again; --plan runs nothing."""
+    import subprocess
+    import sys
+
+    cg = _calibration_grid()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dataset.json").write_text("{}")
+    calls = []
+
+    def fake_run(cmd, **kw):
+        out = Path(cmd[cmd.index("--out") + 1])
+        cell = out.name
+        calls.append((cell, cmd[cmd.index("--reuse") + 1] if "--reuse" in cmd else None))
+        if cell == "k4":
+            return subprocess.CompletedProcess(cmd, 1)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "settings.json").write_text("{}")
+        (out / "results.json").write_text(json.dumps({"seeds": [0]}))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(cg.subprocess, "run", fake_run)
+    monkeypatch.setattr(cg, "report", lambda out, cells: "report\n")
+    argv = ["calibration_grid.py", "--out", str(tmp_path / "g"), "--data", str(data), "--seeds", "1",
+            "--cells", "lm4w", "k4", "lm4", "default"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--plan"])
+    cg.main()
+    assert "4 cells, 0 cached, 4 to run here" in capsys.readouterr().out and calls == []
+    monkeypatch.setattr(sys, "argv", argv)
+    cg.main()
+    g = str(tmp_path / "g")
+    assert calls == [("default", None), ("lm4", f"{g}/default"), ("lm4w", f"{g}/lm4"), ("k4", f"{g}/default")]
+    calls.clear()
+    cg.main()
+    assert calls == [("k4", f"{g}/default")]  # only the failed cell is tried again
