@@ -59,6 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupted(ns: argparse.Namespace) -> str:
+    """The message after Ctrl-C: a training run that has a checkpoint says how to continue it."""
+    from pathlib import Path
+
+    run = Path(getattr(ns, "out", "") or "")
+    if hasattr(ns._cls, "resume") and run.name and (run / "checkpoint" / "state.json").is_file():
+        return (f"interrupted; {run} keeps its last checkpoint: rerun the same command with --resume to "
+                "continue the run from it")
+    return "interrupted"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -74,6 +85,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"textebm: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("textebm: interrupted", file=sys.stderr)
+        print(f"textebm: {_interrupted(ns)}", file=sys.stderr)
         return 130
     return 0
