@@ -589,8 +589,8 @@ CASES = [
       for flag, val in [("--seed", "-1"), ("--epochs", "0"), ("--max-steps", "-3"), ("--batch-size", "0"),
                         ("--grad-accum", "0"), ("--weight-decay", "-0.1"), ("--warmup", "1.5"), ("--grad-clip", "-1"),
                         ("--precision", "fp17"), ("--checkpoint-every", "0"), ("--log-every", "0"),
-                        ("--threads", "-1"), ("--lr", "nan"), ("--vocab-size", "10"), ("--layers", "0"), ("--width", "4"),
-                        ("--heads", "0"), ("--ffn", "-1"), ("--twotower-scale", "2"), ("--mle-weight", "0"),
+                        ("--threads", "-1"), ("--lr", "nan"), ("--vocab-size", "10"), ("--layers", "0"),
+                        ("--width", "4"), ("--heads", "0"), ("--ffn", "-1"), ("--twotower-scale", "2"), ("--mle-weight", "0"),
                         ("--noise-lr", "0")]],
     ("cloze-train --tokenizer missing", lambda w: _cloze_train(w, "--tokenizer", w["root"] / "no-tok"), "no-tok"),
     ("cloze-train --eval-split dev on a file", lambda w: _set(_cloze_train(w, "--eval-split", "dev"), "--data",
@@ -708,12 +708,14 @@ def test_the_table_has_a_bad_value_for_every_option_of_the_newer_commands():
 # ---------------------------------------------------------------- bad values that stop a run already started
 
 
-def test_cloze_train_stops_cleanly_when_the_noise_model_diverges(world, tmp_path, capsys):
+@pytest.mark.parametrize("objective", [["electric"], ["electric", "--estimator", "naive"], ["electra"]],
+                         ids=["electric", "electric-naive", "electra"])
+def test_cloze_train_stops_cleanly_when_the_noise_model_diverges(world, tmp_path, capsys, objective):
     """--lr 1e30: the noise model's probabilities turn NaN after the first step; sampling from them
     must stop the run as a NaN loss does (exit 2, the message, the last good checkpoint kept), not
     end in torch.multinomial's traceback."""
     run = tmp_path / "run"
-    argv = _set(_set(_cloze_train(world, "--objective", "electric", "--lr", "1e30", "--precision", "bf16",
+    argv = _set(_set(_cloze_train(world, "--objective", *objective, "--lr", "1e30", "--precision", "bf16",
                                   "--checkpoint-every", "1", "--batch-size", "8", "--eval-split", ""),
                      "--max-steps", "4"), "--out", run)
     capsys.readouterr()

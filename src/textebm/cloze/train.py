@@ -165,10 +165,11 @@ def choose_positions(real: torch.Tensor, fraction: float, generator: torch.Gener
 
 
 def samplable(log_q: torch.Tensor) -> bool:
-    """True when every position's q is a distribution `sample_tokens` can draw from: finite
-    probabilities (−inf log-probabilities are zeros) with a positive sum.  log_q: (B, T, V)."""
-    probs = log_q.detach().float().exp()  # (B, T, V)
-    return bool(torch.isfinite(probs).all() and (probs.sum(-1) > 0).all())
+    """True when every position's q is a distribution `sample_tokens` can draw from. A row's max
+    log-probability is NaN when the row holds a NaN, +inf when it holds +inf and −inf when every
+    probability is 0; a finite max (at least −log V for a normalised row) means finite
+    probabilities with a positive sum.  log_q: (B, T, V)."""
+    return bool(torch.isfinite(log_q.detach().amax(-1)).all())  # (B, T) row maxima
 
 
 def sample_tokens(log_q: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -83,12 +83,9 @@ def window_seqs(rows: list[dict]) -> list[list[int]]:
     return [s for r in rows for s in (r["positive"], *r["negatives"])]
 
 
-def _first_bad_id(ids, vocab_size: int | None):
-    """The first id of `ids` that is not a token id (an integer in [0, vocab_size)), or None."""
-    for t in ids:
-        if isinstance(t, bool) or not isinstance(t, int) or t < 0 or (vocab_size is not None and t >= vocab_size):
-            return t
-    return None
+def _first_bad_id(ids: list[int], vocab_size: int | None) -> int | None:
+    """The first of `ids` below 0 or, with `vocab_size`, not below it; None when all are token ids."""
+    return next((t for t in ids if t < 0 or (vocab_size is not None and t >= vocab_size)), None)
 
 
 def read_window_file(path, length: int | None = None, vocab_size: int | None = None, length_of: str = "",
@@ -118,7 +115,8 @@ def read_window_file(path, length: int | None = None, vocab_size: int | None = N
             raise InputError(path, f"token id {bad} is negative; token ids count from 0", lineno)
         if bad is not None:
             raise InputError(path, f"token id {bad} is beyond the {vocab_size} entries of "
-                                   f"{vocab_of or 'the vocabulary'}; the windows were cut in another vocabulary", lineno)
+                                   f"{vocab_of or 'the vocabulary'}; the windows were cut in another vocabulary",
+                             lineno)
         if length is None:
             length, length_of = len(pos), "the windows above it are that long"
         if len(pos) != length:
