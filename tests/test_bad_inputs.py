@@ -173,7 +173,9 @@ def _det(w) -> dict[str, Path]:
                      "--vocab", str(r["vocab"]), "--out", str(d / "zs")]) == 0
         assert main(["residual", "threshold", "--model", str(d / "energy"), "--human", str(w["data"] / "test.jsonl"),
                      "--fpr", "0.1", "--out", str(d / "thr.json")]) == 0
-    return {"energy": d / "energy", "zs": d / "zs", "thr": d / "thr.json", "human": w["data"] / "test.jsonl"}
+        (d / "hand.json").write_text('{"threshold": 0.5}\n')  # written by hand: for no detector
+    return {"energy": d / "energy", "zs": d / "zs", "thr": d / "thr.json", "hand": d / "hand.json",
+            "human": w["data"] / "test.jsonl"}
 
 
 def _set(argv: list, flag: str, value) -> list:
@@ -562,6 +564,8 @@ CASES = [
     ("residual-score --input missing", lambda w: _set(_res_score(w), "--input", w["root"] / "none.txt"), "none.txt"),
     ("residual-score --threshold of another detector",
      lambda w: _res_score(w, "--threshold", _det(w)["thr"], model=_det(w)["zs"]), "--force-threshold"),
+    ("residual-score --threshold naming no detector", lambda w: _res_score(w, "--threshold", _det(w)["hand"]),
+     "does not name the detector"),
     ("residual-score --force-threshold without --threshold", lambda w: _res_score(w, "--force-threshold"),
      "--force-threshold"),
     ("residual-score --overwrite a folder", lambda w: _set(_res_score(w, "--overwrite"), "--out", w["adir"]), "adir"),
@@ -804,3 +808,23 @@ def test_residual_analyze_help_names_the_files_it_writes(world, tmp_path, capsys
                                           out=out)]) == 0
     written = {p.name for p in out.iterdir() if not p.name.startswith(".")}
     assert named == written == {"analysis.json", "context.png", "perturbations.png"}
+
+
+@pytest.mark.parametrize("command", ["residual-threshold", "cloze-train", "score"])
+def test_an_output_in_a_read_only_folder_is_refused(world, tmp_path, capsys, command):
+    """As root every folder is writable (the /proc cases above hold there); as a user, one that is
+    not must be refused before any work."""
+    import os
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as root: permission bits do not stop writes")
+        build = {"residual-threshold": _res_threshold, "cloze-train": _cloze_train, "score": _score_texts}[command]
+        capsys.readouterr()
+        assert main([str(a) for a in _set(build(world), "--out", ro / "x")]) == 2
+        assert f"cannot write in {ro}" in capsys.readouterr().err and not any(ro.iterdir())
+    finally:
+        ro.chmod(0o755)

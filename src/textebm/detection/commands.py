@@ -163,10 +163,11 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
         t = raw.get("threshold")
         if raw.get("detector_sha256") != detect.detector_id(info):
             if not cfg.force_threshold:
-                other = f"another detector ({raw['model']})" if raw.get("model") else "no named detector"
-                raise TextebmError(f"--threshold {cfg.threshold}: fitted for {other}, not for --model {cfg.model}; "
-                                   f"refit it with `residual threshold --model {cfg.model}`, or pass "
-                                   "--force-threshold to decide with it anyway")
+                why = (f"was fitted for another detector ({raw.get('model', 'unnamed')}), not for --model {cfg.model}"
+                       if raw.get("detector_sha256") else "does not name the detector it was fitted for (a file of "
+                       "`residual threshold` does)")
+                raise TextebmError(f"--threshold {cfg.threshold}: {why}; refit it with `residual threshold --model "
+                                   f"{cfg.model}`, or pass --force-threshold to decide with it anyway")
             log.warning("--threshold %s was fitted for another detector than %s; deciding with it "
                         "(--force-threshold)", cfg.threshold, cfg.model)
         if not isinstance(t, (int, float)):
