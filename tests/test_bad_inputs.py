@@ -3,7 +3,10 @@
 Each case must end with exit status 2, a message naming the option or the path at fault, no
 traceback, and nothing written: the tree under the test's folder is the same before and after.
 The cases run in-process through `textebm.cli.main`, on tiny fixtures (a dataset, a noise file,
-a tiny encoder, a tiny causal LM and a tiny trained classifier).
+a tiny encoder, a tiny causal LM, a tiny trained classifier, negatives files and two tiny
+detectors), built once per module. Every command has a case; every option of the newer commands
+has one (the option a case exercises is the word after the command in its id). The last tests
+cover bad values found only once a run has started (a diverging noise model, Ctrl-C).
 """
 
 from __future__ import annotations
