@@ -3,7 +3,10 @@
 Each case must end with exit status 2, a message naming the option or the path at fault, no
 traceback, and nothing written: the tree under the test's folder is the same before and after.
 The cases run in-process through `textebm.cli.main`, on tiny fixtures (a dataset, a noise file,
-a tiny encoder, a tiny causal LM and a tiny trained classifier).
+a tiny encoder, a tiny causal LM, a tiny trained classifier, negatives files and two tiny
+detectors), built once per module. Every command has a case; every option of the newer commands
+has one (the option a case exercises is the word after the command in its id). The last tests
+cover bad values found only once a run has started (a diverging noise model, Ctrl-C).
 """
 
 from __future__ import annotations
@@ -131,16 +134,62 @@ def _nbest(w) -> dict[str, Path]:
 
 
 def _res(w) -> dict[str, Path]:
-    """A vocabulary (the tiny LM's tokenizer), a valid and a broken negatives file, a matrix config."""
+    """A vocabulary (the tiny LM's tokenizer, 96 entries), negatives files in it (valid; broken; with a
+    negative token id on line 2; of 3-token windows), one cut in another vocabulary (the tiny
+    encoder's WordPiece), a matrix config."""
     d = w["root"] / "res"
     if not d.is_dir():
         d.mkdir()
         good = {"positive": [5, 6, 7, 8], "negatives": [[5, 6, 9, 9]], "direction": "l2r", "context_len": 2}
-        (d / "neg.jsonl").write_text(json.dumps(good) + "\n")
+        rows = [{**good, "positive": [5 + i, 6, 7, 8], "negatives": [[5 + i, 6, 9 + i, 9]]} for i in range(4)]
+        (d / "neg.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (d / "bad.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "negatives": [[5]]}) + "\n")
+        (d / "negid.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "negatives": [[5, 6, -1, 9]]})
+                                       + "\n")
+        short = {**good, "positive": [5, 6, 7], "negatives": [[5, 6, 9]]}
+        (d / "short.jsonl").write_text(json.dumps(short) + "\n")
+        from textebm.models.load import load_tokenizer
+
+        wordpiece = load_tokenizer(w["encoder"])
+        text = " ".join(json.loads(x)["text"] for x in w["file"].read_text().splitlines())
+        ids = wordpiece(text, add_special_tokens=False)["input_ids"]
+        first = next(i for i, t in enumerate(ids) if t >= 96)  # beyond the 96 entries of the tiny LM's vocabulary
+        ids = ids[first:first + 8]
+        (d / "foreign.jsonl").write_text(json.dumps({**good, "positive": ids[:4], "negatives": [ids[4:8]]}) + "\n")
         (d / "matrix.json").write_text(json.dumps({"corpora": ["sotu"], "generators": {"tf": {"arch": "rnn"}},
                                                    "tables": []}))
-    return {"vocab": w["lm"], "neg": d / "neg.jsonl", "bad": d / "bad.jsonl", "matrix": d / "matrix.json"}
+        (d / "matrix-ok.json").write_text(json.dumps({"corpora": ["sotu"], "generators": {"tf": {"arch": "transformer"}},
+                                                      "tables": []}))
+    return {"vocab": w["lm"], **{f: d / f"{f}.jsonl" for f in ("neg", "bad", "negid", "short", "foreign")},
+            "matrix": d / "matrix.json", "matrix-ok": d / "matrix-ok.json"}
+
+
+def _det(w) -> dict[str, Path]:
+    """Two tiny detectors (a linear energy trained one step, a zero-shot loglik one), a threshold
+    file of `residual threshold` for the energy, and 16 human texts (the test split)."""
+    d = w["root"] / "det"
+    r = _res(w)
+    if not d.is_dir():
+        d.mkdir()
+        assert main(["residual", "train", "--train", str(r["neg"]), "--val", str(r["neg"]), "--vocab", str(r["vocab"]),
+                     "--energy", "linear", "--max-steps", "1", "--out", str(d / "energy"), "--no-progress",
+                     "--precision", "fp32"]) == 0
+        assert main(["residual", "fit", "--zeroshot", "loglik", "--model", str(w["lm"]), "--val", str(r["neg"]),
+                     "--vocab", str(r["vocab"]), "--out", str(d / "zs")]) == 0
+        assert main(["residual", "threshold", "--model", str(d / "energy"), "--human", str(w["data"] / "test.jsonl"),
+                     "--fpr", "0.1", "--out", str(d / "thr.json")]) == 0
+        (d / "hand.json").write_text('{"threshold": 0.5}\n')  # written by hand: for no detector
+    return {"energy": d / "energy", "zs": d / "zs", "thr": d / "thr.json", "hand": d / "hand.json",
+            "human": w["data"] / "test.jsonl"}
+
+
+def _set(argv: list, flag: str, value) -> list:
+    """argv with `flag`'s value replaced by `value` (or `flag value` appended)."""
+    argv = list(argv)
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+        return argv
+    return [*argv, flag, value]
 
 
 def _neg(w, *extra, generator=None, out=None):
@@ -148,10 +197,34 @@ def _neg(w, *extra, generator=None, out=None):
             _res(w)["vocab"], "--out", out or w["root"] / "neg.jsonl", "--no-progress", *extra]
 
 
-def _res_train(w, *extra, train=None, out=None):
+def _res_train(w, *extra, train=None, val=None, out=None):
     r = _res(w)
-    return ["residual", "train", "--train", train or r["neg"], "--val", r["neg"], "--vocab", r["vocab"],
+    return ["residual", "train", "--train", train or r["neg"], "--val", val or r["neg"], "--vocab", r["vocab"],
             "--out", out or w["root"] / "new-det", "--max-steps", "1", "--no-progress", *extra]
+
+
+def _fit(w, *extra, val=None, out=None):
+    return ["residual", "fit", "--zeroshot", "loglik", "--model", w["lm"], "--val", *(val or [_res(w)["neg"]]),
+            "--vocab", _res(w)["vocab"], "--out", out or w["root"] / "fit", *extra]
+
+
+def _res_eval(w, *extra, test=None):
+    return ["residual", "eval", "--model", _det(w)["energy"], "--test", test or _res(w)["neg"], *extra]
+
+
+def _res_score(w, *extra, model=None):
+    return ["residual", "score", "--model", model or _det(w)["energy"], "--input", _det(w)["human"], "--out",
+            w["root"] / "p.jsonl", *extra]
+
+
+def _res_threshold(w, *extra):
+    return ["residual", "threshold", "--model", _det(w)["energy"], "--human", _det(w)["human"], "--out",
+            w["root"] / "t.json", *extra]
+
+
+def _analyze(w, *extra, model=None, test=None, out=None):
+    return ["residual", "analyze", "--model", model or _det(w)["energy"], "--test", test or _res(w)["neg"],
+            "--out", out or w["root"] / "an", *extra]
 
 
 def _rerank(w, *extra, dev=None, scores=None, out=None):
@@ -159,6 +232,31 @@ def _rerank(w, *extra, dev=None, scores=None, out=None):
     return ["rerank", "--dev", dev or f["dev"], "--test", f["test"], "--scores", scores or f["scores"],
             "--out", out or w["root"] / "rr", *extra]
 
+
+def _unwritable(w, where: str, flag: str) -> str | Path:
+    """An output path nothing can be written at: in /proc (a pseudo file system that refuses new
+    entries, even to root), or under a file."""
+    name = "x.txt" if flag == "--write-texts" else "x"  # --write-texts names a .txt or .jsonl file
+    return f"/proc/{name}" if where == "/proc/x" else w["existing"] / name
+
+
+# (case id, argv builder, option): every command's outputs
+OUTPUTS = [
+    ("lm-train", _lm_train, "--out"), ("classify-train", _clf_train, "--out"), ("cloze-train", _cloze_train, "--out"),
+    ("residual-train", _res_train, "--out"), ("classify-eval", _clf_eval, "--out"), ("lm-sample", _sample, "--out"),
+    ("lm-score", _score, "--out"), ("lm-eval", _eval, "--metrics"), ("score", _score_texts, "--out"),
+    ("score", _score_texts, "--html"), ("negatives-generate", _neg, "--out"), ("residual-fit", _fit, "--out"),
+    ("residual-eval", _res_eval, "--out"), ("residual-score", _res_score, "--out"),
+    ("residual-threshold", _res_threshold, "--out"), ("residual-analyze", _analyze, "--out"),
+    ("rerank", _rerank, "--out"),
+    ("residual-matrix", lambda w: ["residual", "matrix", "--config", _res(w)["matrix-ok"]], "--out"),
+    ("rerank", lambda w: ["rerank", "--dev", _nbest(w)["dev"], "--test", _nbest(w)["test"]], "--write-texts"),
+    ("tokenizer-train", lambda w: ["tokenizer", "train", "--data", w["data"], "--vocab-size", "100"], "--out"),
+    ("data-prepare", lambda w: ["data", "prepare", "rt-polarity"], "--out"),
+    ("data-convert", lambda w: ["data", "convert", "--input", w["file"]], "--out"),
+    ("models-fetch", lambda w: ["models", "fetch", "minilm-l6"], "--out"),
+    ("quickstart", _quickstart, "--out"),
+]
 
 # (case id, argv builder, the text the message must contain)
 CASES = [
@@ -195,8 +293,6 @@ CASES = [
      "cannot load its tokenizer"),
     ("classify-train a missing --data file", lambda w: _clf_train(w)[:2] + ["--data", w["root"] / "none.jsonl"]
      + _clf_train(w)[4:], "none.jsonl: not found"),
-    ("lm-score --out under a file", lambda w: _score(w, out=w["existing"] / "scores.jsonl"), "is a file"),
-    ("classify-eval --out under a file", lambda w: _clf_eval(w, out=w["existing"] / "report"), "is a file"),
     ("models-fetch --overwrite without --out", lambda w: ["models", "fetch", "minilm-l6", "--overwrite"],
      "--overwrite"),
     ("lm-eval --overwrite with nothing to write",
@@ -293,7 +389,7 @@ CASES = [
      "--vocab-size"),
     ("tokenizer-train --out a foreign folder",
      lambda w: ["tokenizer", "train", "--data", w["data"], "--vocab-size", "100", "--out", w["foreign"]], "mine"),
-    ("tokenizer-train missing data",
+    ("tokenizer-train --data missing",
      lambda w: ["tokenizer", "train", "--data", w["root"] / "nope", "--vocab-size", "100", "--out", w["root"] / "t"],
      "nope"),
     ("models-fetch unknown id", lambda w: ["models", "fetch", "gpt-5"], "gpt-5"),
@@ -324,7 +420,7 @@ CASES = [
      "expected a pretrained text encoder"),
     ("cloze-train --out a foreign folder", lambda w: _cloze_train(w)[:4] + ["--out", w["foreign"]]
      + _cloze_train(w)[6:], "mine"),
-    ("cloze-train missing data", lambda w: _cloze_train(w)[:2] + ["--data", w["root"] / "nope"] + _cloze_train(w)[4:],
+    ("cloze-train --data missing", lambda w: _cloze_train(w)[:2] + ["--data", w["root"] / "nope"] + _cloze_train(w)[4:],
      "nope"),
     # score
     *[(f"score {flag} {val}", lambda w, f=flag, v=val: _score_texts(w, f, v), flag)
@@ -343,13 +439,13 @@ CASES = [
     ("quickstart --reuse a trained run", lambda w: _quickstart(w, "--reuse", w["clf"]), "--reuse"),
     # rerank
     ("rerank --grid fine", lambda w: _rerank(w, "--grid", "fine"), "--grid"),
-    ("rerank a bad n-best file", lambda w: _rerank(w, dev=_nbest(w)["bad"]), "bad.json:2"),
+    ("rerank --dev a bad n-best file", lambda w: _rerank(w, dev=_nbest(w)["bad"]), "bad.json:2"),
     ("rerank a missing n-best file", lambda w: _rerank(w, dev=w["root"] / "none.json"), "none.json"),
     ("rerank --out a foreign folder", lambda w: _rerank(w, out=w["foreign"]), "mine"),
     ("rerank --out a trained run", lambda w: _rerank(w, "--overwrite", out=w["clf"]), "clf"),
     ("rerank --out a file", lambda w: _rerank(w, out=w["existing"]), "existing.jsonl"),
-    ("rerank a text without a score", lambda w: _rerank(w, scores=_nbest(w)["few"]), "few-scores.jsonl"),
-    ("rerank a score file that is not JSONL", lambda w: _rerank(w, scores=_nbest(w)["dev"]), "dev.json"),
+    ("rerank --scores a text without a score", lambda w: _rerank(w, scores=_nbest(w)["few"]), "few-scores.jsonl"),
+    ("rerank --scores a file that is not JSONL", lambda w: _rerank(w, scores=_nbest(w)["dev"]), "dev.json"),
     ("rerank --write-texts with --scores",
      lambda w: ["rerank", "--dev", _nbest(w)["dev"], "--test", _nbest(w)["test"], "--scores", _nbest(w)["scores"],
                 "--write-texts", w["root"] / "texts.txt"], "--scores"),
@@ -357,13 +453,13 @@ CASES = [
     *[(f"negatives-generate {flag} {val}", lambda w, f=flag, v=val: _neg(w, f, v), flag)
       for flag, val in [("--length", "3"), ("--k", "0"), ("--top-k", "-1"), ("--batch-size", "0"),
                         ("--temperature", "0"), ("--max-windows", "-1"), ("--precision", "fp17")]],
-    ("negatives-generate a context as long as the window", lambda w: _neg(w, "--length", "8", "--contexts", "8"),
+    ("negatives-generate --contexts as long as the window", lambda w: _neg(w, "--length", "8", "--contexts", "8"),
      "--contexts"),
     ("negatives-generate --generator an encoder", lambda w: _neg(w, generator=w["encoder"]), "expected a causal LM"),
     ("negatives-generate --generator a classifier", lambda w: _neg(w, generator=w["clf"]), "expected a causal LM"),
     ("negatives-generate --generator an infill LM", lambda w: _neg(w, "--length", "6", "--contexts", "3",
                                                                     generator=w["infill"]), "causal"),
-    ("negatives-generate a missing --vocab", lambda w: _neg(w)[:6] + ["--vocab", w["root"] / "no-vocab"] + _neg(w)[8:],
+    ("negatives-generate --vocab missing", lambda w: _neg(w)[:6] + ["--vocab", w["root"] / "no-vocab"] + _neg(w)[8:],
      "no-vocab"),
     ("negatives-generate documents shorter than the window", lambda w: _neg(w), "no document of 64 tokens"),
     ("negatives-generate --out an existing file", lambda w: _neg(w, out=w["existing"]), "existing.jsonl"),
@@ -378,7 +474,7 @@ CASES = [
     ("residual-train --max-tokens without an encoder", lambda w: _res_train(w, "--max-tokens", "64"), "--max-tokens"),
     ("residual-train width not divisible by heads", lambda w: _res_train(w, "--width", "30", "--heads", "4"),
      "--width"),
-    ("residual-train a broken negatives file", lambda w: _res_train(w, train=_res(w)["bad"]), "bad.jsonl:2"),
+    ("residual-train --train a broken negatives file", lambda w: _res_train(w, train=_res(w)["bad"]), "bad.jsonl:2"),
     ("residual-train a missing negatives file", lambda w: _res_train(w, train=w["root"] / "none.jsonl"), "none.jsonl"),
     ("residual-train unitransf --init an encoder", lambda w: _res_train(w, "--init", w["encoder"]),
      "expected a causal LM"),
@@ -388,7 +484,7 @@ CASES = [
     ("residual-fit --zeroshot gptzero",
      lambda w: ["residual", "fit", "--zeroshot", "gptzero", "--model", w["lm"], "--val", _res(w)["neg"],
                 "--vocab", _res(w)["vocab"], "--out", w["root"] / "fit"], "--zeroshot"),
-    ("residual-fit binoculars without an observer",
+    ("residual-fit --observer missing for binoculars",
      lambda w: ["residual", "fit", "--zeroshot", "binoculars", "--model", w["lm"], "--val", _res(w)["neg"],
                 "--vocab", _res(w)["vocab"], "--out", w["root"] / "fit"], "--observer"),
     ("residual-fit --model an encoder",
@@ -399,8 +495,7 @@ CASES = [
                 "--vocab", _res(w)["vocab"], "--out", w["foreign"]], "mine"),
     ("residual-eval --model a classifier",
      lambda w: ["residual", "eval", "--model", w["clf"], "--test", _res(w)["neg"]], "detector.json"),
-    ("residual-eval a broken test file",
-     lambda w: ["residual", "eval", "--model", w["clf"], "--test", _res(w)["bad"]], "bad.jsonl:2"),
+    ("residual-eval --test a broken file", lambda w: _res_eval(w, test=_res(w)["bad"]), "bad.jsonl:2"),
     ("residual-eval --out an existing file",
      lambda w: ["residual", "eval", "--model", w["clf"], "--test", _res(w)["neg"], "--out", w["existing"]],
      "existing.jsonl"),
@@ -425,7 +520,7 @@ CASES = [
                 "--bins", "0"], "--bins"),
     ("residual-analyze --out a foreign folder",
      lambda w: ["residual", "analyze", "--model", w["clf"], "--test", _res(w)["neg"], "--out", w["foreign"]], "mine"),
-    ("residual-matrix a bad config",
+    ("residual-matrix --config a bad one",
      lambda w: ["residual", "matrix", "--config", _res(w)["matrix"], "--out", w["root"] / "mx"], "matrix.json"),
     ("residual-matrix --shard 3/2",
      lambda w: ["residual", "matrix", "--config", _res(w)["matrix"], "--out", w["root"] / "mx", "--shard", "3/2"],
@@ -433,17 +528,111 @@ CASES = [
     ("residual-matrix --workers without --backend dask",
      lambda w: ["residual", "matrix", "--config", _res(w)["matrix"], "--out", w["root"] / "mx", "--workers", "4"],
      "--workers"),
+    ("residual-matrix --address without --backend dask",
+     lambda w: ["residual", "matrix", "--config", _res(w)["matrix-ok"], "--out", w["root"] / "mx", "--address",
+                "tcp://127.0.0.1:1"], "--address"),
+    ("residual-matrix --overwrite a folder textebm did not write",
+     lambda w: ["residual", "matrix", "--config", _res(w)["matrix-ok"], "--out", w["foreign"], "--overwrite"],
+     "was not written by textebm"),
     ("residual-matrix --backend ray",
      lambda w: ["residual", "matrix", "--config", _res(w)["matrix"], "--out", w["root"] / "mx", "--backend", "ray"],
      "--backend"),
     ("residual-matrix --backend dask --workers 0",
      lambda w: ["residual", "matrix", "--config", _res(w)["matrix"], "--out", w["root"] / "mx", "--backend", "dask",
                 "--workers", "0"], "--workers"),
-    ("residual-matrix a missing config",
+    ("residual-matrix --config missing",
      lambda w: ["residual", "matrix", "--config", w["root"] / "none.json", "--out", w["root"] / "mx"], "none.json"),
     ("rerank --write-texts an existing file",
      lambda w: ["rerank", "--dev", _nbest(w)["dev"], "--test", _nbest(w)["test"], "--write-texts", w["existing"]],
      "existing.jsonl"),
+    # one bad value for every option of the newer commands (test_the_table_has_a_bad_value_for_every_option...)
+    ("score --overwrite a folder", lambda w: _score_texts(w, "--overwrite", out=w["adir"]), "adir"),
+    ("rerank --test missing", lambda w: _set(_rerank(w), "--test", w["root"] / "no-test.json"), "no-test.json"),
+    ("rerank --versus a method not scored", lambda w: _rerank(w, "--versus", "mlm"), "--versus"),
+    ("rerank --bootstrap -1", lambda w: _rerank(w, "--bootstrap", "-1"), "--bootstrap"),
+    ("rerank --seed -1", lambda w: _rerank(w, "--seed", "-1"), "--seed"),
+    ("rerank --overwrite a foreign folder", lambda w: _rerank(w, "--overwrite", out=w["foreign"]), "mine"),
+    ("negatives-generate --split unknown", lambda w: _neg(w, "--split", "holdout"), "holdout"),
+    ("negatives-generate --stride -1", lambda w: _neg(w, "--stride", "-1"), "--stride"),
+    ("negatives-generate --seed -1", lambda w: _neg(w, "--seed", "-1"), "--seed"),
+    ("negatives-generate --overwrite a folder", lambda w: _neg(w, "--overwrite", out=w["adir"]), "adir"),
+    *[(f"residual-train {flag} {val}", lambda w, f=flag, v=val: _res_train(w, f, v), flag)
+      for flag, val in [("--seed", "-1"), ("--epochs", "0"), ("--max-steps", "-3"), ("--batch-size", "0"),
+                        ("--grad-accum", "0"), ("--weight-decay", "-0.1"), ("--warmup", "1.5"), ("--grad-clip", "-1"),
+                        ("--precision", "fp17"), ("--checkpoint-every", "0"), ("--log-every", "0"),
+                        ("--threads", "-1"), ("--lr", "nan"), ("--layers", "0"), ("--width", "4"), ("--heads", "0")]],
+    ("residual-train --val windows of another length", lambda w: _res_train(w, val=_res(w)["short"]),
+     "short.jsonl:1: a window of 3 tokens where 4 are expected (the --train windows"),
+    ("residual-train --vocab another vocabulary than the windows'", lambda w: _res_train(w, train=_res(w)["foreign"]),
+     "foreign.jsonl:1: token id"),
+    ("residual-train --train a negative token id", lambda w: _res_train(w, train=_res(w)["negid"]), "negid.jsonl:2"),
+    ("residual-train --resume --overwrite", lambda w: _res_train(w, "--resume", "--overwrite"), "--resume"),
+    ("residual-train --overwrite a foreign folder", lambda w: _res_train(w, "--overwrite", out=w["foreign"]), "mine"),
+    ("residual-fit --vocab another vocabulary than the windows'", lambda w: _fit(w, val=[_res(w)["foreign"]]),
+     "foreign.jsonl:1: token id"),
+    ("residual-fit --val a negative token id", lambda w: _fit(w, val=[_res(w)["negid"]]), "negid.jsonl:2"),
+    ("residual-fit --val windows of two lengths", lambda w: _fit(w, val=[_res(w)["neg"], _res(w)["short"]]),
+     "short.jsonl:1: a window of 3 tokens where 4 are expected"),
+    ("residual-fit --batch-size 0", lambda w: _fit(w, "--batch-size", "0"), "--batch-size"),
+    ("residual-fit --overwrite a foreign folder", lambda w: _fit(w, "--overwrite", out=w["foreign"]), "mine"),
+    ("residual-eval --test windows of another length", lambda w: _res_eval(w, test=_res(w)["short"]),
+     "short.jsonl:1: a window of 3 tokens where 4 are expected (the detector --model"),
+    ("residual-eval --test an out-of-vocabulary id", lambda w: _res_eval(w, test=_res(w)["foreign"]),
+     "foreign.jsonl:1: token id"),
+    ("residual-eval --test a negative token id", lambda w: _res_eval(w, test=_res(w)["negid"]), "negid.jsonl:2"),
+    ("residual-eval --batch-size 0", lambda w: _res_eval(w, "--batch-size", "0"), "--batch-size"),
+    ("residual-eval --overwrite a folder", lambda w: _res_eval(w, "--out", w["adir"], "--overwrite"), "adir"),
+    ("residual-score --input missing", lambda w: _set(_res_score(w), "--input", w["root"] / "none.txt"), "none.txt"),
+    ("residual-score --threshold of another detector",
+     lambda w: _res_score(w, "--threshold", _det(w)["thr"], model=_det(w)["zs"]), "--force-threshold"),
+    ("residual-score --threshold naming no detector", lambda w: _res_score(w, "--threshold", _det(w)["hand"]),
+     "does not name the detector"),
+    ("residual-score --force-threshold without --threshold", lambda w: _res_score(w, "--force-threshold"),
+     "--force-threshold"),
+    ("residual-score --overwrite a folder", lambda w: _set(_res_score(w, "--overwrite"), "--out", w["adir"]), "adir"),
+    ("residual-threshold --held-out 0.99 of 16 texts", lambda w: _res_threshold(w, "--held-out", "0.99"),
+     "--held-out 0.99 of 16 human texts"),
+    ("residual-threshold --model an LM", lambda w: _set(_res_threshold(w), "--model", w["lm"]), "detector.json"),
+    ("residual-threshold --human missing", lambda w: _set(_res_threshold(w), "--human", w["root"] / "none.txt"),
+     "none.txt"),
+    ("residual-threshold --seed -1", lambda w: _res_threshold(w, "--seed", "-1"), "--seed"),
+    ("residual-threshold --batch-size 0", lambda w: _res_threshold(w, "--batch-size", "0"), "--batch-size"),
+    ("residual-threshold --overwrite a folder", lambda w: _set(_res_threshold(w, "--overwrite"), "--out", w["adir"]),
+     "adir"),
+    ("residual-analyze --model an LM", lambda w: _analyze(w, model=w["lm"]), "detector.json"),
+    ("residual-analyze --test windows of another length", lambda w: _analyze(w, test=_res(w)["short"]),
+     "short.jsonl:1"),
+    ("residual-analyze --lm with a zero-shot detector", lambda w: _analyze(w, "--lm", w["lm"], model=_det(w)["zs"]),
+     "--lm"),
+    *[(f"residual-analyze {flag} {val}", lambda w, f=flag, v=val: _analyze(w, f, v), flag)
+      for flag, val in [("--windows", "0"), ("--positions", "-1"), ("--batch-size", "0")]],
+    ("residual-analyze --overwrite a trained run", lambda w: _analyze(w, "--overwrite", out=w["clf"]), "clf"),
+    ("residual-matrix --threads -1",
+     lambda w: ["residual", "matrix", "--config", _res(w)["matrix"], "--out", w["root"] / "mx", "--threads", "-1"],
+     "--threads"),
+    *[(f"cloze-train {flag} {val}", lambda w, f=flag, v=val: _cloze_train(w, f, v), flag)
+      for flag, val in [("--seed", "-1"), ("--epochs", "0"), ("--max-steps", "-3"), ("--batch-size", "0"),
+                        ("--grad-accum", "0"), ("--weight-decay", "-0.1"), ("--warmup", "1.5"), ("--grad-clip", "-1"),
+                        ("--precision", "fp17"), ("--checkpoint-every", "0"), ("--log-every", "0"),
+                        ("--threads", "-1"), ("--lr", "nan"), ("--vocab-size", "10"), ("--layers", "0"),
+                        ("--width", "4"), ("--heads", "0"), ("--ffn", "-1"), ("--twotower-scale", "2"), ("--mle-weight", "0"),
+                        ("--noise-lr", "0")]],
+    ("cloze-train --tokenizer missing", lambda w: _cloze_train(w, "--tokenizer", w["root"] / "no-tok"), "no-tok"),
+    ("cloze-train --eval-split dev on a file", lambda w: _set(_cloze_train(w, "--eval-split", "dev"), "--data",
+                                                              w["file"]), "train.jsonl"),
+    ("cloze-train --resume --overwrite", lambda w: _cloze_train(w, "--resume", "--overwrite"), "--resume"),
+    ("cloze-train --overwrite a foreign folder",
+     lambda w: _set(_cloze_train(w, "--overwrite"), "--out", w["foreign"]), "mine"),
+    ("tokenizer-train --kind sentencepiece",
+     lambda w: ["tokenizer", "train", "--data", w["data"], "--vocab-size", "100", "--out", w["root"] / "t", "--kind",
+                "sentencepiece"], "--kind"),
+    ("tokenizer-train --overwrite a foreign folder",
+     lambda w: ["tokenizer", "train", "--data", w["data"], "--vocab-size", "100", "--out", w["foreign"],
+                "--overwrite"], "mine"),
+    # an output where nothing can be written (a pseudo file system) or under a file: every command
+    *[(f"{name} {flag} {where}", lambda w, b=build, f=flag, x=where: _set(b(w), f, _unwritable(w, x, f)),
+       "cannot write in /proc" if where == "/proc/x" else "is a file")
+      for name, build, flag in OUTPUTS for where in ("/proc/x", "under a file")],
 ]
 
 
@@ -454,7 +643,9 @@ def _tree(root: Path) -> dict[str, int]:
 
 
 # fp16 is a valid precision on a CUDA machine: those cases only hold on a CPU-only one.
-RUN_CASES = [c for c in CASES if not ("fp16" in c[0] and __import__("torch").cuda.is_available())]
+# /proc cases need Linux's /proc.
+RUN_CASES = [c for c in CASES if not ("fp16" in c[0] and __import__("torch").cuda.is_available())
+             and not ("/proc/" in c[0] and not Path("/proc/self").exists())]
 
 
 @pytest.mark.parametrize("case", RUN_CASES, ids=[c[0] for c in RUN_CASES])
@@ -492,3 +683,167 @@ def test_the_table_covers_every_command():
     assert commands - listless <= covered, commands - listless - covered
     assert len(CASES) >= 100
     print(f"{len(CASES)} bad inputs")  # the figure the issue's closing note asks for
+
+
+# The newer commands are held to one case per option, not per command: the option a case exercises
+# is the word after the command in its id ("residual-eval --test windows of another length").
+PER_OPTION = ["score", "rerank", "negatives-generate", "residual-train", "residual-fit", "residual-eval",
+              "residual-score", "residual-threshold", "residual-analyze", "residual-matrix", "cloze-train",
+              "tokenizer-train"]
+# Options that cannot take a bad value: on/off switches whose either state is valid in any mode.
+NO_BAD_VALUE = {
+    "--progress",  # a progress bar or none
+    "--keep-checkpoint",  # keep checkpoint/ after a finished run or not
+    "--lowercase",  # tokenizer train: either case handling is a valid tokenizer
+    "--plan",  # residual matrix: print the plan instead of running; valid with any config
+    "--per-token", "--per-word",  # score: extra fields in each row, valid for every method
+    "--corpus",  # negatives generate: a free-text name in the rows' provenance
+}
+
+
+def _command_configs() -> dict[str, type]:
+    import importlib
+
+    from textebm.cli import GROUPS
+
+    out = {}
+    for group, (module_name, _) in GROUPS.items():
+        module = importlib.import_module(module_name)
+        if hasattr(module, "COMMAND"):
+            out[group] = module.COMMAND[0]
+        else:
+            out.update({f"{group}-{c}": cls for c, (cls, _) in module.COMMANDS.items()})
+    return out
+
+
+def test_the_table_has_a_bad_value_for_every_option_of_the_newer_commands():
+    from textebm.options import cli_fields, flag_of
+
+    configs = _command_configs()
+    covered = {tuple(c[0].split(" ")[:2]) for c in CASES}
+    missing = [f"{cmd} {flag_of(f)}" for cmd in PER_OPTION for f in cli_fields(configs[cmd])
+               if flag_of(f) not in NO_BAD_VALUE and (cmd, flag_of(f)) not in covered]
+    assert not missing, "options without a bad-value case: " + ", ".join(missing)
+
+
+
+# ---------------------------------------------------------------- bad values that stop a run already started
+
+
+@pytest.mark.parametrize("objective", [["electric"], ["electric", "--estimator", "naive"], ["electra"]],
+                         ids=["electric", "electric-naive", "electra"])
+def test_cloze_train_stops_cleanly_when_the_noise_model_diverges(world, tmp_path, capsys, objective):
+    """--lr 1e30: the noise model's probabilities turn NaN after the first step; sampling from them
+    must stop the run as a NaN loss does (exit 2, the message, the last good checkpoint kept), not
+    end in torch.multinomial's traceback."""
+    run = tmp_path / "run"
+    argv = _set(_set(_cloze_train(world, "--objective", *objective, "--lr", "1e30", "--precision", "bf16",
+                                  "--checkpoint-every", "1", "--batch-size", "8", "--eval-split", ""),
+                     "--max-steps", "4"), "--out", run)
+    capsys.readouterr()
+    assert main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "loss is nan" in err and "last good checkpoint is kept" in err, err[-2000:]
+    assert (run / "checkpoint" / "state.json").is_file()
+
+
+def test_an_interrupted_run_says_that_resume_continues_it(world, tmp_path, capsys, monkeypatch):
+    import textebm.train
+
+    run = tmp_path / "run"
+    argv = [str(a) for a in _set(_set(_lm_train(world, "--checkpoint-every", "1", "--eval-split", ""), "--max-steps",
+                                      "3"), "--out", run)]
+    check = textebm.train._check_finite
+
+    def interrupt_at(n):
+        def fake(loss, step, *a):
+            if step >= n:
+                raise KeyboardInterrupt
+            return check(loss, step, *a)
+        return fake
+
+    monkeypatch.setattr(textebm.train, "_check_finite", interrupt_at(0))  # before any checkpoint
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "--resume" not in err and not run.exists()  # nothing to continue
+    monkeypatch.setattr(textebm.train, "_check_finite", interrupt_at(2))  # after the checkpoint of step 2
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted; {run} keeps its last checkpoint" in err and "--resume" in err, err[-1000:]
+    monkeypatch.setattr(textebm.train, "_check_finite", check)
+    assert main([*argv, "--resume"]) == 0
+    assert json.loads((run / "metrics.json").read_text())["train"]["steps"] == 3
+
+
+def test_score_forced_to_another_detectors_threshold_decides_with_it(world, tmp_path, caplog):
+    import logging
+
+    d = _det(world)
+    out = tmp_path / "p.jsonl"
+    with caplog.at_level(logging.WARNING):
+        assert main([str(a) for a in _set(_res_score(world, "--threshold", d["thr"], "--force-threshold",
+                                                     model=d["zs"]), "--out", out)]) == 0
+    assert "fitted for another detector" in caplog.text
+    t = json.loads(d["thr"].read_text())["threshold"]
+    sign = json.loads((d["zs"] / "detector.json").read_text())["rule"]["sign"]
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 16 and all(r["generated"] == (sign * r["score"] > t) for r in rows)
+
+
+def test_a_threshold_refitted_for_the_detector_is_accepted(world, tmp_path):
+    d = _det(world)
+    out = tmp_path / "p.jsonl"
+    assert main([str(a) for a in _set(_res_score(world, "--threshold", d["thr"]), "--out", out)]) == 0
+    t = json.loads(d["thr"].read_text())["threshold"]
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert all(r["generated"] == (r["energy"] > t) for r in rows)  # an energy's sign is +1
+
+
+def test_rerank_logs_each_splits_one_best_beside_its_wer(tmp_path, caplog):
+    import logging
+
+    nb = {"dev": ("a b", "a c"), "test": ("a c", "a b")}  # the 1-best is right on dev, wrong on test
+    for split, (first, second) in nb.items():
+        (tmp_path / f"{split}.json").write_text(json.dumps({"u1": {"ref": "a b", "hyp_1": {"text": first, "score": -1},
+                                                                   "hyp_2": {"text": second, "score": -2}}}))
+    (tmp_path / "s.jsonl").write_text('{"text": "a b", "score": -3.0, "method": "m"}\n'
+                                      '{"text": "a c", "score": -4.0, "method": "m"}\n')
+    with caplog.at_level(logging.INFO):
+        assert main(["rerank", "--dev", str(tmp_path / "dev.json"), "--test", str(tmp_path / "test.json"), "--scores",
+                     str(tmp_path / "s.jsonl"), "--out", str(tmp_path / "rr"), "--bootstrap", "0"]) == 0
+    line = next(x for x in caplog.text.splitlines() if "lambda" in x)
+    assert "(1-best 0.00%), test WER" in line and line.endswith("(1-best 50.00%)"), line
+
+
+def test_residual_analyze_help_names_the_files_it_writes(world, tmp_path, capsys):
+    import re
+
+    capsys.readouterr()
+    assert main(["residual", "analyze", "--help"]) == 0
+    named = set(re.findall(r"[\w.-]+\.(?:json|png)", capsys.readouterr().out))
+    out = tmp_path / "an"
+    assert main([str(a) for a in _analyze(world, "--lm", world["lm"], "--windows", "2", "--positions", "2",
+                                          out=out)]) == 0
+    written = {p.name for p in out.iterdir() if not p.name.startswith(".")}
+    assert named == written == {"analysis.json", "context.png", "perturbations.png"}
+
+
+@pytest.mark.parametrize("command", ["residual-threshold", "cloze-train", "score"])
+def test_an_output_in_a_read_only_folder_is_refused(world, tmp_path, capsys, monkeypatch, command):
+    """As root every folder is writable (the /proc cases above hold there); as a user, one that is
+    not must be refused before any work."""
+    import os
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        if os.access(ro, os.W_OK):  # root: permission bits do not stop it; the folder says no instead
+            real = os.access
+            monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: Path(p) != ro and real(p, mode, *a, **k))
+        build = {"residual-threshold": _res_threshold, "cloze-train": _cloze_train, "score": _score_texts}[command]
+        capsys.readouterr()
+        assert main([str(a) for a in _set(build(world), "--out", ro / "x")]) == 2
+        assert f"cannot write in {ro}" in capsys.readouterr().err and not any(ro.iterdir())
+    finally:
+        ro.chmod(0o755)

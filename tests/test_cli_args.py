@@ -84,20 +84,3 @@ def test_every_commands_help_reads_well():
             for line in text.splitlines():
                 assert line.count("(default") <= 1, (sp.prog, line)
 
-
-def test_an_interrupted_run_says_how_to_continue(monkeypatch, capsys):
-    """Ctrl-C names --resume for a training command, a rerun for a resumable output; exit 130."""
-    from types import SimpleNamespace
-
-    from textebm import cli
-
-    def stop(cfg):
-        raise KeyboardInterrupt
-
-    for cfg, words in [(SimpleNamespace(resume=False, out="runs/x"), "--resume to continue runs/x"),
-                       (SimpleNamespace(out="neg.jsonl"), "rerun the same command to continue")]:
-        ns = SimpleNamespace(verbose=False, _cls=None, _fn=stop)
-        monkeypatch.setattr(cli, "build_parser", lambda: SimpleNamespace(parse_args=lambda argv: ns))
-        monkeypatch.setattr(cli, "dataclass_from_namespace", lambda cls, ns, cfg=cfg: cfg)
-        assert cli.main([]) == 130
-        assert f"textebm: interrupted; " in (err := capsys.readouterr().err) and words in err

@@ -67,8 +67,12 @@ def _check_parent(path: Path, option: str) -> None:
         parent = parent.parent
     if not parent.is_dir():
         raise TextebmError(f"{option} {path}: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK):
-        raise TextebmError(f"{option} {path}: cannot write in {parent}")
+    try:  # permission bits do not tell (root, read-only mounts, /proc): make and remove an entry
+        if not os.access(parent, os.W_OK):
+            raise PermissionError
+        os.rmdir(tempfile.mkdtemp(prefix=".textebm-probe.", dir=parent))
+    except OSError:
+        raise TextebmError(f"{option} {path}: cannot write in {parent}") from None
 
 
 def check_output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--out") -> bool:

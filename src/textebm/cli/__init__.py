@@ -59,6 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupted(ns: argparse.Namespace) -> str:
+    """The message after Ctrl-C: a training run that has a checkpoint says how to continue it."""
+    from pathlib import Path
+
+    run = Path(getattr(ns, "out", "") or "")
+    if hasattr(ns._cls, "resume") and run.name and (run / "checkpoint" / "state.json").is_file():
+        return (f"interrupted; {run} keeps its last checkpoint: rerun the same command with --resume to "
+                "continue the run from it")
+    return "interrupted"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -67,7 +78,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     logging.basicConfig(level=logging.DEBUG if ns.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    cfg = None
     try:
         cfg = dataclass_from_namespace(ns._cls, ns)
         ns._fn(cfg)
@@ -75,17 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"textebm: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"textebm: interrupted{interrupted_hint(cfg)}", file=sys.stderr)
+        print(f"textebm: {_interrupted(ns)}", file=sys.stderr)
         return 130
     return 0
 
-
-def interrupted_hint(cfg) -> str:
-    """How to continue an interrupted command: a training run resumes from its last checkpoint
-    with --resume; a resumable output (FILE.partial) continues when the same command is rerun."""
-    if cfg is None:
-        return ""
-    if hasattr(cfg, "resume") and hasattr(cfg, "out"):
-        return (f"; rerun the same command with --resume to continue {cfg.out} from its last checkpoint "
-                "(nothing after it is lost but the steps since)")
-    return "; rerun the same command to continue: finished work is kept and reused"

@@ -131,9 +131,9 @@ def run_rerank(cfg: RerankConfig) -> Path:
             f.write(render_report(metrics, PLOT, sources))
     for s, e in metrics["subsets"].items():
         for name, m in e["methods"].items():
-            log.info("subset %s, %s: lambda %g, dev WER %.2f%%, test WER %s (1-best %.2f%%)", s, name, m["lambda"],
-                     100 * m["dev_wer"], "–" if m["test_wer"] is None else f"{100 * m['test_wer']:.2f}%",
-                     100 * e["one_best"]["dev_wer"])
+            log.info("subset %s, %s: lambda %g, dev WER %.2f%% (1-best %.2f%%), test WER %s (1-best %s)", s, name,
+                     m["lambda"], 100 * m["dev_wer"], 100 * e["one_best"]["dev_wer"],
+                     *("–" if w is None else f"{100 * w:.2f}%" for w in (m["test_wer"], e["one_best"]["test_wer"])))
     return Path(cfg.out)
 
 

@@ -164,6 +164,14 @@ def choose_positions(real: torch.Tensor, fraction: float, generator: torch.Gener
     return rank < k[:, None]
 
 
+def samplable(log_q: torch.Tensor) -> bool:
+    """True when every position's q is a distribution `sample_tokens` can draw from. A row's max
+    log-probability is NaN when the row holds a NaN, +inf when it holds +inf and −inf when every
+    probability is 0; a finite max (at least −log V for a normalised row) means finite
+    probabilities with a positive sum.  log_q: (B, T, V)."""
+    return bool(torch.isfinite(log_q.detach().amax(-1)).all())  # (B, T) row maxima
+
+
 def sample_tokens(log_q: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per position from q.  log_q: (B, T, V) → (B, T) long."""
     b, t, v = log_q.shape
@@ -199,6 +207,10 @@ def cloze_losses(model, batch: dict, generator: torch.Generator | None = None,
     out["loss_mle"] = torch.where(real, nll, torch.zeros_like(nll)).sum() / n_tokens
     if spec.objective == "twotower":
         return out
+    if not samplable(log_q):
+        # A diverged noise model (NaN / inf logits): q cannot be sampled. A NaN loss stops the
+        # run as any other does (TrainingDiverged, the last good checkpoint kept).
+        return {**out, "loss_disc": torch.full((), float("nan"), device=ids.device)}
     if estimator == "naive":
         return {**out, **_naive_nce(model, ids, attn, real, log_q, generator, n_tokens)}
     replaced = choose_positions(real, spec.mask_fraction, generator)  # (B, T) R

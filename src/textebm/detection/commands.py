@@ -42,10 +42,18 @@ class DetectScoreConfig:
     model: str = field(metadata={"help": "detector folder (RUN of `residual train`, or of `residual fit`)"})
     input: str = field(metadata={"help": "texts: JSONL (`text`), CSV/TSV or plain text (one per line)"})
     out: str = field(metadata={"help": "output JSONL: energy / score, P(machine-generated), decision"})
-    threshold: str = field(default="", metadata={"help": "a threshold file of `residual threshold` to decide "
-                                                         "with (default: the detector's own)"})
+    threshold: str = field(default="", metadata={"help": "a threshold file of `residual threshold` for this "
+                                                         "detector to decide with (default: the detector's own)"})
+    force_threshold: bool = field(default=False, metadata={"help": "decide with --threshold even though it was "
+                                                                   "fitted for another detector (or names none)"})
     batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
+
+    def check(self) -> None:
+        from textebm.options import refuse_unused
+
+        if not self.threshold:
+            refuse_unused(self, ["force_threshold"], "without --threshold")
 
 
 @dataclass(kw_only=True)
@@ -66,7 +74,7 @@ class AnalyzeConfig:
     model: str = field(metadata={"help": "detector folder (a `residual train` run for the perturbations)"})
     test: list[str] = field(metadata={"help": "negatives files of test windows (for the context analysis, "
                                               "generated with several --contexts)"})
-    out: str = field(metadata={"help": "folder for context.json/png and perturbations.json/png"})
+    out: str = field(metadata={"help": "folder for analysis.json, context.png and (with --lm) perturbations.png"})
     lm: str = field(default="", metadata={"help": "the generator LM: its NLL beside the energy in the "
                                                   "perturbation analysis (figure 2); without it, none is run"})
     windows: int = field(default=100, metadata={"help": "perturbation analysis: real windows used", "min": 1})
@@ -87,7 +95,7 @@ def fit_zeroshot(cfg: FitConfig) -> dict:
     check_config(cfg)
     check_output_dir(cfg.out, "residual fit", cfg.overwrite)
     vocab = load_tokenizer(cfg.vocab, "--vocab")
-    rows = read_window_files(cfg.val, "--val")
+    rows = read_window_files(cfg.val, "--val", vocab_size=len(vocab), vocab_of=f"--vocab {cfg.vocab}")
     model = str(find_model(cfg.model, CAUSAL_LM).path.resolve())
     observer = str(find_model(cfg.observer, CAUSAL_LM, "--observer").path.resolve()) if cfg.observer else ""
     scorer = detect.ZeroShotScorer(cfg.zeroshot, model, vocab, observer or None)
@@ -112,13 +120,23 @@ def evaluate_detector(cfg: DetectEvalConfig) -> dict:
     check_config(cfg)
     if cfg.out:
         check_output_file(cfg.out, cfg.overwrite)
-    rows = read_window_files(cfg.test, "--test")
-    scorer, rule, _ = detect.load_detector(cfg.model)
+    scorer, rule, info = detect.load_detector(cfg.model)
+    rows = read_detector_windows(cfg.test, cfg.model, scorer, info)
     real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
     out = detect.evaluate(rule, real, fake.ravel(), fake)
     if cfg.out:
         write_json(cfg.out, out)
     return out
+
+
+def read_detector_windows(paths: list[str], model: str, scorer, info: dict) -> list[dict]:
+    """--test windows a detector can score: in its vocabulary and as long as the windows it was
+    fitted on (an error naming the file and line otherwise)."""
+    from textebm.detection import detect
+
+    return read_window_files(paths, "--test", detect.scorer_length(scorer, info), len(scorer.vocab),
+                             length_of=f"the detector --model {model} was fitted on windows that long",
+                             vocab_of=f"the vocabulary of the detector --model {model}")
 
 
 def _texts(path: str) -> tuple[list[str], list[str]]:
@@ -143,9 +161,15 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
     if cfg.threshold:
         raw = read_json_object(cfg.threshold, "threshold file")
         t = raw.get("threshold")
-        if raw.get("model") and Path(raw["model"]) != Path(cfg.model).resolve():
-            log.warning("--threshold %s was fitted for the detector %s, not %s", cfg.threshold, raw["model"],
-                        Path(cfg.model).resolve())
+        if raw.get("detector_sha256") != detect.detector_id(info):
+            if not cfg.force_threshold:
+                why = (f"was fitted for another detector ({raw.get('model', 'unnamed')}), not for --model {cfg.model}"
+                       if raw.get("detector_sha256") else "does not name the detector it was fitted for (a file of "
+                       "`residual threshold` does)")
+                raise TextebmError(f"--threshold {cfg.threshold}: {why}; refit it with `residual threshold --model "
+                                   f"{cfg.model}`, or pass --force-threshold to decide with it anyway")
+            log.warning("--threshold %s was fitted for another detector than %s; deciding with it "
+                        "(--force-threshold)", cfg.threshold, cfg.model)
         if not isinstance(t, (int, float)):
             raise TextebmError(f"--threshold {cfg.threshold}: no numeric `threshold`; write one with "
                                "`residual threshold`")
@@ -179,11 +203,13 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
 
     check_config(cfg)
     check_output_file(cfg.out, cfg.overwrite)
-    scorer, rule, info = detect.load_detector(cfg.model)
     _, texts = _texts(cfg.human)
+    detect.split_sizes(len(texts), cfg.held_out)  # a --held-out that leaves nothing to fit fails before any work
+    scorer, rule, info = detect.load_detector(cfg.model)
     scores, _ = detect.text_scores(scorer, texts, detect.scorer_length(scorer, info), cfg.batch_size)
     out = detect.refit_threshold(scores, rule, cfg.fpr, cfg.seed, cfg.held_out)
-    out.update(model=str(Path(cfg.model).resolve()), human=str(Path(cfg.human).resolve()))
+    out.update(model=str(Path(cfg.model).resolve()), detector_sha256=detect.detector_id(info),
+               human=str(Path(cfg.human).resolve()))
     write_json(cfg.out, out)
     return out
 
@@ -198,13 +224,14 @@ def analyze(cfg: AnalyzeConfig) -> dict:
 
     check_config(cfg)
     check_output_dir(cfg.out, "residual analyze", cfg.overwrite)
-    rows = read_window_files(cfg.test, "--test")
     scorer, rule, info = detect.load_detector(cfg.model)
+    if cfg.lm and info.get("detector") != "energy":
+        raise TextebmError(f"--lm with --model {cfg.model}: the perturbation analysis needs a trained energy "
+                           "(a run of `residual train`), not a zero-shot detector")
+    rows = read_detector_windows(cfg.test, cfg.model, scorer, info)
     real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
     result = {"context": analysis.by_context(rule, rows, real, fake)}
     if cfg.lm:
-        if info.get("detector") != "energy":
-            raise TextebmError(f"--model {cfg.model}: the perturbation analysis needs a trained energy")
         lm = detect.ZeroShotScorer("loglik", cfg.lm, scorer.vocab)
         result["perturbations"] = analysis.perturbations(
             [r["positive"] for r in rows[:cfg.windows]], scorer.vocab, lambda s: scorer.score_ids(s, cfg.batch_size),

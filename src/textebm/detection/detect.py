@@ -230,16 +230,35 @@ def evaluate(rule: Rule, real, fake, fake_by_window: np.ndarray | None = None) -
     return out
 
 
+def split_sizes(n: int, held_out: float) -> tuple[int, int]:
+    """(texts to fit a threshold on, texts held out to check it) of `n` human texts, a fraction
+    `held_out` held out; a TextebmError when either part would be empty."""
+    if n < 4:
+        raise TextebmError(f"need at least 4 human texts to fit and check a threshold, got {n}")
+    n_hold = max(1, int(round(held_out * n)))
+    if n_hold >= n:
+        raise TextebmError(f"--held-out {held_out:g} of {n} human texts holds out all {n}, leaving none to fit "
+                           "the threshold on; lower --held-out or add texts")
+    return n - n_hold, n_hold
+
+
+def detector_id(info: dict) -> str:
+    """The identity of a detector by content: the SHA-256 of its detector.json (the rule fitted on
+    its validation windows, and what it scores with)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(info, sort_keys=True).encode()).hexdigest()
+
+
 def refit_threshold(human_scores, rule: Rule, fpr: float, seed: int = 0, held_out: float = 0.5) -> dict:
     """A threshold for `fpr` fitted on part of a user's human-written texts, and the false-positive
     rate it reaches on the held-out rest (seeded split)."""
     from textebm.detection import metrics
 
     s = rule.oriented(human_scores)
-    if s.size < 4:
-        raise TextebmError(f"need at least 4 human texts to fit and check a threshold, got {s.size}")
+    _, n_hold = split_sizes(s.size, held_out)
     perm = np.random.default_rng(seed).permutation(s.size)
-    n_hold = max(1, int(round(held_out * s.size)))
     hold, fit = s[perm[:n_hold]], s[perm[n_hold:]]
     thr = metrics.threshold_at_fpr(fit, fpr)
     return {"threshold": thr, "target_fpr": fpr, "fpr_fit": float((fit > thr).mean()),

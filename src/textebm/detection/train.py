@@ -151,7 +151,6 @@ def residual_step(model, batch: dict, loss: str, negatives: str, margin: float) 
 
 def residual_train(cfg: ResidualTrainConfig) -> dict:
     """Train the energy, then fit and write its decision rule on the validation windows."""
-    from textebm.errors import TextebmError
     from textebm.io import read_json
     from textebm.models.load import load_tokenizer
     from textebm.models.seq_energy import save_energy
@@ -163,13 +162,12 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     check_config(cfg)
     check_run_dir(cfg, None)
     vocab = load_tokenizer(cfg.vocab, "--vocab")
-    train_rows, val_rows = read_window_files(cfg.train, "--train"), read_window_files(cfg.val, "--val")
-    lengths = {len(r["positive"]) for r in train_rows + val_rows}
-    if max(t for r in train_rows + val_rows for t in r["positive"]) >= len(vocab):
-        raise TextebmError(f"--vocab {cfg.vocab}: the windows hold token ids beyond its {len(vocab)} entries; "
-                           "they were cut in another vocabulary")
+    in_vocab = {"vocab_size": len(vocab), "vocab_of": f"--vocab {cfg.vocab}"}
+    train_rows = read_window_files(cfg.train, "--train", **in_vocab)
+    length = len(train_rows[0]["positive"])
+    val_rows = read_window_files(cfg.val, "--val", length, length_of="the --train windows are that long", **in_vocab)
     seed_everything(cfg.seed)
-    model, spec, tokenizer = build_energy_model(cfg, vocab, max(lengths))
+    model, spec, tokenizer = build_energy_model(cfg, vocab, length)
     batcher = WindowBatcher(spec, tokenizer, vocab)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("%s energy: %.2fM parameters, %d training windows x (1 + %d negatives), %d validation windows",
@@ -196,7 +194,7 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
         # the model and its rule) scores the saved model instead.
         rule = fitted.get("rule") or rule_of(detect.EnergyScorer(Path(cfg.out) / "model").score_ids)[0]
         detect.write_rule(rule_file, {"detector": "energy", "energy": cfg.energy, "model": "model",
-                                      "length": max(lengths), "val": [str(Path(v).resolve()) for v in cfg.val]}, rule)
+                                      "length": length, "val": [str(Path(v).resolve()) for v in cfg.val]}, rule)
         log.info("decision rule on validation: balanced accuracy %.3f, AUROC %.3f, ECE %.4f (T = %.3g)",
                  rule.val["balanced_accuracy"], rule.val["auroc"], rule.val["ece"], rule.temperature)
     return {**metrics_, "rule": read_json(rule_file)["rule"]}

@@ -83,10 +83,18 @@ def window_seqs(rows: list[dict]) -> list[list[int]]:
     return [s for r in rows for s in (r["positive"], *r["negatives"])]
 
 
-def read_window_file(path) -> list[dict]:
+def _first_bad_id(ids: list[int], vocab_size: int | None) -> int | None:
+    """The first of `ids` below 0 or, with `vocab_size`, not below it; None when all are token ids."""
+    return next((t for t in ids if t < 0 or (vocab_size is not None and t >= vocab_size)), None)
+
+
+def read_window_file(path, length: int | None = None, vocab_size: int | None = None, length_of: str = "",
+                     vocab_of: str = "") -> list[dict]:
     """The rows of a `negatives generate` file, checked: `positive` a list of token ids,
     `negatives` a non-empty list of id lists, each as long as the positive, `context_len` and
-    `direction` present (InputError naming the file and line otherwise)."""
+    `direction` present (InputError naming the file and line otherwise). A token id is an integer
+    of at least 0 and, with `vocab_size`, below it (`vocab_of` names that vocabulary); every window
+    has `length` tokens (`length_of` says why; default: as many as the first one)."""
     from textebm.errors import InputError
     from textebm.io import iter_jsonl
 
@@ -102,6 +110,17 @@ def read_window_file(path) -> list[dict]:
                              lineno)
         if row.get("direction") not in DIRECTIONS or not isinstance(row.get("context_len"), int):
             raise InputError(path, "missing `direction` (l2r / r2l) or `context_len`", lineno)
+        bad = next((t for t in (_first_bad_id(s, vocab_size) for s in (pos, *negs)) if t is not None), None)
+        if bad is not None and bad < 0:
+            raise InputError(path, f"token id {bad} is negative; token ids count from 0", lineno)
+        if bad is not None:
+            raise InputError(path, f"token id {bad} is beyond the {vocab_size} entries of "
+                                   f"{vocab_of or 'the vocabulary'}; the windows were cut in another vocabulary",
+                             lineno)
+        if length is None:
+            length, length_of = len(pos), "the windows above it are that long"
+        if len(pos) != length:
+            raise InputError(path, f"a window of {len(pos)} tokens where {length} are expected ({length_of})", lineno)
         rows.append(row)
     if not rows:
         raise InputError(path, "no windows in the file")
@@ -111,8 +130,10 @@ def read_window_file(path) -> list[dict]:
     return rows
 
 
-def read_window_files(paths, option: str) -> list[dict]:
-    """The rows of several negatives files, in order; a missing file is a TextebmError naming
+def read_window_files(paths, option: str, length: int | None = None, vocab_size: int | None = None,
+                      length_of: str = "", vocab_of: str = "") -> list[dict]:
+    """The rows of several negatives files, in order, checked as `read_window_file` does; every
+    window must be as long as the first one (or `length`). A missing file is a TextebmError naming
     `option`."""
     from pathlib import Path
 
@@ -122,5 +143,7 @@ def read_window_files(paths, option: str) -> list[dict]:
     for p in paths:
         if not Path(p).is_file():
             raise TextebmError(f"{option} {p}: no such file; write one with `textebm negatives generate`")
-        rows.extend(read_window_file(p))
+        rows.extend(read_window_file(p, length, vocab_size, length_of, vocab_of))
+        if length is None:
+            length, length_of = len(rows[0]["positive"]), f"the windows of {paths[0]} are that long"
     return rows
