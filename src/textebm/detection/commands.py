@@ -106,18 +106,19 @@ def evaluate_detector(cfg: DetectEvalConfig) -> dict:
     """Test metrics of a detector at its stored rule (accuracy, AUROC, TPR at 1 % FPR, P@1)."""
     from textebm.io import write_json
     from textebm.options import check_config
-    from textebm.outputs import check_output_file
+    from textebm.outputs import check_output_file, mark_file
     from textebm.detection import detect
 
     check_config(cfg)
     if cfg.out:
-        check_output_file(cfg.out, cfg.overwrite)
+        check_output_file(cfg.out, cfg.overwrite, kind="residual eval", inputs=[("--test", t) for t in cfg.test])
     rows = read_window_files(cfg.test, "--test")
     scorer, rule, _ = detect.load_detector(cfg.model)
     real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
     out = detect.evaluate(rule, real, fake.ravel(), fake)
     if cfg.out:
         write_json(cfg.out, out)
+        mark_file(cfg.out, "residual eval")
     return out
 
 
@@ -130,13 +131,14 @@ def _texts(path: str) -> tuple[list[str], list[str]]:
 
 def score_texts(cfg: DetectScoreConfig) -> Path:
     """Energy (or zero-shot score), P(machine-generated) and the decision for each text."""
-    from textebm.io import atomic_write, read_json_object
+    from textebm.io import read_json_object
     from textebm.options import check_config
-    from textebm.outputs import check_output_file
+    from textebm.outputs import check_output_file, output_file
     from textebm.detection import detect
 
     check_config(cfg)
-    check_output_file(cfg.out, cfg.overwrite)
+    check_output_file(cfg.out, cfg.overwrite, kind="residual score",
+                      inputs=[("--input", cfg.input), ("--threshold", cfg.threshold)])
     scorer, rule, info = detect.load_detector(cfg.model)
     ids, texts = _texts(cfg.input)
     threshold, source = rule.threshold, "the detector's (best balanced accuracy on validation)"
@@ -154,7 +156,7 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
     scores, tokens = detect.text_scores(scorer, texts, length, cfg.batch_size)
     probs = rule.prob_generated(scores)
     name = "energy" if info.get("detector") == "energy" else "score"
-    with atomic_write(cfg.out) as f:
+    with output_file(cfg.out, "residual score") as f:
         for i, s, p, n in zip(ids, scores, probs, tokens):
             f.write(json.dumps({"id": i, name: float(s), "p_generated": float(p),
                                 "generated": bool(rule.sign * s > threshold), "tokens": int(n),
@@ -174,17 +176,18 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     rate, and report the rate it reaches on a held-out part of them."""
     from textebm.io import write_json
     from textebm.options import check_config
-    from textebm.outputs import check_output_file
+    from textebm.outputs import check_output_file, mark_file
     from textebm.detection import detect
 
     check_config(cfg)
-    check_output_file(cfg.out, cfg.overwrite)
+    check_output_file(cfg.out, cfg.overwrite, kind="residual threshold", inputs=[("--human", cfg.human)])
     scorer, rule, info = detect.load_detector(cfg.model)
     _, texts = _texts(cfg.human)
     scores, _ = detect.text_scores(scorer, texts, detect.scorer_length(scorer, info), cfg.batch_size)
     out = detect.refit_threshold(scores, rule, cfg.fpr, cfg.seed, cfg.held_out)
     out.update(model=str(Path(cfg.model).resolve()), human=str(Path(cfg.human).resolve()))
     write_json(cfg.out, out)
+    mark_file(cfg.out, "residual threshold")
     return out
 
 
