@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from textebm.errors import TextebmError
-from textebm.io import current_umask
+from textebm.io import temporary_dir
 
 MARKER = ".textebm-output.json"
 
@@ -214,9 +214,7 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
     path = Path(path)
     replacing = check_output_dir(path, kind, overwrite, option)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; outputs are ordinary folders
+    with temporary_dir(path) as tmp:  # held locked; removed afterwards unless moved into place
         yield tmp
         entries = [p.name for p in tmp.iterdir() if p.name != MARKER]
         write_marker(tmp, kind, entries)
@@ -245,9 +243,6 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
             else:
                 os.replace(tmp / name, target)
         os.replace(tmp / MARKER, path / MARKER)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def remove(p: Path) -> None:
