@@ -224,13 +224,14 @@ def test_score_refuses_an_output_that_is_its_input_or_another_output(tmp_path, c
     args = ["score", "--model", str(tmp_path / "m"), "--no-progress", "--precision", "fp32"]
     out = tmp_path / "s.jsonl"
     assert main([*args, "--input", str(inp), "--out", str(out)]) == 0
-    # Its own output, scored again and written over itself: refused (it is this run's input).
-    before = out.read_bytes()
-    assert main([*args, "--input", str(out), "--out", str(out), "--overwrite"]) == 2
-    assert "is the input of --input" in capsys.readouterr().err and out.read_bytes() == before
-    original = inp.read_bytes()
+    original = inp.read_bytes()  # its input, named as --out: refused, even with --overwrite
     assert main([*args, "--input", str(inp), "--out", str(inp), "--overwrite"]) == 2
-    assert inp.read_bytes() == original
+    assert "is the input of --input" in capsys.readouterr().err and inp.read_bytes() == original
+    metrics = tmp_path / "metrics.json"  # a run's metrics (no marker beside it): never replaced
+    metrics.write_text('{"eval_test": 1}')
+    assert main([*args, "--input", str(inp), "--out", str(metrics), "--overwrite"]) == 2
+    assert "not written by textebm" in capsys.readouterr().err and metrics.read_text() == '{"eval_test": 1}'
+    assert main([*args, "--input", str(inp), "--out", str(out), "--overwrite"]) == 0  # its own output: replaced
     # --out and --html naming one file: refused before any work (the page was replaced by the JSONL).
     page = tmp_path / "x"
     assert main([*args, "--input", str(inp), "--out", str(page), "--html", str(page)]) == 2
