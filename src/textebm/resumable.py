@@ -112,6 +112,10 @@ class PartialFile:
         os.fsync(self._sink.fileno())
         self._appended += len(lines)
 
+    def rows(self) -> list[dict]:
+        """The rows written so far (the header left out)."""
+        return read_partial(self.path)[1:]
+
     def finish(self, order: Callable[[dict], Any] | None = None) -> int:
         """Write OUT from the rows (sorted by `order(row)` when given; the lines' bytes as written),
         mark it as this command's output, and remove OUT.partial. Returns the number of rows."""

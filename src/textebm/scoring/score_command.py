@@ -127,9 +127,9 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
         log.info("resuming %s: %d of %d texts already scored", partial.path, done, len(rows))
     with partial:
         _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores)
+    if cfg.html:  # before OUT appears: a failure here leaves the partial, complete and resumable
+        write_html(partial.rows(), Path(cfg.html), method, folder)
     partial.finish()
-    if cfg.html:
-        write_html(out, Path(cfg.html), method, folder)
     log.info("wrote %s (%d texts, method %s, precision %s)", out, len(rows), method, choice.precision)
     return out
 
@@ -169,12 +169,10 @@ def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_toke
             bar.update(len(part))
 
 
-def write_html(scores: Path, page: Path, method: str, folder: Path) -> None:
-    from textebm.io import iter_jsonl
+def write_html(records: list[dict], page: Path, method: str, folder: Path) -> None:
     from textebm.outputs import output_file
     from textebm.scoring.html import render_html
 
-    records = [row for _, row in iter_jsonl(scores)]
     value = "−E(x)_t (unnormalised log p̂)" if method == "electric" else f"log p ({method})"
     with output_file(page, KIND) as f:
         f.write(render_html(records, title=f"textebm score: {method}, {folder}", value_name=value))
