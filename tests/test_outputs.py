@@ -213,3 +213,31 @@ def test_overwrite_replaces_only_a_file_the_same_command_wrote(tmp_path):
     with pytest.raises(TextebmError, match="--html .*names the same file as --out"):
         check_output_files([("--out", tmp_path / "x"), ("--html", tmp_path / "." / "x")], False, kind="score")
     check_output_files([("--out", tmp_path / "x"), ("--html", "")], False, kind="score")
+
+
+def test_a_model_folder_is_named_by_content_not_by_path(tmp_path):
+    """folder_sha256: a copy elsewhere has the same hash; one changed byte of the weights (or a
+    changed tokenizer file) another; textebm's hidden markers do not count."""
+    import hashlib
+    import os
+    import shutil
+
+    from textebm.fingerprint import file_sha256, folder_sha256
+
+    model = tmp_path / "model"
+    _write(model, {"config.json": '{"a": 1}', "tokenizer.json": "{}", "vocab/vocab.txt": "a\nb\n"})
+    (model / "model.safetensors").write_bytes(bytes(range(256)) * 40)
+    h = folder_sha256(model)
+    assert file_sha256(model / "config.json") == hashlib.sha256(b'{"a": 1}').hexdigest()
+    shutil.copytree(model, tmp_path / "copy")
+    assert folder_sha256(tmp_path / "copy") == h
+    (model / ".textebm-output.json").write_text("{}")
+    assert folder_sha256(model) == h
+    weights = bytearray((model / "model.safetensors").read_bytes())
+    weights[100] ^= 1
+    st = (model / "model.safetensors").stat()
+    (model / "model.safetensors").write_bytes(bytes(weights))
+    os.utime(model / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # a new version, whatever the clock
+    assert folder_sha256(model) != h
+    (tmp_path / "copy" / "vocab" / "vocab.txt").write_text("a\nc\n")
+    assert folder_sha256(tmp_path / "copy") != h

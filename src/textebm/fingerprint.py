@@ -2,7 +2,8 @@
 
 `folder_sha256` hashes a model folder by content (every file's relative name and bytes: weights,
 config, tokenizer), so a model replaced at the same path is told apart and a copied one is not.
-A file's hash is kept for the process, keyed by (path, size, mtime), so a folder is read once.
+A file's hash is kept for the process, keyed by (path, inode, size, mtime), so a folder is read
+once per process.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-_FILE_CACHE: dict[tuple[str, int, int], str] = {}
+_FILE_CACHE: dict[tuple[str, int, int, int], str] = {}
 
 
 def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes (cached within the process by path, size and mtime)."""
+    """sha256 of a file's bytes (cached within the process by path, inode, size and mtime)."""
     path = Path(path)
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
     if key not in _FILE_CACHE:
         digest = hashlib.sha256()
         with open(path, "rb") as f:
