@@ -211,7 +211,7 @@ def test_negatives_never_resume_from_another_generator_at_the_same_path(corpus, 
 def test_negatives_windows_and_rows_in_memory_equal_the_command(corpus, tmp_path):
     """The library path (no command config, no file): windows_of + NegativeSampler.sample_negatives
     give the command's rows."""
-    from textebm.detection.negatives import NegativeSampler, NegativesSpec, windows_of
+    from textebm.detection.negative_sampling import NegativeSampler, NegativesSpec, windows_of
     from textebm.models.load import load_lm
 
     gen = corpus["gens"][("transformer", "l2r", 0)]

@@ -225,7 +225,7 @@ def read_partial(path: str | Path) -> list[dict]:
             rows.append(json.loads(line))
         except (json.JSONDecodeError, UnicodeDecodeError):
             if lineno != len(lines):
-                raise InputError(path, "malformed line in an unfinished sample file; delete it to "
+                raise InputError(path, "malformed line in the file of an unfinished run; delete it to "
                                        "start over", lineno) from None
             torn, lines = True, lines[:-1]
     if torn:

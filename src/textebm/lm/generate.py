@@ -23,12 +23,18 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 import torch
 
 from textebm.data.batching import left_pad
+from textebm.models.lm_format import SpecialIds
 
 
 @dataclass
 class Generation:
     tokens: list[int]  # sampled ids in model order, ending with [eos] when the model stopped itself
     logprob: float  # sum of log q over `tokens`, q = the top-k truncated, tempered distribution
+
+
+def banned_ids(sp: SpecialIds) -> list[int]:
+    """Layout symbols a sample must not contain ([bos], [pad], [mask], [sep]; [eos] ends it)."""
+    return sorted({t for t in (sp.bos, sp.pad, sp.mask, sp.sep) if t is not None} - {sp.eos})
 
 
 @dataclass(frozen=True)

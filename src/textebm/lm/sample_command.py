@@ -38,7 +38,7 @@ import torch
 
 from textebm.errors import TextebmError
 from textebm.models.lm_format import SpecialIds, infill_context, mask_tokens
-from textebm.lm.generate import Generation, Sampling, generate_groups
+from textebm.lm.generate import Generation, Sampling, banned_ids, generate_groups
 from textebm.seeds import derive_seed
 from textebm.precision import CHOICES as PRECISIONS
 
@@ -153,11 +153,6 @@ def check_mode(mode: str, meta, sp: SpecialIds) -> None:
         raise TextebmError("--mode suffix writes prefixes given a suffix and needs a right-to-left LM "
                            "(train one with `lm train --direction r2l`); this one is "
                            f"{meta.direction}")
-
-
-def banned_ids(sp: SpecialIds) -> list[int]:
-    """Layout symbols a sample must not contain ([bos], [pad], [mask], [sep]; [eos] ends it)."""
-    return sorted({t for t in (sp.bos, sp.pad, sp.mask, sp.sep) if t is not None} - {sp.eos})
 
 
 def context_length(n: int, ratio: float, tokens: int | None) -> int:
