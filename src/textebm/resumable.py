@@ -30,8 +30,9 @@ def partial_path(out: str | Path) -> Path:
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 40 else text[:16] + "…"
+    if isinstance(value, str) and len(value) > 40:
+        return value[:12] + "…"  # a hash or a long path: its start tells them apart
+    return json.dumps(value, ensure_ascii=False)
 
 
 def differences(was: dict, now: dict) -> list[str]:
