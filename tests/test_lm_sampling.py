@@ -304,9 +304,11 @@ def test_resume_refuses_other_settings(models, data, tmp_path, monkeypatch):
     out = tmp_path / "o.jsonl"
     partial = _interrupted_sample(monkeypatch, SampleConfig(model=str(models["l2r"]), data=str(data), out=str(out),
                                                             mode="free", max_new_tokens=3, batch_size=2), 1)
+    before = partial.read_bytes()
     with pytest.raises(TextebmError, match="other settings .*top_k: 20 -> 7"):
         sample_file(SampleConfig(model=str(models["l2r"]), data=str(data), out=str(out), mode="free",
                                  max_new_tokens=3, top_k=7))
+    assert partial.read_bytes() == before and not out.exists()
 
 
 def test_resume_refuses_another_model_at_the_same_path(models, data, tmp_path, monkeypatch):
