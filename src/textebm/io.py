@@ -93,7 +93,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # while still held: no cleaner takes it for a killed run's
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
