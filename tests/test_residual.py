@@ -208,6 +208,19 @@ def test_negatives_never_resume_from_another_generator_at_the_same_path(corpus, 
     assert partial.read_bytes() == before and not out.exists()
 
 
+def test_negatives_overwrite_never_replaces_the_data_or_a_users_file(corpus, tmp_path, capsys):
+    split = corpus["data"] / "dev.jsonl"
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("my notes\n")
+    before = split.read_bytes()
+    for out, why in ((split, "is the input of --data"), (mine, "not written by textebm")):
+        assert main(["negatives", "generate", "--data", str(corpus["data"]), "--generator",
+                     str(corpus["gens"][("transformer", "l2r", 0)]), "--vocab", str(corpus["vocab"]), "--split", "dev",
+                     "--out", str(out), "--overwrite", "--no-progress"]) == 2
+        assert why in capsys.readouterr().err
+    assert split.read_bytes() == before and mine.read_text() == "my notes\n"
+
+
 def test_negatives_windows_and_rows_in_memory_equal_the_command(corpus, tmp_path):
     """The library path (no command config, no file): windows_of + NegativeSampler.sample_negatives
     give the command's rows."""
