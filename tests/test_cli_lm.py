@@ -125,9 +125,12 @@ def test_existing_output_is_refused_before_any_work(setup, capsys, monkeypatch, 
 def test_overwrite_replaces_and_precision_is_recorded(setup, capsys):
     root, run, data = setup["root"], setup["run"], setup["data"]
     out = root / "scores-again.jsonl"
-    out.write_text("old\n", encoding="utf-8")
-    assert main(["lm", "score", "--model", str(run), "--input", str(data / "test.jsonl"), "--out", str(out),
-                 "--overwrite", "--precision", "fp32"]) == 0
+    out.write_text("old\n", encoding="utf-8")  # the user's file: --overwrite does not replace it
+    argv = ["lm", "score", "--model", str(run), "--input", str(data / "test.jsonl"), "--out", str(out),
+            "--overwrite", "--precision", "fp32"]
+    assert main(argv) == 2 and out.read_text() == "old\n"
+    out.unlink()
+    assert main(argv) == 0 and main(argv) == 0  # textebm's own `lm score` output is replaced
     assert len(out.read_text().splitlines()) == 4
 
     samples = root / "samples-fp32.jsonl"

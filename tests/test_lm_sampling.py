@@ -12,10 +12,10 @@ import torch
 from textebm.errors import TextebmError
 from textebm.data.batching import left_pad
 from textebm import io
-from textebm.lm import sample_command as sampling
+from textebm.lm import generate as generate_module
 from textebm.lm.generate import generate, positions, sample_top_k
 from textebm.models.lm import LMMeta, save_lm, special_ids
-from textebm.lm.sample_command import SampleConfig, make_job, sample_file
+from textebm.lm.sample_command import JobSpec, SampleConfig, make_job, sample_file
 from textebm.models.load import load_lm
 
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>", "<mask>", "<sep>"]
@@ -164,16 +164,16 @@ def test_infill_context_has_mask_and_sep(models):
     model, tokenizer, meta = load_lm(models["infill"])
     sp = special_ids(tokenizer, meta)
     ids = tokenizer(sentence(0, 12), add_special_tokens=False)["input_ids"]
-    cfg = SampleConfig(model="m", data="d", out="o", mode="infill")
-    job = make_job(cfg, ids, (0, 0, 0), sp, meta, 0.4, tokenizer)
+    spec = JobSpec(mode="infill", mask_ratio=0.4)
+    job = make_job(spec, ids, (0, 0, 0), sp, meta, tokenizer)
     assert job.context[0] == sp.bos and job.context[-1] == sp.sep
     assert sp.mask in job.context and "<mask>" in job.context_text
     kept = [t for t in job.context[1:-1] if t != sp.mask]
     assert set(kept) <= set(ids) and len(kept) < len(ids)
-    everything = make_job(cfg, ids, (0, 0, 0), sp, meta, 1.0, tokenizer)
+    everything = make_job(JobSpec(mode="infill", mask_ratio=1.0), ids, (0, 0, 0), sp, meta, tokenizer)
     assert everything.context == [sp.bos, sp.mask, sp.sep]  # a masked run is one [mask]
-    again = make_job(cfg, ids, (0, 0, 0), sp, meta, 0.4, tokenizer)
-    other = make_job(cfg, ids, (0, 1, 0), sp, meta, 0.4, tokenizer)
+    again = make_job(spec, ids, (0, 0, 0), sp, meta, tokenizer)
+    other = make_job(spec, ids, (0, 1, 0), sp, meta, tokenizer)
     assert again.context == job.context and other.seed != job.seed  # masks and seeds per sample
 
 
@@ -263,7 +263,7 @@ def test_resume_after_an_interruption_gives_the_same_file(models, data, tmp_path
     whole = (tmp_path / "whole.jsonl")
     sample_file(cfg("whole.jsonl"))
 
-    real, calls = sampling.generate, []
+    real, calls = generate_module.generate, []
 
     def flaky(*args, **kwargs):
         calls.append(1)
@@ -271,26 +271,90 @@ def test_resume_after_an_interruption_gives_the_same_file(models, data, tmp_path
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sampling, "generate", flaky)
+    monkeypatch.setattr(generate_module, "generate", flaky)
     with pytest.raises(KeyboardInterrupt):
         sample_file(cfg("resumed.jsonl"))
     partial = tmp_path / "resumed.jsonl.partial"
     written = partial.read_bytes()
     assert written.count(b"\n") >= 2 and not (tmp_path / "resumed.jsonl").exists()
     partial.write_bytes(written[:-15])  # a torn last line, as a crash mid-write leaves it
-    monkeypatch.setattr(sampling, "generate", real)
+    monkeypatch.setattr(generate_module, "generate", real)
     sample_file(cfg("resumed.jsonl"))
     assert_same_samples(read_rows(tmp_path / "resumed.jsonl"), read_rows(whole))
 
 
-def test_resume_refuses_other_settings(models, data, tmp_path):
+def _interrupted_sample(monkeypatch, cfg: SampleConfig, batches: int) -> Path:
+    """Run `lm sample` and interrupt it after `batches` batches; returns its .partial."""
+    real, calls = generate_module.generate, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > batches:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generate_module, "generate", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        sample_file(cfg)
+    monkeypatch.undo()
+    return Path(cfg.out + ".partial")
+
+
+def test_resume_refuses_other_settings(models, data, tmp_path, monkeypatch):
     out = tmp_path / "o.jsonl"
-    sample_file(SampleConfig(model=str(models["l2r"]), data=str(data), out=str(out), mode="free",
-                             max_new_tokens=3, limit=2))
-    out.rename(tmp_path / "o.jsonl.partial")
-    with pytest.raises(TextebmError, match="other settings"):
+    partial = _interrupted_sample(monkeypatch, SampleConfig(model=str(models["l2r"]), data=str(data), out=str(out),
+                                                            mode="free", max_new_tokens=3, batch_size=2), 1)
+    before = partial.read_bytes()
+    with pytest.raises(TextebmError, match="other settings .*top_k: 20 -> 7"):
         sample_file(SampleConfig(model=str(models["l2r"]), data=str(data), out=str(out), mode="free",
                                  max_new_tokens=3, top_k=7))
+    assert partial.read_bytes() == before and not out.exists()
+
+
+def test_resume_refuses_another_model_at_the_same_path(models, data, tmp_path, monkeypatch):
+    """The .partial names the model by content: an LM replaced at the same path (same config, other
+    weights) is another run, refused before any work, the partial left as it was."""
+    model = make_tiny_lm(tmp_path / "lm", seed=3)
+    out = tmp_path / "o.jsonl"
+    cfg = SampleConfig(model=str(model), data=str(data), out=str(out), mode="prefix", max_new_tokens=3, batch_size=2,
+                       precision="fp32")
+    partial = _interrupted_sample(monkeypatch, cfg, 1)
+    before = partial.read_bytes()
+    make_tiny_lm(tmp_path / "lm", seed=4)
+    with pytest.raises(TextebmError, match=f"{partial}: was written with other settings .*model_sha256"):
+        sample_file(cfg)
+    assert partial.read_bytes() == before and not out.exists()
+    # Other source texts under the same ids are another run too.
+    rows = [json.loads(x) for x in (data / "train.jsonl").read_text().splitlines()]
+    other = write_data(tmp_path / "other" / "train.jsonl", [{**r, "text": r["text"] + " w1"} for r in rows]).parent
+    make_tiny_lm(tmp_path / "lm", seed=3)
+    with pytest.raises(TextebmError, match="data_sha256"):
+        sample_file(SampleConfig(**{**cfg.__dict__, "data": str(other)}))
+    sample_file(cfg)  # the same run continues
+    assert out.is_file() and not partial.exists()
+
+
+def test_overwrite_replaces_only_its_own_output(models, data, tmp_path):
+    """--overwrite replaces a file `lm sample` wrote (its marker beside it), never the input, a
+    file textebm did not write, nor one it wrote that the user changed since."""
+    out = tmp_path / "o.jsonl"
+    cfg = dict(model=str(models["l2r"]), data=str(data), mode="free", max_new_tokens=3, limit=2)
+    sample_file(SampleConfig(**cfg, out=str(out)))
+    first = out.read_bytes()
+    sample_file(SampleConfig(**cfg, out=str(out), overwrite=True, seed=1))
+    assert out.read_bytes() != first
+    with pytest.raises(TextebmError, match="is the input of --data"):
+        sample_file(SampleConfig(**{**cfg, "data": str(data / "train.jsonl")}, out=str(data / "train.jsonl"),
+                                 overwrite=True))
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("my notes\n")
+    with pytest.raises(TextebmError, match="not written by textebm"):
+        sample_file(SampleConfig(**cfg, out=str(mine), overwrite=True))
+    with open(out, "a") as f:
+        f.write("an edit\n")
+    with pytest.raises(TextebmError, match="has changed since"):
+        sample_file(SampleConfig(**cfg, out=str(out), overwrite=True))
+    assert mine.read_text() == "my notes\n" and out.read_text().endswith("an edit\n")
 
 
 def test_read_partial_rewrites_a_torn_file_atomically(tmp_path, monkeypatch):

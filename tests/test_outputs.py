@@ -71,14 +71,17 @@ def test_a_failure_leaves_the_earlier_output_as_it_was(tmp_path):
 
 
 def test_files_need_overwrite_and_folders_are_refused(tmp_path):
+    from textebm.outputs import output_file
+
     f = tmp_path / "scores.jsonl"
-    check_output_file(f, overwrite=False)  # new: fine
-    f.write_text("x")
+    check_output_file(f, overwrite=False, kind="x")  # new: fine
+    with output_file(f, "x") as out:
+        out.write("x")
     with pytest.raises(TextebmError, match="--overwrite"):
-        check_output_file(f, overwrite=False)
-    check_output_file(f, overwrite=True)
+        check_output_file(f, overwrite=False, kind="x")
+    check_output_file(f, overwrite=True, kind="x")
     with pytest.raises(TextebmError, match="is a folder"):
-        check_output_file(tmp_path, overwrite=True)
+        check_output_file(tmp_path, overwrite=True, kind="x")
     with pytest.raises(TextebmError, match="is a file"):
         check_output_dir(f, "x", overwrite=True)
 
@@ -110,7 +113,7 @@ def test_an_output_below_a_file_is_refused_before_any_work(tmp_path):
     f = tmp_path / "scores.jsonl"
     f.write_text("x")
     with pytest.raises(TextebmError, match="is a file, not a folder"):
-        check_output_file(f / "deeper" / "out.jsonl", overwrite=False)
+        check_output_file(f / "deeper" / "out.jsonl", overwrite=False, kind="x")
     with pytest.raises(TextebmError, match="is a file, not a folder"):
         check_output_dir(f / "report", "x", overwrite=False)
 
@@ -136,3 +139,105 @@ def test_outputs_are_ordinary_files_and_folders_not_private_ones(tmp_path):
     assert (tmp_path / "f.json").stat().st_mode & 0o777 == 0o640
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o750
     assert (tmp_path / "o").stat().st_mode & 0o777 == 0o750
+
+
+def _killed(code: str) -> None:
+    """Run `code` in a fresh Python that SIGKILLs itself at `KILL` (as `kill -9` mid-write)."""
+    import os
+    import subprocess
+    import sys
+
+    import textebm
+
+    src = str(Path(textebm.__file__).parent.parent)
+    code = code.replace("KILL", "os.kill(os.getpid(), signal.SIGKILL)")
+    res = subprocess.run([sys.executable, "-c", "import os, signal\n" + code],
+                         env={**os.environ, "PYTHONPATH": src})
+    assert res.returncode == -9
+
+
+def test_temporaries_left_by_a_killed_run_are_removed_by_the_next_write(tmp_path):
+    """A kill in mid-write leaves `.metrics.json.XXXXXXXX.tmp` (and a `.report.XXXXXXXX.tmp` folder);
+    the next write of the same target removes them, but never a live writer's temporary (it holds
+    a lock) nor a file of another pattern."""
+    import os
+    import time
+
+    from textebm.io import atomic_write, write_json
+
+    target, report = tmp_path / "metrics.json", tmp_path / "report"
+    _killed(f"from textebm.io import atomic_write\nwith atomic_write({str(target)!r}) as f:\n"
+            "    f.write('{\"half\": ')\n    f.flush()\n    KILL")
+    _killed(f"from textebm.outputs import output_dir\nwith output_dir({str(report)!r}, 'x', False) as d:\n"
+            "    (d / 'a.json').write_text('1')\n    KILL")
+    stale = sorted(p.name for p in tmp_path.iterdir())
+    assert len(stale) == 2 and all(n.endswith(".tmp") for n in stale)
+    ago = time.time() - 60
+    for name in stale:
+        os.utime(tmp_path / name, (ago, ago))
+    (tmp_path / ".metrics.json.my-notes.tmp").write_text("mine")
+    with atomic_write(target) as live:
+        live_tmp = next(p for p in tmp_path.iterdir() if p.name.startswith(".metrics.json.") and p.name not in stale
+                        and "notes" not in p.name)
+        os.utime(live_tmp, (ago, ago))
+        write_json(target, {"other": 1})  # a second writer of the same target meanwhile
+        assert live_tmp.exists() and not (tmp_path / stale[0]).exists()
+        live.write("{}")
+    with output_dir(report, "x", False) as d:
+        (d / "a.json").write_text("2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".metrics.json.my-notes.tmp", "metrics.json", "report"]
+    assert target.read_text() == "{}" and (report / "a.json").read_text() == "2"
+
+
+def test_overwrite_replaces_only_a_file_the_same_command_wrote(tmp_path):
+    from textebm.outputs import check_output_files, file_marker, output_file
+
+    out = tmp_path / "scores.jsonl"
+    with output_file(out, "score") as f:
+        f.write("textebm's\n")
+    assert file_marker(out).name == ".scores.jsonl.textebm.json"
+    check_output_file(out, True, kind="score")  # its own output: may be replaced
+    with pytest.raises(TextebmError, match="--overwrite"):
+        check_output_file(out, False, kind="score")
+    with pytest.raises(TextebmError, match="holds the output of `score`, not of `lm score`"):
+        check_output_file(out, True, kind="lm score")
+    with pytest.raises(TextebmError, match="is the input of --input"):
+        check_output_file(out, True, kind="score", inputs=[("--input", str(out))])
+    metrics = tmp_path / "metrics.json"  # a run's metrics: no marker beside it
+    metrics.write_text("{}")
+    with pytest.raises(TextebmError, match="not written by textebm"):
+        check_output_file(metrics, True, kind="score")
+    out.write_text("edited by the user\n")
+    with pytest.raises(TextebmError, match="has changed since `score` wrote it"):
+        check_output_file(out, True, kind="score")
+    with pytest.raises(TextebmError, match="--html .*names the same file as --out"):
+        check_output_files([("--out", tmp_path / "x"), ("--html", tmp_path / "." / "x")], False, kind="score")
+    check_output_files([("--out", tmp_path / "x"), ("--html", "")], False, kind="score")
+
+
+def test_a_model_folder_is_named_by_content_not_by_path(tmp_path):
+    """folder_sha256: a copy elsewhere has the same hash; one changed byte of the weights (or a
+    changed tokenizer file) another; textebm's hidden markers do not count."""
+    import hashlib
+    import os
+    import shutil
+
+    from textebm.fingerprint import file_sha256, folder_sha256
+
+    model = tmp_path / "model"
+    _write(model, {"config.json": '{"a": 1}', "tokenizer.json": "{}", "vocab/vocab.txt": "a\nb\n"})
+    (model / "model.safetensors").write_bytes(bytes(range(256)) * 40)
+    h = folder_sha256(model)
+    assert file_sha256(model / "config.json") == hashlib.sha256(b'{"a": 1}').hexdigest()
+    shutil.copytree(model, tmp_path / "copy")
+    assert folder_sha256(tmp_path / "copy") == h
+    (model / ".textebm-output.json").write_text("{}")
+    assert folder_sha256(model) == h
+    weights = bytearray((model / "model.safetensors").read_bytes())
+    weights[100] ^= 1
+    st = (model / "model.safetensors").stat()
+    (model / "model.safetensors").write_bytes(bytes(weights))
+    os.utime(model / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # a new version, whatever the clock
+    assert folder_sha256(model) != h
+    (tmp_path / "copy" / "vocab" / "vocab.txt").write_text("a\nc\n")
+    assert folder_sha256(tmp_path / "copy") != h

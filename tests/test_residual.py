@@ -153,16 +153,113 @@ def test_negatives_keep_the_context_and_replace_only_the_rest(corpus, tmp_path):
             assert any(neg != pos for neg in r["negatives"])
 
 
-def test_negatives_are_resumable_and_independent_of_the_batch(corpus, tmp_path):
+def _interrupted_negatives(corpus, monkeypatch, gen, out: Path, batches: int, *extra) -> Path:
+    """`negatives generate` interrupted (as Ctrl-C) after `batches` batches; returns its .partial."""
+    import textebm.lm.generate as generate_module
+
+    real, calls = generate_module.generate, []
+
+    def flaky(*a, **k):
+        calls.append(1)
+        if len(calls) > batches:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(generate_module, "generate", flaky)
+    rc = main(["negatives", "generate", "--data", str(corpus["data"]), "--generator", str(gen), "--vocab",
+               str(corpus["vocab"]), "--split", "dev", "--length", "24", "--contexts", "16", "20", "--stride", "8",
+               "--k", "2", "--out", str(out), "--no-progress", *extra])
+    monkeypatch.undo()
+    assert rc == 130 and not out.exists()
+    return out.with_name(out.name + ".partial")
+
+
+def test_negatives_are_resumable_and_independent_of_the_batch(corpus, tmp_path, monkeypatch):
     gen = corpus["gens"][("transformer", "l2r", 0)]
     full = _negatives(corpus, "dev", gen, tmp_path / "a.jsonl", "--batch-size", "64")
     out = tmp_path / "b.jsonl"
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text("".join(json.dumps(r) + "\n" for r in full[:3]) + '{"key": "torn')
+    partial = _interrupted_negatives(corpus, monkeypatch, gen, out, 2, "--batch-size", "6")
+    assert partial.read_text().count("\n") == 1 + 2 * 3  # the header and two batches of three windows
+    with open(partial, "a") as f:
+        f.write('{"key": "torn')
     again = _negatives(corpus, "dev", gen, out, "--batch-size", "4")
     strip = lambda rows: [{k: v for k, v in r.items() if k != "neg_logq"} for r in rows]
     assert strip(again) == strip(full)  # the same tokens; log q up to fp32 rounding of another batch
     assert np.allclose([r["neg_logq"] for r in again], [r["neg_logq"] for r in full], atol=1e-4)
+
+
+def test_negatives_never_resume_from_another_generator_at_the_same_path(corpus, tmp_path, monkeypatch, capsys):
+    """The .partial names the generator by content: one replaced at the same path is another run."""
+    import shutil
+
+    gen = tmp_path / "gen"
+    shutil.copytree(corpus["gens"][("transformer", "l2r", 0)], gen)
+    out = tmp_path / "n.jsonl"
+    partial = _interrupted_negatives(corpus, monkeypatch, gen, out, 1, "--batch-size", "4")
+    before = partial.read_bytes()
+    shutil.rmtree(gen)
+    shutil.copytree(corpus["gens"][("transformer", "l2r", 1)], gen)  # another seed's weights, the same config
+    capsys.readouterr()
+    assert main(["negatives", "generate", "--data", str(corpus["data"]), "--generator", str(gen), "--vocab",
+                 str(corpus["vocab"]), "--split", "dev", "--length", "24", "--contexts", "16", "20", "--stride", "8",
+                 "--k", "2", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{partial}: was written with other settings" in err and "generator_sha256" in err
+    assert partial.read_bytes() == before and not out.exists()
+
+
+def test_negatives_overwrite_never_replaces_the_data_or_a_users_file(corpus, tmp_path, capsys):
+    split = corpus["data"] / "dev.jsonl"
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("my notes\n")
+    before = split.read_bytes()
+    for out, why in ((split, "is the input of --data"), (mine, "not written by textebm")):
+        assert main(["negatives", "generate", "--data", str(corpus["data"]), "--generator",
+                     str(corpus["gens"][("transformer", "l2r", 0)]), "--vocab", str(corpus["vocab"]), "--split", "dev",
+                     "--out", str(out), "--overwrite", "--no-progress"]) == 2
+        assert why in capsys.readouterr().err
+    assert split.read_bytes() == before and mine.read_text() == "my notes\n"
+
+
+def test_negatives_windows_and_rows_in_memory_equal_the_command(corpus, tmp_path):
+    """The library path (no command config, no file): windows_of + NegativeSampler.sample_negatives
+    give the command's rows."""
+    from textebm.detection.negative_sampling import NegativeSampler, NegativesSpec, windows_of
+    from textebm.models.load import load_lm
+
+    gen = corpus["gens"][("transformer", "l2r", 0)]
+    rows = _negatives(corpus, "dev", gen, tmp_path / "n.jsonl", "--max-windows", "5", "--seed", "2")
+    vocab = corpus_vocab(corpus)
+    wins = windows_of(corpus["data"], "dev", vocab, 24, [16, 20], stride=8, seed=2, max_windows=5)
+    model, tok, meta = load_lm(gen)
+    mem = NegativeSampler(model, tok, meta, vocab).sample_negatives(wins, NegativesSpec(k=2, seed=2, batch_size=3))
+    assert [r["negatives"] for r in mem] == [r["negatives"] for r in rows]
+    assert [r["key"] for r in mem] == [r["key"] for r in rows] and len(mem) == 5
+
+
+def test_detector_outputs_replace_only_their_own_files(corpus, trained, tmp_path, capsys):
+    """--overwrite on a file output of `residual eval / score / threshold` replaces only what the same
+    command wrote (its marker beside it): never an input, a run's metrics.json or another command's file."""
+    texts = tmp_path / "t.txt"
+    texts.write_text("".join(json.loads(x)["text"] + "\n" for x in (corpus["data"] / "test.jsonl").read_text().splitlines()))
+    metrics = trained["run"] / "metrics.json"
+    before = metrics.read_bytes()
+    base = ["--model", str(trained["run"])]
+    cmds = {"eval": ["residual", "eval", *base, "--test", str(trained["test"])],
+            "score": ["residual", "score", *base, "--input", str(texts)],
+            "threshold": ["residual", "threshold", *base, "--human", str(texts), "--fpr", "0.2"]}
+    for name, argv in cmds.items():
+        assert main([*argv, "--out", str(metrics), "--overwrite"]) == 2, name
+        assert "not written by textebm" in capsys.readouterr().err
+        own = tmp_path / f"{name}.out"
+        assert main([*argv, "--out", str(own)]) == 0
+        assert main([*argv, "--out", str(own), "--overwrite"]) == 0  # its own output: replaced
+    assert metrics.read_bytes() == before
+    assert main([*cmds["score"], "--out", str(tmp_path / "eval.out"), "--overwrite"]) == 2  # another command's
+    assert "holds the output of `residual eval`" in capsys.readouterr().err
+    assert main([*cmds["score"], "--out", str(texts), "--overwrite"]) == 2  # its own input
+    assert "is the input of --input" in capsys.readouterr().err
+    assert texts.read_text().count("\n") > 4
 
 
 def test_foreign_generator_is_retokenised_and_cut_to_the_exact_length(corpus, tmp_path):

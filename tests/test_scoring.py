@@ -133,7 +133,7 @@ def test_causal_scores_in_text_order_for_both_directions(tmp_path):
             assert r.offsets[-1] == (len(t), len(t))
 
 
-def test_score_command_writes_scores_and_resumes(tmp_path, capsys):
+def test_score_command_writes_scores_and_resumes(tmp_path, capsys, monkeypatch):
     model, tok = _tiny_model("electric")
     folder = tmp_path / "electric"
     save_cloze(model, tok, folder)
@@ -147,16 +147,109 @@ def test_score_command_writes_scores_and_resumes(tmp_path, capsys):
     assert len(rows) == 20 and rows[0]["method"] == "electric" and rows[2]["text"] == "w5"
     assert rows[0]["score"] == pytest.approx(sum(rows[0]["token_scores"]))
     assert rows[1]["words"] == TEXTS[1].split() and sum(rows[1]["word_scores"]) == pytest.approx(rows[1]["score"])
-    # An interrupted run: 7 lines written and a torn eighth; the rerun continues and agrees.
+    # An interrupted run: two chunks (6 lines) written, then a seventh line and a torn eighth of the
+    # third chunk; the rerun scores the third chunk again and agrees byte for byte.
     cut = tmp_path / "cut.jsonl"
     lines = full.read_text().splitlines(keepends=True)
-    (tmp_path / "cut.jsonl.partial").write_text("".join(lines[:7]) + lines[7][:20])
+    _interrupted(monkeypatch, [*args, "--out", str(cut)], chunks=2)
+    partial = tmp_path / "cut.jsonl.partial"
+    with open(partial, "a") as f:
+        f.write("".join(lines[6:7]) + lines[7][:20])
     assert main([*args, "--out", str(cut)]) == 0
-    assert cut.read_text() == full.read_text() and not (tmp_path / "cut.jsonl.partial").exists()
-    # A partial file of another method is refused, not mixed in.
-    other = tmp_path / "other.jsonl"
-    (tmp_path / "other.jsonl.partial").write_text(lines[0].replace('"electric"', '"mlm"'))
-    assert main([*args, "--out", str(other)]) == 2
-    assert "another input or method" in capsys.readouterr().err and not other.exists()
+    assert cut.read_text() == full.read_text() and not partial.exists()
     # An existing output is never replaced without --overwrite.
     assert main([*args, "--out", str(full)]) == 2
+
+
+def _interrupted(monkeypatch, argv: list[str], chunks: int) -> None:
+    """Run `argv` and interrupt it (as Ctrl-C) after `chunks` chunks are scored."""
+    import textebm.scoring.pll as pll
+
+    calls = []
+    for name in ("cloze_scores", "causal_scores"):
+        real = getattr(pll, name)
+
+        def flaky(*a, _real=real, **k):
+            calls.append(1)
+            if len(calls) > chunks:
+                raise KeyboardInterrupt
+            return _real(*a, **k)
+
+        monkeypatch.setattr(pll, name, flaky)
+    assert main(argv) == 130
+    monkeypatch.undo()
+
+
+def test_score_never_resumes_another_models_or_options_partial(tmp_path, capsys, monkeypatch):
+    """A .partial records the model by content and the options that change a line: resuming with
+    another model, with a model replaced at the same path, or with --per-word added is refused."""
+    import shutil
+
+    folders = {}
+    for seed in (0, 1):
+        model, tok = _tiny_model("electric")
+        with torch.no_grad():  # a second model: the same shapes and config, other weights
+            next(model.parameters()).add_(0.1 * seed)
+        folders[seed] = tmp_path / f"m{seed}"
+        save_cloze(model, tok, folders[seed])
+    inp = tmp_path / "in.txt"
+    inp.write_text("\n".join(TEXTS * 3) + "\n")
+    out = tmp_path / "s.jsonl"
+    args = ["score", "--input", str(inp), "--out", str(out), "--no-progress", "--chunk", "2", "--precision", "fp32"]
+    _interrupted(monkeypatch, [*args, "--model", str(folders[0])], chunks=2)
+    partial = tmp_path / "s.jsonl.partial"
+    before = partial.read_bytes()
+    capsys.readouterr()
+    assert main([*args, "--model", str(folders[1])]) == 2
+    err = capsys.readouterr().err
+    assert str(partial) in err and "model_sha256" in err and "delete" in err
+    assert main([*args, "--model", str(folders[0]), "--per-word"]) == 2
+    assert "per_word: false -> true" in capsys.readouterr().err
+    inp2 = tmp_path / "in2.txt"  # the same ids (line numbers), other texts
+    inp2.write_text("\n".join(reversed(TEXTS * 3)) + "\n")
+    assert main([*args[:2], str(inp2), *args[3:], "--out", str(out), "--model", str(folders[0])]) == 2
+    assert "input_sha256" in capsys.readouterr().err
+    shutil.rmtree(folders[0])  # another model at the same path
+    shutil.copytree(folders[1], folders[0])
+    assert main([*args, "--model", str(folders[0])]) == 2
+    assert "model_sha256" in capsys.readouterr().err
+    assert partial.read_bytes() == before and not out.exists()  # refused before any work
+
+
+def test_score_refuses_an_output_that_is_its_input_or_another_output(tmp_path, capsys):
+    model, tok = _tiny_model("electric")
+    save_cloze(model, tok, tmp_path / "m")
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(TEXTS)))
+    args = ["score", "--model", str(tmp_path / "m"), "--no-progress", "--precision", "fp32"]
+    out = tmp_path / "s.jsonl"
+    assert main([*args, "--input", str(inp), "--out", str(out)]) == 0
+    original = inp.read_bytes()  # its input, named as --out: refused, even with --overwrite
+    assert main([*args, "--input", str(inp), "--out", str(inp), "--overwrite"]) == 2
+    assert "is the input of --input" in capsys.readouterr().err and inp.read_bytes() == original
+    metrics = tmp_path / "metrics.json"  # a run's metrics (no marker beside it): never replaced
+    metrics.write_text('{"eval_test": 1}')
+    assert main([*args, "--input", str(inp), "--out", str(metrics), "--overwrite"]) == 2
+    assert "not written by textebm" in capsys.readouterr().err and metrics.read_text() == '{"eval_test": 1}'
+    assert main([*args, "--input", str(inp), "--out", str(out), "--overwrite"]) == 0  # its own output: replaced
+    # --out and --html naming one file: refused before any work (the page was replaced by the JSONL).
+    page = tmp_path / "x"
+    assert main([*args, "--input", str(inp), "--out", str(page), "--html", str(page)]) == 2
+    assert "names the same file as --out" in capsys.readouterr().err and not page.exists()
+
+
+def test_a_text_too_long_is_named_by_file_and_line_for_every_model_kind(tmp_path, capsys):
+    from test_lm_sampling import make_tiny_lm
+
+    model, tok = _tiny_model("electric")
+    save_cloze(model, tok, tmp_path / "electric")
+    make_tiny_lm(tmp_path / "causal")
+    inp = tmp_path / "in.txt"
+    inp.write_text("w1 w2\n\nw3\n" + " ".join(["w5"] * 10_000) + "\nw4\n")  # the long text on line 4
+    for folder in ("electric", "causal"):
+        out = tmp_path / f"{folder}.jsonl"
+        assert main(["score", "--model", str(tmp_path / folder), "--input", str(inp), "--out", str(out),
+                     "--no-progress", "--chunk", "2"]) == 2
+        err = capsys.readouterr().err
+        assert f"{inp}:4: this text has 10000 tokens" in err, err
+        assert not out.exists() and not (tmp_path / f"{folder}.jsonl.partial").exists()

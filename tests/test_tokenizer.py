@@ -154,3 +154,15 @@ def test_cli_errors(tmp_path, capsys):
 
         (data / "train.jsonl").write_text('{"text": 3}\n', encoding="utf-8")
         train_jsonl(data / "train.jsonl", 300)
+
+
+def test_tokenizer_train_on_a_text_file_says_what_it_expects(tmp_path, capsys):
+    """A plain-text file is not malformed JSON: the message names the file and the way to a dataset."""
+    from textebm.cli import main
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat sat\non the mat\n")
+    assert main(["tokenizer", "train", "--data", str(texts), "--vocab-size", "300", "--out", str(tmp_path / "tok")]) == 2
+    err = capsys.readouterr().err
+    assert f"--data {texts}: a .txt file" in err and "textebm data convert" in err and "malformed" not in err
+    assert not (tmp_path / "tok").exists()

@@ -22,3 +22,11 @@ class InputError(TextebmError):
 
 class TrainingDiverged(TextebmError):
     """A NaN or infinite loss: the run stops, the last good checkpoint is kept."""
+
+
+class TextTooLong(TextebmError):
+    """Text `index` (0-based, of the list given) has `tokens` tokens; the model takes at most `limit`."""
+
+    def __init__(self, index: int, tokens: int, limit: int):
+        self.index, self.tokens, self.limit = index, tokens, limit
+        super().__init__(f"text {index + 1} has {tokens} tokens; the model takes at most {limit}")

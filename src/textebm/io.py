@@ -10,12 +10,19 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from textebm.errors import InputError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: temporaries are not locked, and none is removed as stale
+    fcntl = None
 
 log = logging.getLogger(__name__)
 
@@ -27,19 +34,66 @@ def current_umask() -> int:
     return mask
 
 
+STALE_AFTER_S = 2.0  # a temporary no one holds and older than this was left by a killed process
+
+
+def _hold(fd: int) -> None:
+    """Lock a temporary textebm is writing (released when the process ends, even by SIGKILL)."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def remove_stale_temporaries(path: str | Path) -> list[Path]:
+    """Remove the temporaries of `path` that a killed textebm process left beside it: only names
+    of textebm's pattern (`.NAME.XXXXXXXX.tmp`, made by `atomic_write`, `atomic_dir` and
+    `textebm.outputs.output_dir`) that no live process holds locked. Returns what was removed."""
+    path = Path(path)
+    if fcntl is None or not path.parent.is_dir():
+        return []
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")
+    removed = []
+    for cand in path.parent.iterdir():
+        if not pattern.fullmatch(cand.name) or cand.is_symlink():
+            continue
+        try:
+            fd = os.open(cand, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if time.time() - os.fstat(fd).st_mtime < STALE_AFTER_S:
+                continue  # just made: its writer may not hold it yet
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live writer holds it
+            if cand.is_dir():
+                shutil.rmtree(cand, ignore_errors=True)
+            else:
+                cand.unlink(missing_ok=True)
+            removed.append(cand)
+        finally:
+            os.close(fd)
+    if removed:
+        log.info("removed %d temporary file(s) of %s left by an interrupted run", len(removed), path)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[Any]:
-    """Open a temporary file beside `path`; on success fsync and rename it onto `path`."""
+    """Open a temporary file beside `path`; on success fsync and rename it onto `path`. Temporaries
+    of `path` left by a killed process are removed first (`remove_stale_temporaries`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        _hold(fd)
         os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes it private; an output is an ordinary file
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # while still held: no cleaner takes it for a killed run's
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -51,9 +105,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a temporary directory beside `path`; on success it replaces `path` as a whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; an output is an ordinary folder
+    with temporary_dir(path) as tmp:
         yield tmp
         if path.exists():
             old = path.with_name(f".{path.name}.old")
@@ -63,9 +115,24 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+
+@contextlib.contextmanager
+def temporary_dir(path: str | Path) -> Iterator[Path]:
+    """An empty folder `.NAME.XXXXXXXX.tmp` beside `path`, held locked while in use and removed
+    afterwards unless moved away; stale ones of `path` are removed first."""
+    path = Path(path)
+    remove_stale_temporaries(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        _hold(fd)
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; an output is an ordinary folder
+        yield tmp
+    finally:
+        os.close(fd)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_json(path: str | Path, obj: Any) -> None:
@@ -158,7 +225,7 @@ def read_partial(path: str | Path) -> list[dict]:
             rows.append(json.loads(line))
         except (json.JSONDecodeError, UnicodeDecodeError):
             if lineno != len(lines):
-                raise InputError(path, "malformed line in an unfinished sample file; delete it to "
+                raise InputError(path, "malformed line in the file of an unfinished run; delete it to "
                                        "start over", lineno) from None
             torn, lines = True, lines[:-1]
     if torn:

@@ -2,14 +2,17 @@
 
 - A target that does not exist, or an empty folder, is written.
 - An existing, non-empty target is refused, naming it, unless the user passes `--overwrite`.
-- With `--overwrite`, a file named by the user is replaced (atomically). A folder is replaced
+- With `--overwrite`, a file is replaced (atomically) only when textebm wrote it for the same
+  command: its marker beside it, `.NAME.textebm.json`, records the command and a hash of the
+  content written, so a file the user made, edited or copied there, another command's output (a
+  run's metrics.json) and an input of the same command are never replaced. A folder is replaced
   only when textebm made it, for the same command: its marker file `.textebm-output.json`
   records what wrote it and which entries are textebm's. Only those entries are replaced; any
   other file in the folder (a user's notes) is left where it is. A folder textebm did not make,
   or one made by another command (a training run given as a report folder), is never touched.
+- Two outputs of one command never name the same file (`check_output_files`).
 - The checks run before any work (`check_output_dir` / `check_output_file`); the writing itself
-  is atomic (`output_dir` below, `textebm.io.atomic_write` for files), so a failure leaves
-  nothing half-written.
+  is atomic (`output_dir` and `output_file` below), so a failure leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from textebm.errors import TextebmError
-from textebm.io import current_umask
+from textebm.io import temporary_dir
 
 MARKER = ".textebm-output.json"
 
@@ -100,15 +103,108 @@ def check_output_dir(path: str | Path, kind: str, overwrite: bool, option: str =
     return True
 
 
-def check_output_file(path: str | Path, overwrite: bool, option: str = "--out") -> None:
-    """Check before any work that file `path` may be written (refuse folders and, without
-    --overwrite, existing files)."""
+def file_marker(path: str | Path) -> Path:
+    """The marker beside an output file: `.NAME.textebm.json` in the same folder."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.textebm.json")
+
+
+def read_file_marker(path: str | Path) -> dict | None:
+    """The marker of a file textebm wrote, or None (no marker, or an unreadable one)."""
+    import json
+
+    f = file_marker(path)
+    if not f.is_file():
+        return None
+    try:
+        obj = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    ok = isinstance(obj, dict) and isinstance(obj.get("kind"), str) and isinstance(obj.get("sha256"), str)
+    return obj if ok else None
+
+
+def mark_file(path: str | Path, kind: str) -> None:
+    """Record beside `path` that textebm's `kind` command wrote it, with the hash of its content."""
+    from textebm import __version__
+    from textebm.fingerprint import file_sha256
+    from textebm.io import write_json
+
+    write_json(file_marker(path), {"kind": kind, "sha256": file_sha256(path), "textebm": __version__})
+
+
+@contextlib.contextmanager
+def output_file(path: str | Path, kind: str, mode: str = "w") -> Iterator:
+    """Write file `path` atomically (`textebm.io.atomic_write`) and mark it as `kind`'s output."""
+    from textebm.io import atomic_write
+
+    with atomic_write(path, mode) as f:
+        yield f
+    mark_file(path, kind)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_file_target(path: str | Path, option: str = "--out") -> None:
+    """`path` can be a file: it is not a folder and the nearest existing folder above it is writable."""
     path = Path(path)
     if path.is_dir():
         raise TextebmError(f"{option} {path}: is a folder; {option} must name a file")
-    if path.exists() and not overwrite:
-        raise TextebmError(f"{option} {path}: exists; pass --overwrite to replace it, or choose another file")
     _check_parent(path, option)
+
+
+def check_output_file(path: str | Path, overwrite: bool, option: str = "--out", *, kind: str,
+                      inputs: Iterable[tuple[str, str | Path]] = ()) -> None:
+    """Check before any work that file `path` may be written by a `kind` command.
+
+    Refuses a folder, an input of the same command (`inputs`: (option, path) pairs) and, without
+    --overwrite, any existing file. With --overwrite an existing file is replaced only when its
+    marker says `kind` wrote it and its content is still what was written."""
+    from textebm.fingerprint import file_sha256
+
+    path = Path(path)
+    check_file_target(path, option)
+    for in_option, given in inputs:
+        if given and _same_file(path, Path(given)):
+            raise TextebmError(f"{option} {path}: is the input of {in_option}; textebm never writes over its own "
+                               "input: choose another file")
+    if not path.exists() and not path.is_symlink():
+        return
+    if not overwrite:
+        raise TextebmError(f"{option} {path}: exists; pass --overwrite to replace it, or choose another file")
+    marker = read_file_marker(path)
+    if marker is None or not path.is_file():
+        raise TextebmError(f"{option} {path}: exists and was not written by textebm (no marker "
+                           f"{file_marker(path).name} beside it); textebm never replaces files it did not "
+                           "write: choose another file, or move it away yourself")
+    if marker["kind"] != kind:
+        raise TextebmError(f"{option} {path}: holds the output of `{marker['kind']}`, not of `{kind}`; choose "
+                           "another file (--overwrite only replaces output of the same command)")
+    if marker["sha256"] != file_sha256(path):
+        raise TextebmError(f"{option} {path}: has changed since `{kind}` wrote it (edited or replaced); textebm "
+                           "does not replace it: choose another file, or move it away yourself")
+
+
+def check_output_files(outputs: Iterable[tuple[str, str | Path]], overwrite: bool, *, kind: str,
+                       inputs: Iterable[tuple[str, str | Path]] = ()) -> None:
+    """`check_output_file` for each (option, path) of a command's file outputs (empty paths are
+    left out), and no two of them may name the same file."""
+    named = [(option, Path(p)) for option, p in outputs if p]
+    inputs = list(inputs)
+    seen: dict[str, str] = {}
+    for option, path in named:
+        where = os.path.normcase(os.path.realpath(path))
+        if where in seen:
+            raise TextebmError(f"{option} {path}: names the same file as {seen[where]}; give each output its "
+                               "own file")
+        seen[where] = option
+    for option, path in named:
+        check_output_file(path, overwrite, option, kind=kind, inputs=inputs)
 
 
 @contextlib.contextmanager
@@ -122,9 +218,7 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
     path = Path(path)
     replacing = check_output_dir(path, kind, overwrite, option)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; outputs are ordinary folders
+    with temporary_dir(path) as tmp:  # held locked; removed afterwards unless moved into place
         yield tmp
         entries = [p.name for p in tmp.iterdir() if p.name != MARKER]
         write_marker(tmp, kind, entries)
@@ -153,9 +247,6 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
             else:
                 os.replace(tmp / name, target)
         os.replace(tmp / MARKER, path / MARKER)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def remove(p: Path) -> None:

@@ -77,11 +77,11 @@ def write_texts(cfg: RerankConfig) -> int:
     """The unique hypothesis texts of --dev then --test, in order of first appearance."""
     from textebm.data.nbest import read_nbest
     from textebm.errors import TextebmError
-    from textebm.io import atomic_write
-    from textebm.outputs import check_output_file
+    from textebm.outputs import check_output_file, output_file
 
     target = Path(cfg.write_texts)
-    check_output_file(target, cfg.overwrite, "--write-texts")
+    check_output_file(target, cfg.overwrite, "--write-texts", kind="rerank --write-texts",
+                      inputs=[("--dev", cfg.dev), ("--test", cfg.test)])
     texts = list(dict.fromkeys(h.text for p in (cfg.dev, cfg.test) for u in read_nbest(p) for h in u.hyps))
     jsonl = target.suffix.lower() == ".jsonl"
     if not jsonl:
@@ -89,7 +89,7 @@ def write_texts(cfg: RerankConfig) -> int:
         if bad is not None:  # a .txt line is stripped when read back: the score would not match
             raise TextebmError(f"--write-texts {target}: the hypothesis text {bad!r} has a line break or spaces at "
                                "an end, which a .txt file cannot keep; write a .jsonl file instead")
-    with atomic_write(target) as f:
+    with output_file(target, "rerank --write-texts") as f:
         for i, t in enumerate(texts):
             f.write(json.dumps({"id": f"t{i}", "text": t}, ensure_ascii=False) + "\n" if jsonl else t + "\n")
     return len(texts)

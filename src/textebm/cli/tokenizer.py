@@ -29,6 +29,7 @@ def train(cfg: TrainConfig) -> None:
     """Train a tokenizer on DATA/train.jsonl (one or more datasets) and save it as a Hugging Face tokenizer folder."""
     import logging
 
+    from textebm.data.readers import JSONL_SUFFIXES
     from textebm.errors import TextebmError
     from textebm.outputs import check_output_dir, output_dir
     from textebm.tokenizer import train_jsonl
@@ -37,6 +38,10 @@ def train(cfg: TrainConfig) -> None:
     for path in paths:
         if not path.is_file():
             raise TextebmError(f"--data {path}: not found; prepare a dataset with `textebm data prepare`")
+        if path.suffix.lower() not in JSONL_SUFFIXES:
+            raise TextebmError(f"--data {path}: a {path.suffix or 'file without an extension'} file, where a dataset "
+                               "folder or a .jsonl file of {\"text\": ...} rows is expected; turn a text, CSV or TSV "
+                               "file into a dataset with `textebm data convert --input FILE --out DIR`")
     check_output_dir(cfg.out, "tokenizer train", cfg.overwrite)  # before the work
     tokenizer = train_jsonl(paths, cfg.vocab_size, cfg.kind, cfg.lowercase)
     with output_dir(cfg.out, "tokenizer train", cfg.overwrite) as tmp:

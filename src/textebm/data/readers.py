@@ -67,6 +67,12 @@ def read_examples(
     text a line. Field names default to auto-detection (see `TEXT_COLUMNS`, `LABEL_COLUMNS`);
     header names match case-insensitively. Raises `InputError` on any bad content.
     """
+    return [row for _, row in read_numbered_examples(path, text_field, pair_field, label_field, id_field)]
+
+
+def read_numbered_examples(path: str | Path, text_field: str | None = None, pair_field: str | None = None,
+                           label_field: str | None = None, id_field: str | None = None) -> list[tuple[int, dict]]:
+    """`read_examples` with the 1-based line of the file each example starts on."""
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "file not found" if not path.exists() else "not a regular file")
@@ -86,7 +92,7 @@ def read_examples(
                                "expected .jsonl, .csv, .tsv or .txt")
     if not rows:
         raise InputError(path, "no examples (empty file)")
-    return [row for _, row in _check_consistent(path, rows)]
+    return _check_consistent(path, rows)
 
 
 def example_id(row: dict[str, Any], index: int) -> str:

@@ -114,18 +114,19 @@ def evaluate_detector(cfg: DetectEvalConfig) -> dict:
     """Test metrics of a detector at its stored rule (accuracy, AUROC, TPR at 1 % FPR, P@1)."""
     from textebm.io import write_json
     from textebm.options import check_config
-    from textebm.outputs import check_output_file
+    from textebm.outputs import check_output_file, mark_file
     from textebm.detection import detect
 
     check_config(cfg)
     if cfg.out:
-        check_output_file(cfg.out, cfg.overwrite)
+        check_output_file(cfg.out, cfg.overwrite, kind="residual eval", inputs=[("--test", t) for t in cfg.test])
     scorer, rule, info = detect.load_detector(cfg.model)
     rows = read_detector_windows(cfg.test, cfg.model, scorer, info)
     real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
     out = detect.evaluate(rule, real, fake.ravel(), fake)
     if cfg.out:
         write_json(cfg.out, out)
+        mark_file(cfg.out, "residual eval")
     return out
 
 
@@ -148,13 +149,14 @@ def _texts(path: str) -> tuple[list[str], list[str]]:
 
 def score_texts(cfg: DetectScoreConfig) -> Path:
     """Energy (or zero-shot score), P(machine-generated) and the decision for each text."""
-    from textebm.io import atomic_write, read_json_object
+    from textebm.io import read_json_object
     from textebm.options import check_config
-    from textebm.outputs import check_output_file
+    from textebm.outputs import check_output_file, output_file
     from textebm.detection import detect
 
     check_config(cfg)
-    check_output_file(cfg.out, cfg.overwrite)
+    check_output_file(cfg.out, cfg.overwrite, kind="residual score",
+                      inputs=[("--input", cfg.input), ("--threshold", cfg.threshold)])
     scorer, rule, info = detect.load_detector(cfg.model)
     ids, texts = _texts(cfg.input)
     threshold, source = rule.threshold, "the detector's (best balanced accuracy on validation)"
@@ -178,7 +180,7 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
     scores, tokens = detect.text_scores(scorer, texts, length, cfg.batch_size)
     probs = rule.prob_generated(scores)
     name = "energy" if info.get("detector") == "energy" else "score"
-    with atomic_write(cfg.out) as f:
+    with output_file(cfg.out, "residual score") as f:
         for i, s, p, n in zip(ids, scores, probs, tokens):
             f.write(json.dumps({"id": i, name: float(s), "p_generated": float(p),
                                 "generated": bool(rule.sign * s > threshold), "tokens": int(n),
@@ -198,11 +200,11 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     rate, and report the rate it reaches on a held-out part of them."""
     from textebm.io import write_json
     from textebm.options import check_config
-    from textebm.outputs import check_output_file
+    from textebm.outputs import check_output_file, mark_file
     from textebm.detection import detect
 
     check_config(cfg)
-    check_output_file(cfg.out, cfg.overwrite)
+    check_output_file(cfg.out, cfg.overwrite, kind="residual threshold", inputs=[("--human", cfg.human)])
     _, texts = _texts(cfg.human)
     detect.split_sizes(len(texts), cfg.held_out)  # a --held-out that leaves nothing to fit fails before any work
     scorer, rule, info = detect.load_detector(cfg.model)
@@ -211,6 +213,7 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     out.update(model=str(Path(cfg.model).resolve()), detector_sha256=detect.detector_id(info),
                human=str(Path(cfg.human).resolve()))
     write_json(cfg.out, out)
+    mark_file(cfg.out, "residual threshold")
     return out
 
 

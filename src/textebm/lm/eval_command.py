@@ -64,17 +64,16 @@ def score_file(cfg: LMScoreConfig) -> Path:
     """Score every item of a file: log P(x) in nats, per token and in total ([eos] included)."""
     from textebm.options import check_config
     from textebm.data.readers import read_examples
-    from textebm.io import atomic_write
-    from textebm.outputs import check_output_file
+    from textebm.outputs import check_output_file, output_file
 
     check_config(cfg)
-    check_output_file(cfg.out, cfg.overwrite)
+    check_output_file(cfg.out, cfg.overwrite, kind="lm score", inputs=[("--input", cfg.input)])
     folder = scorable_folder(cfg.model)
     rows = read_examples(cfg.input)
     model, tokenizer, meta, _ = _load(folder, cfg.precision)
     texts, pair_at = item_texts(rows)
     results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
-    with atomic_write(cfg.out) as f:
+    with output_file(cfg.out, "lm score") as f:
         for i, row in enumerate(rows):
             f.write(json.dumps(_score_row(row, i, results[i], results[pair_at[i]] if pair_at[i] is not None
                                           else None, tokenizer), ensure_ascii=False) + "\n")
@@ -141,9 +140,9 @@ def check_metrics_target(path: Path, key: str, overwrite: bool, option: str) -> 
     """Before any work: `path` must be a file (or absent) holding a JSON object, and without
     --overwrite must not hold `key` yet (other keys are kept: the result is merged in)."""
     from textebm.io import read_json
-    from textebm.outputs import check_output_file
+    from textebm.outputs import check_file_target
 
-    check_output_file(path, overwrite=True, option=option)  # a folder, or a parent that is a file
+    check_file_target(path, option)  # a folder, or a parent that is a file
     if not path.is_file():
         return
     current = read_json(path)

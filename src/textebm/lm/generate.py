@@ -8,22 +8,73 @@ taken from the sequence's own `torch.Generator` (on the CPU, whatever device the
 a sequence's tokens depend neither on the batch it was put in nor on whether a run was
 interrupted and resumed. Logits are upcast to fp32 (the top-k cut and softmax in fp64) whatever
 precision the model runs in.
+
+`generate_groups` is the batching loop of the commands that sample many sequences into rows
+(`lm sample`: a row's text and text_pair; `negatives generate`: a window's k negatives): jobs in
+a fixed order, `batch_size` at a time, each seeded by its own generator, and the rows a batch
+completed handed back after it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import torch
 
 from textebm.data.batching import left_pad
+from textebm.models.lm_format import SpecialIds
 
 
 @dataclass
 class Generation:
     tokens: list[int]  # sampled ids in model order, ending with [eos] when the model stopped itself
     logprob: float  # sum of log q over `tokens`, q = the top-k truncated, tempered distribution
+
+
+def banned_ids(sp: SpecialIds) -> list[int]:
+    """Layout symbols a sample must not contain ([bos], [pad], [mask], [sep]; [eos] ends it)."""
+    return sorted({t for t in (sp.bos, sp.pad, sp.mask, sp.sep) if t is not None} - {sp.eos})
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How tokens are drawn: from the `top_k` most likely at `temperature`, never one of `banned`;
+    [eos] ends a sequence, [pad] fills a batch."""
+
+    top_k: int
+    temperature: float
+    eos: int
+    pad: int
+    banned: tuple[int, ...] = ()
+
+
+class SeqJob(Protocol):
+    """One sequence to sample: part `part` of output row `group`, continuing `context` (starting
+    with [bos]) by at most `max_new` tokens with a generator seeded by `seed`."""
+
+    group: Any
+    part: int
+    context: list[int]
+    max_new: int
+    seed: int
+
+
+def generate_groups(model, jobs: Sequence[SeqJob], batch_size: int, sampling: Sampling,
+                    group_size: Callable[[Any], int]) -> Iterator[tuple[list, list[tuple[Any, dict]]]]:
+    """Sample `jobs` in their order, `batch_size` at a time. After each batch yield (the batch's
+    jobs, the groups it completed as (group, {part: (job, Generation)}) in order of first job);
+    a group is complete when it has `group_size(group)` parts."""
+    pending: dict[Any, dict[int, tuple[SeqJob, Generation]]] = {}
+    for s in range(0, len(jobs), batch_size):
+        batch = jobs[s:s + batch_size]
+        gens = generate(model, [jb.context for jb in batch], [jb.max_new for jb in batch],
+                        [torch.Generator().manual_seed(jb.seed) for jb in batch], sampling.eos, sampling.pad,
+                        sampling.top_k, sampling.temperature, sampling.banned)
+        for jb, gen in zip(batch, gens):
+            pending.setdefault(jb.group, {})[jb.part] = (jb, gen)
+        done = [g for g, parts in pending.items() if len(parts) == group_size(g)]
+        yield batch, [(g, pending.pop(g)) for g in done]
 
 
 def sample_top_k(logits: torch.Tensor, k: int, temperature: float, uniforms: torch.Tensor

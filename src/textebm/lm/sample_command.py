@@ -28,9 +28,7 @@ The model runs on the accelerator when there is one, in `--precision` (auto: see
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -40,13 +38,13 @@ import torch
 
 from textebm.errors import TextebmError
 from textebm.models.lm_format import SpecialIds, infill_context, mask_tokens
-from textebm.io import read_partial
-from textebm.lm.generate import Generation, generate
+from textebm.lm.generate import Generation, Sampling, banned_ids, generate_groups
 from textebm.seeds import derive_seed
 from textebm.precision import CHOICES as PRECISIONS
 
 log = logging.getLogger(__name__)
 
+KIND = "lm sample"
 MODES = ("infill", "prefix", "suffix", "free")
 DEFAULT_MASK_RATIO = 0.4  # paper a, sec. 2.4
 
@@ -113,6 +111,28 @@ class Job:
     after: list[int]  # kept tokens placed after it (suffix mode), reading order
     reverse: bool  # the model writes right to left: un-reverse the generation
 
+    @property
+    def group(self) -> tuple[int, int]:  # the output row: (example, sample)
+        return self.example, self.sample
+
+    @property
+    def part(self) -> int:
+        return self.field
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a sequence is given and may write (see the module doc): `mode`, the infill masking
+    probability, the prefix/suffix context (`context_tokens`, else `context_ratio` of the text),
+    the cap on new tokens (None: the mode's default) and the seed of masks and samples."""
+
+    mode: str
+    seed: int = 0
+    mask_ratio: float = DEFAULT_MASK_RATIO
+    context_ratio: float = 0.5
+    context_tokens: int | None = None
+    max_new_tokens: int | None = None
+
 
 def check_mode(mode: str, meta, sp: SpecialIds) -> None:
     """Raise a TextebmError when the model cannot do `mode` (wrong objective or direction)."""
@@ -135,33 +155,28 @@ def check_mode(mode: str, meta, sp: SpecialIds) -> None:
                            f"{meta.direction}")
 
 
-def banned_ids(sp: SpecialIds) -> list[int]:
-    """Layout symbols a sample must not contain ([bos], [pad], [mask], [sep]; [eos] ends it)."""
-    return sorted({t for t in (sp.bos, sp.pad, sp.mask, sp.sep) if t is not None} - {sp.eos})
-
-
 def context_length(n: int, ratio: float, tokens: int | None) -> int:
     """Tokens of an n-token text kept as prefix/suffix context; at least one is left to generate."""
     c = tokens if tokens is not None else round(ratio * n)
     return max(0, min(c, n - 1))
 
 
-def make_job(cfg: SampleConfig, ids: list[int], key: tuple[int, int, int], sp: SpecialIds, meta,
-             mask_ratio: float, tokenizer) -> Job:
-    """The context, generation cap and decoding recipe of one sequence (see the module doc)."""
+def make_job(spec: JobSpec, ids: list[int], key: tuple[int, int, int], sp: SpecialIds, meta, tokenizer) -> Job:
+    """The context, generation cap and decoding recipe of one sequence (see the module doc);
+    `key` is (example, sample, field)."""
     n, r2l = len(ids), meta.direction == "r2l"
-    seed = derive_seed(cfg.seed, *key, "sample")
-    cap = cfg.max_new_tokens
-    if cfg.mode == "infill":
-        g = torch.Generator().manual_seed(derive_seed(cfg.seed, *key, "mask"))
-        _, masked = mask_tokens(ids, mask_ratio, g)
+    seed = derive_seed(spec.seed, *key, "sample")
+    cap = spec.max_new_tokens
+    if spec.mode == "infill":
+        g = torch.Generator().manual_seed(derive_seed(spec.seed, *key, "mask"))
+        _, masked = mask_tokens(ids, spec.mask_ratio, g)
         shown = [sp.mask if t == -1 else t for t in masked]
         return Job(*key, infill_context(masked, sp), cap if cap is not None else 2 * n + 8, seed,
                    tokenizer.decode(shown, skip_special_tokens=False), [], [], r2l)
-    if cfg.mode == "free":
+    if spec.mode == "free":
         return Job(*key, [sp.bos], cap if cap is not None else 2 * n + 8, seed, "", [], [], r2l)
-    c = context_length(n, cfg.context_ratio, cfg.context_tokens)
-    if cfg.mode == "prefix":
+    c = context_length(n, spec.context_ratio, spec.context_tokens)
+    if spec.mode == "prefix":
         kept = ids[:c]
         return Job(*key, [sp.bos, *kept], cap if cap is not None else n - c, seed,
                    tokenizer.decode(kept, skip_special_tokens=False), kept, [], False)
@@ -198,15 +213,11 @@ def _encode_fields(tokenizer, examples: list[dict]) -> list[list[list[int]]]:
     return [[next(flat) for _ in source_fields(row)] for row in examples]
 
 
-def _check_resumable(rows: list[dict], expected: dict, order: dict[str, tuple[int, int]], path: Path) -> None:
+def _check_ids(rows: list[dict], order: dict[str, tuple[int, int]], path: Path) -> None:
     for row in rows:
-        diff = [k for k, v in expected.items() if row.get(k) != v]
-        if diff:
-            raise TextebmError(f"{path} was written with other settings ({', '.join(diff)} differ); "
-                               "delete it to start over or rerun with the same settings")
         if row.get("id") not in order:
             raise TextebmError(f"{path}: sample {row.get('id')!r} does not belong to this data; "
-                               "delete it to start over")
+                               f"delete {path} to start over")
 
 
 def sample_file(cfg: SampleConfig) -> Path:
@@ -215,28 +226,31 @@ def sample_file(cfg: SampleConfig) -> Path:
 
     from textebm.options import check_config
     from textebm.data.readers import load_split
+    from textebm.fingerprint import folder_sha256, json_sha256
     from textebm.inference import inference_setup
-    from textebm.io import atomic_write
     from textebm.models.lm import special_ids
     from textebm.models.load import CAUSAL_LM, find_model, load_lm
     from textebm.outputs import check_output_file
+    from textebm.resumable import PartialFile
 
     check_config(cfg)
     out = Path(cfg.out)
-    partial = out.with_name(out.name + ".partial")
-    check_output_file(out, cfg.overwrite)  # before any work; the .partial is ours: no --overwrite needed
-    if partial.is_dir():
-        raise TextebmError(f"--out {out}: {partial} is a folder; textebm writes its unfinished samples there")
+    data = Path(cfg.data)
+    split_file = data / f"{cfg.split}.jsonl" if data.is_dir() else data
+    check_output_file(out, cfg.overwrite, kind=KIND, inputs=[("--data", split_file)])  # before any work
+    partial = PartialFile(out, KIND, ensure_ascii=False)
+    partial.check()  # the .partial is ours: no --overwrite needed
     model_path = find_model(cfg.model, CAUSAL_LM).path.resolve()
     device, choice = inference_setup(cfg.precision)
     model, tokenizer, meta = load_lm(model_path, dtype=choice.dtype, device=device)
     sp = special_ids(tokenizer, meta)
     check_mode(cfg.mode, meta, sp)
     mask_ratio = (cfg.mask_ratio if cfg.mask_ratio is not None else meta.mask_ratio or DEFAULT_MASK_RATIO)
+    spec = JobSpec(mode=cfg.mode, seed=cfg.seed, mask_ratio=mask_ratio, context_ratio=cfg.context_ratio,
+                   context_tokens=cfg.context_tokens, max_new_tokens=cfg.max_new_tokens)
 
-    examples = load_split(cfg.data, cfg.split)
-    if cfg.limit:
-        examples = examples[:cfg.limit]
+    all_examples = load_split(cfg.data, cfg.split)
+    examples = all_examples[:cfg.limit] if cfg.limit else all_examples
     sids = [source_id(row, i) for i, row in enumerate(examples)]
     if len(set(sids)) != len(sids):
         dup = Counter(sids).most_common(1)[0][0]
@@ -248,12 +262,16 @@ def sample_file(cfg: SampleConfig) -> Path:
     if cfg.mode == "infill":
         common["mask_ratio"] = mask_ratio
     common.update(seed=cfg.seed, model=str(model_path), precision=choice.precision)
-
-    done_rows = read_partial(partial) if partial.is_file() else []
-    _check_resumable(done_rows, common, order, partial)
+    # What every row depends on: the model and the source texts by content, and the options (the
+    # batch size changes no token in fp32; --limit and --per-example only which rows there are).
+    identity = {"command": KIND, "model_sha256": folder_sha256(model_path), "data_sha256": json_sha256(all_examples),
+                **common, "context_ratio": cfg.context_ratio, "context_tokens": cfg.context_tokens,
+                "max_new_tokens": cfg.max_new_tokens}
+    done_rows = partial.start(identity)
+    _check_ids(done_rows, order, partial.path)
     done = {row["id"] for row in done_rows}
     if done:
-        log.info("resuming %s: %d of %d samples already written", partial, len(done), len(order))
+        log.info("resuming %s: %d of %d samples already written", partial.path, len(done), len(order))
 
     jobs = []
     limit = getattr(model.config, "max_position_embeddings", None) or 10**9
@@ -262,7 +280,7 @@ def sample_file(cfg: SampleConfig) -> Path:
             if f"{sids[i]}-n{j}" in done:
                 continue
             for f, ids in enumerate(field_ids):
-                job = make_job(cfg, ids, (i, j, f), sp, meta, mask_ratio, tokenizer)
+                job = make_job(spec, ids, (i, j, f), sp, meta, tokenizer)
                 if len(job.context) >= limit:
                     raise TextebmError(f"example {sids[i]}: a context of {len(job.context)} tokens leaves "
                                        f"no room to generate within the model's {limit} positions")
@@ -270,37 +288,20 @@ def sample_file(cfg: SampleConfig) -> Path:
                 jobs.append(job)
     jobs.sort(key=lambda jb: (len(jb.context), jb.max_new, jb.example, jb.sample, jb.field))
 
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    pending: dict[tuple[int, int], dict[int, tuple[Job, Generation]]] = {}
+    sampling = Sampling(cfg.top_k, cfg.temperature, sp.eos, sp.pad, tuple(banned_ids(sp)))
     t0, n_tokens = time.perf_counter(), 0
-    with open(partial, "a", encoding="utf-8") as sink, tqdm(total=len(jobs), unit="seq", desc="sampling",
-                                                         disable=not cfg.progress) as bar:
-        for s in range(0, len(jobs), cfg.batch_size):
-            batch = jobs[s:s + cfg.batch_size]
-            gens = generate(model, [jb.context for jb in batch], [jb.max_new for jb in batch],
-                            [torch.Generator().manual_seed(jb.seed) for jb in batch],
-                            sp.eos, sp.pad, cfg.top_k, cfg.temperature, banned_ids(sp))
-            for jb, gen in zip(batch, gens):
-                pending.setdefault((jb.example, jb.sample), {})[jb.field] = (jb, gen)
-                n_tokens += len(gen.tokens)
-            for key in [k for k, v in pending.items() if len(v) == len(source_fields(examples[k[0]]))]:
-                row = _output_row(examples[key[0]], sids[key[0]], key[1], pending.pop(key), common,
-                                  tokenizer, sp.eos)
-                sink.write(json.dumps(row, ensure_ascii=False) + "\n")
-            sink.flush()
-            os.fsync(sink.fileno())
+    with partial, tqdm(total=len(jobs), unit="seq", desc="sampling", disable=not cfg.progress) as bar:
+        for batch, finished in generate_groups(model, jobs, cfg.batch_size, sampling,
+                                               lambda key: len(source_fields(examples[key[0]]))):
+            n_tokens += sum(len(gen.tokens) for _, parts in finished for _, gen in parts.values())
+            partial.append(_output_row(examples[i], sids[i], j, parts, common, tokenizer, sp.eos)
+                           for (i, j), parts in finished)
             bar.update(len(batch))
     elapsed = time.perf_counter() - t0
     log.info("sampled %d sequences, %d tokens in %.1f s (%.1f tokens/s)", len(jobs), n_tokens, elapsed,
              n_tokens / max(elapsed, 1e-9))
-
-    rows = read_partial(partial)
-    rows.sort(key=lambda r: order[r["id"]])
-    with atomic_write(out) as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    partial.unlink()
-    log.info("wrote %d samples to %s", len(rows), out)
+    n = partial.finish(order=lambda r: order[r["id"]])
+    log.info("wrote %d samples to %s", n, out)
     return out
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from textebm.data.batching import right_pad
-from textebm.errors import TextebmError
+from textebm.errors import TextebmError, TextTooLong
 from textebm.models.lm_format import causal_example
 
 log = logging.getLogger(__name__)
@@ -86,9 +86,8 @@ def score_texts(model, tokenizer, meta, texts: list[str], batch_size: int = 16, 
     seqs = [causal_example(ids, sp, meta.direction)[0] for ids in encoded]  # [bos] x [eos]
     limit = getattr(model.config, "max_position_embeddings", None)
     too_long = [i for i, s in enumerate(seqs) if limit and len(s) > limit]
-    if too_long:
-        raise TextebmError(f"text {too_long[0]} has {len(seqs[too_long[0]])} tokens with [bos]/[eos]; "
-                           f"the model takes at most {limit}")
+    if too_long:  # [bos] and [eos] take two positions
+        raise TextTooLong(too_long[0], len(seqs[too_long[0]]) - 2, limit - 2)
     per_token = score_sequences(model, seqs, sp.pad, batch_size, bucket, progress)
     return [ScoreResult(logprob=math.fsum(lp), token_ids=seq[1:], token_logprobs=lp)
             for seq, lp in zip(seqs, per_token)]

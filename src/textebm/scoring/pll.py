@@ -66,15 +66,21 @@ def _framed_batches(model, ids: list[list[int]], batch_size: int, fn: Callable, 
     return batched(framed, [len(f) for f in framed], batch_size, run)
 
 
-def check_length(model, ids: list[list[int]]) -> None:
-    from textebm.errors import TextebmError
-
+def max_text_tokens(model) -> int:
+    """The most tokens of one text a cloze model scores ([cls] and [sep] take two positions)."""
     limit = model.spec.context
     if model.encoder is not None:
         limit = min(limit, getattr(model.encoder.config, "max_position_embeddings", limit))
+    return limit - 2
+
+
+def check_length(model, ids: list[list[int]]) -> None:
+    from textebm.errors import TextTooLong
+
+    limit = max_text_tokens(model)
     for i, x in enumerate(ids):
-        if len(x) + 2 > limit:
-            raise TextebmError(f"text {i + 1} has {len(x)} tokens; the model takes at most {limit - 2}")
+        if len(x) > limit:
+            raise TextTooLong(i, len(x), limit)
 
 
 @torch.inference_mode()

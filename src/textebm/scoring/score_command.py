@@ -8,16 +8,14 @@ Output: one JSON line per input item, in input order:
      "words", "word_scores", "word_offsets"}      with --per-word (`textebm.scoring.words`)
 
 Texts are scored in chunks of --chunk items, each length-sorted into batches; every finished
-chunk is appended to OUT.partial, so a killed run continues where it stopped when run again with
-the same arguments (finished lines are checked against the input's ids and the method), and
-OUT appears, complete, only at the end. --html writes the token-colouring page as well.
+chunk is appended to OUT.partial (`textebm.resumable`), so a killed run continues where it stopped
+when run again with the same model (by content), input (by content) and options, and any other run
+is refused; OUT appears, complete, only at the end. --html writes the token-colouring page as well.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,50 +66,30 @@ def _model_kind(model_arg: str) -> tuple[str, Path]:
     return "causal", scorable_folder(model_arg)
 
 
-def _read_partial(partial: Path, ids: list[str], method: str, chunk: int) -> int:
-    """Lines already written by an interrupted run, checked against the input's ids and the
-    method. The file is cut back to whole chunks (a torn chunk is scored again in the same
-    batches, so a resumed run writes the same numbers as an uninterrupted one)."""
-    from textebm.errors import TextebmError
-
-    raw = partial.read_bytes()
-    lines = raw[: raw.rfind(b"\n") + 1].decode("utf-8").splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise TextebmError(f"{partial}:{i + 1}: not a JSON line; delete {partial} to start afresh") from None
-        if i >= len(ids) or row.get("id") != ids[i] or row.get("method") != method:
-            raise TextebmError(f"{partial}:{i + 1}: was written for another input or method; delete {partial} "
-                               "to start afresh, or choose another --out")
-    lines = lines[: len(lines) - len(lines) % chunk]
-    keep = "".join(lines).encode("utf-8")
-    if len(keep) != len(raw):
-        with open(partial, "r+b") as f:
-            f.truncate(len(keep))
-    return len(lines)
+KIND = "score"
 
 
 def score_command(cfg: ScoreTextsConfig) -> Path:
     """Score every text of a file; write JSONL (and, with --html, the page)."""
-    from textebm.data.readers import example_id, read_examples
+    from textebm.data.readers import example_id, read_numbered_examples
     from textebm.errors import TextebmError
+    from textebm.fingerprint import folder_sha256, json_sha256
     from textebm.inference import inference_setup
     from textebm.options import check_config
-    from textebm.outputs import check_output_file
-    from textebm.scoring.pll import causal_scores, check_method, cloze_scores
+    from textebm.outputs import check_output_files
+    from textebm.resumable import PartialFile
+    from textebm.scoring.pll import causal_scores, check_method, cloze_scores, max_text_tokens
     from textebm.scoring.words import word_scores
 
     check_config(cfg)
     out = Path(cfg.out)
-    check_output_file(out, cfg.overwrite)
-    if cfg.html:
-        check_output_file(cfg.html, cfg.overwrite, "--html")
-    partial = out.with_name(out.name + ".partial")
-    if partial.is_dir():
-        raise TextebmError(f"--out {out}: {partial} is a folder; textebm writes its unfinished scores there")
+    check_output_files([("--out", out), ("--html", cfg.html)], cfg.overwrite, kind=KIND,
+                       inputs=[("--input", cfg.input)])
+    partial = PartialFile(out, KIND, ensure_ascii=False)
+    partial.check()
     kind, folder = _model_kind(cfg.model)
-    rows = read_examples(cfg.input)
+    numbered = read_numbered_examples(cfg.input)
+    rows = [row for _, row in numbered]
     ids = [example_id(r, i) for i, r in enumerate(rows)]
     device, choice = inference_setup(cfg.precision)
     if kind == "cloze":
@@ -121,6 +99,7 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
         method = model.spec.objective if cfg.method == "auto" else cfg.method
         check_method(model.spec.objective, method)
         fn = lambda texts: cloze_scores(model, tokenizer, texts, method, cfg.batch_size, cfg.token_budget)  # noqa: E731
+        limit = max_text_tokens(model)
     else:
         from textebm.models.load import load_lm
 
@@ -129,35 +108,53 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
         model, tokenizer, meta = load_lm(folder, dtype=choice.dtype, device=device)
         method = "causal"
         fn = lambda texts: causal_scores(model, tokenizer, meta, texts, cfg.batch_size)  # noqa: E731
+        positions = getattr(model.config, "max_position_embeddings", None)
+        limit = positions - 2 if positions else None  # [bos] and [eos] take two
+    _check_lengths(cfg.input, numbered, tokenizer, limit)  # before anything is written
     per_token = cfg.per_token or bool(cfg.html)
-    done = _read_partial(partial, ids, method, cfg.chunk) if partial.is_file() else 0
+    # What every line depends on: the model and the texts by content, and the options that change a
+    # line; a chunk (the unit of resume) is scored in the same batches whatever was interrupted.
+    identity = {"command": KIND, "model_sha256": folder_sha256(folder), "input_sha256": json_sha256([ids, [
+        r["text"] for r in rows]]), "method": method, "per_token": per_token, "per_word": cfg.per_word,
+        "chunk": cfg.chunk, "precision": choice.precision}
+    done_rows = partial.start(identity)
+    if any(row.get("id") != ids[i] for i, row in enumerate(done_rows[:len(ids)])) or len(done_rows) > len(ids):
+        raise TextebmError(f"{partial.path}: its lines are not this input's, in order; delete {partial.path} to "
+                           "start over")
+    done = len(done_rows) - len(done_rows) % cfg.chunk  # a torn chunk is scored again, in the same batches
+    partial.keep(done)
     if done:
-        log.info("resuming %s: %d of %d texts already scored", partial, done, len(rows))
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    created = not partial.exists()
-    try:
+        log.info("resuming %s: %d of %d texts already scored", partial.path, done, len(rows))
+    with partial:
         _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores)
-    except BaseException:
-        if created and partial.is_file() and partial.stat().st_size == 0:  # this run made it and scored nothing
-            partial.unlink()
-        raise
-    if cfg.html:
-        write_html(partial, Path(cfg.html), method, folder)
-    os.replace(partial, out)
+    if cfg.html:  # before OUT appears: a failure here leaves the partial, complete and resumable
+        write_html(partial.rows(), Path(cfg.html), method, folder)
+    partial.finish()
     log.info("wrote %s (%d texts, method %s, precision %s)", out, len(rows), method, choice.precision)
     return out
+
+
+def _check_lengths(path: str, numbered: list[tuple[int, dict]], tokenizer, limit: int | None) -> None:
+    """InputError naming the file and line of the first text longer than the model takes."""
+    from textebm.errors import InputError
+
+    if limit is None:
+        return
+    encoded = tokenizer([row["text"] for _, row in numbered], add_special_tokens=False)["input_ids"]
+    for (line, _), ids in zip(numbered, encoded):
+        if len(ids) > limit:
+            raise InputError(path, f"this text has {len(ids)} tokens; the model takes at most {limit}", line)
 
 
 def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores) -> None:
     from tqdm import tqdm
 
-    with open(partial, "a", encoding="utf-8") as sink, tqdm(total=len(rows), initial=done, unit="text",
-                                                               desc=f"scoring ({method})",
-                                                               disable=not cfg.progress) as bar:
+    with tqdm(total=len(rows), initial=done, unit="text", desc=f"scoring ({method})",
+              disable=not cfg.progress) as bar:
         for s in range(done, len(rows), cfg.chunk):
             part = rows[s:s + cfg.chunk]
             scored = fn([r["text"] for r in part])
-            lines = []
+            lines = []  # the chunk's records, appended together
             for i, (row, sc) in enumerate(zip(part, scored)):
                 rec = {"id": ids[s + i], "text": row["text"], "method": method, "score": sc.total,
                        "n_tokens": len(sc.scores)}
@@ -167,18 +164,15 @@ def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_toke
                 if cfg.per_word:
                     words, wsc, wof = word_scores(row["text"], sc.offsets, sc.scores)
                     rec.update(words=words, word_scores=wsc, word_offsets=[list(o) for o in wof])
-                lines.append(json.dumps(rec, ensure_ascii=False) + "\n")
-            sink.write("".join(lines))
-            sink.flush()
-            os.fsync(sink.fileno())
+                lines.append(rec)
+            partial.append(lines)
             bar.update(len(part))
 
 
-def write_html(scores: Path, page: Path, method: str, folder: Path) -> None:
-    from textebm.io import atomic_write, iter_jsonl
+def write_html(records: list[dict], page: Path, method: str, folder: Path) -> None:
+    from textebm.outputs import output_file
     from textebm.scoring.html import render_html
 
-    records = [row for _, row in iter_jsonl(scores)]
     value = "−E(x)_t (unnormalised log p̂)" if method == "electric" else f"log p ({method})"
-    with atomic_write(page) as f:
+    with output_file(page, KIND) as f:
         f.write(render_html(records, title=f"textebm score: {method}, {folder}", value_name=value))
