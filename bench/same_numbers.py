@@ -75,29 +75,41 @@ FILL = ["the", "film", "story", "cast", "is", "a", "truly", "and", "plot", "real
 
 class Runner:
     """Runs `python -m textebm ...` steps in WORK, each once: a step is done when its marker
-    WORK/.done/NAME.json holds the same arguments and the same textebm."""
+    WORK/.done/NAME.json holds the same arguments and the same textebm, and no step before it ran
+    in this call (the steps are called in the order of their inputs)."""
 
     def __init__(self, work: Path, textebm_at: str):
-        self.work, self.textebm_at = work, textebm_at
+        self.work, self.textebm_at, self.ran = work, textebm_at, False
         (work / ".done").mkdir(parents=True, exist_ok=True)
         (work / "logs").mkdir(exist_ok=True)
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
                     "PYTHONHASHSEED": "0", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
                     "TRANSFORMERS_OFFLINE": "1"}
-        self.seconds: dict[str, float] = {}
 
     def done(self, name: str, argv: list[str]) -> bool:
         marker = self.work / ".done" / f"{name}.json"
-        if not marker.is_file():
+        if self.ran or not marker.is_file():  # once a step ran, every later step (its inputs may be new) runs
+            self.ran = True
             return False
         got = json.loads(marker.read_text())
         if got["textebm"] != self.textebm_at:
             sys.exit(f"same_numbers: {self.work} was made with the textebm at {got['textebm']}, not "
                      f"{self.textebm_at}: use another --work")
-        return got["argv"] == argv
+        self.ran = got["argv"] != argv
+        return not self.ran
 
-    def mark(self, name: str, argv: list[str]) -> None:
-        (self.work / ".done" / f"{name}.json").write_text(json.dumps({"argv": argv, "textebm": self.textebm_at}))
+    def mark(self, name: str, argv: list[str], seconds: float = 0.0) -> None:
+        (self.work / ".done" / f"{name}.json").write_text(
+            json.dumps({"argv": argv, "textebm": self.textebm_at, "seconds": round(seconds, 1)}))
+
+    def step_seconds(self) -> dict:
+        """Wall seconds of every step, from the markers (also of steps run by an earlier call)."""
+        out = {}
+        for p in sorted((self.work / ".done").glob("*.json"), key=lambda p: p.stat().st_mtime):
+            got = json.loads(p.read_text())
+            if "seconds" in got:
+                out[p.stem] = got["seconds"]
+        return out
 
     def textebm(self, name: str, *args) -> None:
         argv = [str(a) for a in args]
@@ -111,8 +123,7 @@ class Runner:
         if rc != 0:
             sys.exit(f"same_numbers: step {name} failed (exit {rc}); see {self.work / 'logs' / (name + '.log')}:\n"
                      + "".join((self.work / "logs" / f"{name}.log").read_text().splitlines(True)[-15:]))
-        self.seconds[name] = round(time.perf_counter() - t0, 1)
-        self.mark(name, argv)
+        self.mark(name, argv, time.perf_counter() - t0)
 
     def python(self, name: str, fn, *args) -> None:
         """A step done here rather than by textebm (the data, the tiny encoder)."""
@@ -120,8 +131,9 @@ class Runner:
         if self.done(name, argv):
             return
         print(f"[{name}] {fn.__name__}", flush=True)
+        t0 = time.perf_counter()
         fn(*args)
-        self.mark(name, argv)
+        self.mark(name, argv, time.perf_counter() - t0)
 
 
 def textebm_location(env: dict) -> tuple[str, str]:
@@ -302,7 +314,9 @@ def write_matrix_config(w: Path) -> Path:
            "lm": {"context": 48, "chunk": 32, "batch_size": 8, "lr": 0.003},
            "windows": {"length": 24, "contexts": [16, 20], "stride": 8, "k": 2, "top_k": 10,
                        "max_windows": {"train": 30, "dev": 16, "test": 16}},
-           "energies": {"linear": {"energy": "linear", "steps": 4, "lr": 0.05}},
+           # 2 steps: one epoch of 30 windows in batches of 16, so whether the matrix's "steps" caps at one
+           # epoch (aa392e4) or not (issue 21, item 9) trains the same
+           "energies": {"linear": {"energy": "linear", "steps": 2, "lr": 0.05}},
            "tables": [{"kind": "in-domain", "energies": ["linear"], "corpora": ["ptb"], "generators": ["tf"],
                        "directions": ["l2r", "r2l"]},
                       {"kind": "zeroshot", "detectors": ["loglik"], "corpora": ["ptb"], "generators": ["tf"]},
@@ -311,8 +325,9 @@ def write_matrix_config(w: Path) -> Path:
                        "negatives": ["random", "worst"]},
                       {"kind": "unseen", "energy": "linear", "train": "all", "generator": "tf",
                        "test_generator": "gcnn"}]}
-    path = w / "c-matrix.json"
-    path.write_text(json.dumps(cfg, indent=1) + "\n")
+    text = json.dumps(cfg, indent=1) + "\n"
+    path = w / f"c-matrix-{hashlib.sha256(text.encode()).hexdigest()[:10]}.json"  # new settings, new step
+    path.write_text(text)
     return path
 
 
@@ -478,9 +493,11 @@ def main(argv=None) -> int:
               "machine": {"cpu": cpu, "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags,
                           "python": platform.python_version(), "torch": torch.__version__,
                           "threads": 1, "precision": "fp32 (the matrix: auto)"},
-              "seconds": {"total_this_run": round(time.perf_counter() - t0, 1), **r.seconds},
+              "seconds": {"this_call": round(time.perf_counter() - t0, 1), "steps": r.step_seconds(),
+                          "cpu_of_steps_this_call": round(sum(os.times()[2:4]), 1)},
               "figures": fig, "weights": weights, "left_out_as_timings": sorted(SKIPPED)}
-    print(f"{len(fig)} figures, {len(weights)} weight files ({record['seconds']['total_this_run']} s)")
+    print(f"{len(fig)} figures, {len(weights)} weight files ({record['seconds']['this_call']} s wall, "
+          f"{record['seconds']['cpu_of_steps_this_call']} s CPU of the steps run)")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_name(args.out.name + ".tmp")
