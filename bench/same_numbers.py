@@ -1,7 +1,7 @@
 """Same seed, same numbers: a recorded comparison of every figure textebm reports, per system, for
 refactors that must change no result (issue 20).
 
-    # record (each step cached in WORK: a rerun skips the finished ones)
+    # record (each step cached in WORK: a rerun skips the finished ones; one WORK per code version)
     OMP_NUM_THREADS=1 PYTHONPATH=src python bench/same_numbers.py --work /tmp/sn-after --out after.json
     # compare with a record made from other code (exit 1 if a figure differs)
     OMP_NUM_THREADS=1 PYTHONPATH=src python bench/same_numbers.py --work /tmp/sn-after --out after.json \
@@ -18,8 +18,9 @@ on the CPU, with fixed seeds, on tiny data the script makes itself (no network):
     transcripts of bench/asr_nbest (PTB sentences) outside the n-best slice reranked below, cut
     into documents of 8 sentences;
   * paper a: `lm train --objective infill` (noise LM), `lm sample --mode infill`, `classify train`
-    (baseline and an EBM with `--energy hidden`), `classify eval` (accuracy, ECE, NLL, Brier,
-    calibrators, bootstrap), and a tiny `quickstart` (every classifier of the comparison);
+    (baseline, `--energy hidden`, `--energy sharp-hidden`) of a tiny from-scratch BERT made with
+    transformers alone, `classify eval` (accuracy, ECE, NLL, Brier, calibrators, bootstrap), and a
+    tiny `quickstart` (every classifier of the comparison);
   * paper b: `tokenizer train`, `cloze train --objective electric` and `--objective mlm`, `score`
     of the hypotheses of a slice of the ASR n-best lists (per-sentence and per-token scores), and
     `rerank` (dev-chosen lambda, test WER, bootstrap interval);
@@ -33,7 +34,9 @@ The figures are every number in the commands' metrics files (timings left out), 
 command writes, and a SHA-256 of every text a command generates. The record also holds a SHA-256
 of each trained model's weights: those are shown but do not fail a comparison (a refactor may
 rename a parameter without changing a number). A comparison fails when a figure differs by more
-than 1e-6 relative or is missing from the new record; new figures are listed, not failed.
+than 1e-6 relative or is missing from the new record; new figures are listed, not failed. The
+record of the code before issue 20's refactor, and the machine it needs (fp32 is bit-identical
+only on the same CPU and torch), are in bench/results/same_numbers/.
 """
 
 from __future__ import annotations
