@@ -30,11 +30,10 @@ from textebm.io import temporary_dir
 MARKER = ".textebm-output.json"
 
 
-def read_marker(path: str | Path) -> dict | None:
-    """The marker of a folder textebm wrote, or None (no marker, or an unreadable one)."""
+def _read_marker_file(f: Path) -> dict | None:
+    """A marker's JSON object with a string `kind`, or None (missing, unreadable or damaged)."""
     import json
 
-    f = Path(path) / MARKER
     if not f.is_file():
         return None
     try:
@@ -42,6 +41,11 @@ def read_marker(path: str | Path) -> dict | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     return obj if isinstance(obj, dict) and isinstance(obj.get("kind"), str) else None
+
+
+def read_marker(path: str | Path) -> dict | None:
+    """The marker of a folder textebm wrote, or None (no marker, or an unreadable one)."""
+    return _read_marker_file(Path(path) / MARKER)
 
 
 def write_marker(path: str | Path, kind: str, entries: list[str]) -> None:
@@ -111,17 +115,8 @@ def file_marker(path: str | Path) -> Path:
 
 def read_file_marker(path: str | Path) -> dict | None:
     """The marker of a file textebm wrote, or None (no marker, or an unreadable one)."""
-    import json
-
-    f = file_marker(path)
-    if not f.is_file():
-        return None
-    try:
-        obj = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    ok = isinstance(obj, dict) and isinstance(obj.get("kind"), str) and isinstance(obj.get("sha256"), str)
-    return obj if ok else None
+    obj = _read_marker_file(file_marker(path))
+    return obj if obj is not None and isinstance(obj.get("sha256"), str) else None
 
 
 def mark_file(path: str | Path, kind: str) -> None:
