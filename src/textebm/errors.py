@@ -22,3 +22,7 @@ class InputError(TextebmError):
 
 class TrainingDiverged(TextebmError):
     """A NaN or infinite loss: the run stops, the last good checkpoint is kept."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training; the message says how to continue the run (--resume)."""
