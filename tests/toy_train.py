@@ -144,7 +144,8 @@ class ToyRecipe(Recipe):
         else:
             loss = mse(model, batch)
         if self.buffer is not None:  # pull the predictions towards those of the last batches
-            pred = model(*batch[:2]).mean()
+            main = batch["main"] if self.a.streams else batch
+            pred = model(*main[:2]).mean()
             loss = loss + 0.1 * (pred - self.buffer.mean()) ** 2
             self.buffer = torch.cat([self.buffer[1:], pred.detach().float().reshape(1)])
         if self.a.nan_at and self.calls >= self.a.nan_at:

@@ -164,7 +164,7 @@ class LMBatcher:
         self.seed, self.epoch = seed, 0
 
     def set_epoch(self, epoch: int) -> None:
-        """The training loop's on_epoch_start: every epoch masks each example afresh."""
+        """Called by the recipe at every epoch start: every epoch masks each example afresh."""
         self.epoch = epoch
 
     def __call__(self, items: list, generator: torch.Generator | None = None) -> dict:
