@@ -356,6 +356,8 @@ def test_overwrite_that_fails_before_its_first_checkpoint_keeps_the_earlier_run(
 def test_a_killed_overwrite_keeps_the_earlier_run_aside_until_the_next_try_holds(tmp_path):
     """A hard kill before the first checkpoint leaves the earlier run set aside; the next
     --overwrite drops the killed try, and the earlier run goes only when a try gets a checkpoint."""
+    import torch
+
     run = tmp_path / "r"
     assert run_toy(run, "--epochs", "1").returncode == 0
     old_model = weights(run)
@@ -363,7 +365,9 @@ def test_a_killed_overwrite_keeps_the_earlier_run_aside_until_the_next_try_holds
     aside = run / ".textebm-replaced"
     assert (aside / "model" / "model.safetensors").is_file() and not (run / "model").exists()
     assert run_toy(run, "--epochs", "1", "--overwrite", "--nan-at", "2").returncode == 2
-    assert (aside / "model").is_dir() or all((weights(run)[k] == old_model[k]).all() for k in old_model)
+    assert not aside.exists() and all(torch.equal(weights(run)[k], old_model[k]) for k in old_model)
+    assert json.loads((run / "metrics.json").read_text())["completed"]  # the earlier run, back whole
+    assert run_toy(run, "--epochs", "1", "--overwrite", "--kill-at", "3").returncode == 137
     assert run_toy(run, "--epochs", "1", "--overwrite").returncode == 0
     assert not aside.exists() and (run / "metrics.json").is_file()
 
