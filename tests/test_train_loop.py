@@ -400,3 +400,22 @@ def test_an_interrupted_run_says_that_resume_continues_it(tmp_path):
     early = run_toy(tmp_path / "e", "--interrupt-at", "2")
     assert early.returncode == 130 and "before its first checkpoint" in early.stderr
     assert not (tmp_path / "e").exists()
+
+
+def test_typed_batches_move_whole_as_accelerate_moves_batches():
+    """accelerate's loaders call `.to(device)` on a batch: a Batch dataclass moves every tensor,
+    those of its dict fields too, and keeps its other fields (the meta device stands for a GPU)."""
+    import torch
+    from accelerate.utils import send_to_device
+
+    from textebm.classify.data import ClassifyBatch
+    from textebm.detection.train import WindowBatch
+
+    ids = torch.ones(2, 3, dtype=torch.long)
+    b = send_to_device(ClassifyBatch(data={"input_ids": ids}, labels=torch.zeros(2), index=torch.arange(2),
+                                     noise={"input_ids": ids}), torch.device("meta"))
+    assert isinstance(b, ClassifyBatch)
+    assert {t.device.type for t in (b.data["input_ids"], b.labels, b.index, b.noise["input_ids"])} == {"meta"}
+    w = send_to_device(WindowBatch(input_ids=ids, attention_mask=ids, k=2), torch.device("meta"))
+    assert w.k == 2 and w.input_ids.is_meta and w.attention_mask.is_meta
+    assert ClassifyBatch(data={}, labels=ids, index=ids).to("meta").noise is None
