@@ -265,6 +265,7 @@ class Recipe:
     collate: Callable[[list], Any]  # items -> a batch: tensors, or a dataclass of them with `.to(device)`
     streams: dict[str, Stream] | None = None  # extra streams; `loss` then gets {MAIN: batch, name: batch}
     param_groups: Sequence[ParamGroup] = ()
+    run_files: Sequence[str] = ()  # what the command writes into RUN beside RUN_ENTRIES (in its marker)
 
     def loss(self, model: torch.nn.Module, batch: Any, at: Progress) -> tuple[torch.Tensor, dict[str, float]]:
         """(scalar loss, floats to log) of one batch, under autocast. `model` is `self.model` as
@@ -439,7 +440,7 @@ def check_run_dir(opts: TrainOptions, config: dict | None) -> None:
     check_output_dir(run, run_kind(opts), opts.overwrite)
 
 
-def start_run(run: Path, opts: TrainOptions, config: dict) -> None:
+def start_run(run: Path, opts: TrainOptions, config: dict, entries: Sequence[str] = tuple(RUN_ENTRIES)) -> None:
     """Write the run's marker and config.json (main process, fresh start). With --overwrite, the
     entries of the earlier run are first set aside (`set_aside`); files textebm did not write stay."""
     from textebm.outputs import write_marker
@@ -447,7 +448,7 @@ def start_run(run: Path, opts: TrainOptions, config: dict) -> None:
     if opts.overwrite:  # the user asked to replace this earlier run of the same command
         set_aside(run)
     run.mkdir(parents=True, exist_ok=True)
-    write_marker(run, run_kind(opts), RUN_ENTRIES)
+    write_marker(run, run_kind(opts), list(entries))
     write_json(run / "config.json", config)
 
 
@@ -482,7 +483,7 @@ def drop_set_aside(run: Path) -> None:
     remove(run / SET_ASIDE)
 
 
-def abandon_failed_start(run: Path, created: bool) -> None:
+def abandon_failed_start(run: Path, created: bool, entries: Sequence[str] = tuple(RUN_ENTRIES)) -> None:
     """After a failure before the first checkpoint, remove what this run wrote (nothing there
     could be resumed), so the same command can simply be run again, and bring back the earlier
     run that --overwrite had set aside."""
@@ -490,7 +491,7 @@ def abandon_failed_start(run: Path, created: bool) -> None:
 
     if (run / "checkpoint" / "state.json").is_file() or (run / "model").exists():
         return
-    for name in [*RUN_ENTRIES, MARKER]:
+    for name in [*entries, MARKER]:
         remove(run / name)
     aside = run / SET_ASIDE
     if aside.is_dir():
@@ -533,8 +534,9 @@ def train(opts: TrainOptions, config: dict, recipe: Recipe, accelerator=None) ->
         log.info("precision %s", choice.reason)
     accelerator.wait_for_everyone()
     created = not run.exists()
+    entries = [*RUN_ENTRIES, *recipe.run_files]
     if accelerator.is_main_process and not opts.resume:
-        start_run(run, opts, config)
+        start_run(run, opts, config, entries)
     accelerator.wait_for_everyone()
     if opts.resume and run_completed(run):
         log.info("%s already finished; nothing to resume", run)
@@ -545,7 +547,7 @@ def train(opts: TrainOptions, config: dict, recipe: Recipe, accelerator=None) ->
         return finish_run(opts, recipe, accelerator, folder, done, choice)
     except BaseException as e:
         if accelerator.is_main_process and not opts.resume:
-            abandon_failed_start(run, created)
+            abandon_failed_start(run, created, entries)
         if isinstance(e, TrainingDiverged):
             where = (f"the last good checkpoint is kept in {folder.checkpoint}" if folder.has_checkpoint()
                      else "no checkpoint was written yet")

@@ -246,6 +246,7 @@ class ResidualRecipe(Recipe):
     val_rows: list[dict]
     eval_batch_size: int
     rule: Any = None
+    run_files = ("detector.json",)  # detect.RULE_FILE, written after training: --overwrite replaces it too
 
     def loss(self, model, batch, at):
         return residual_step(model, batch, self.loss_kind, self.negatives, self.margin)
