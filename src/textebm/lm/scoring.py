@@ -60,11 +60,12 @@ def next_token_targets(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tens
 def next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """log p(ids[:, t+1] | ids[:, :t+1]) from a causal LM's logits (B, T, V), in fp32: (B, T-1),
     0 where position t+1 is outside `mask` (see `next_token_targets`). The one home of next-token
-    log-probabilities: scoring and the LM's evaluation use it (its training loss sums the same
-    terms through `next_token_targets`)."""
+    log-probabilities: scoring and the LM's evaluation use it; the LM's training loss applies
+    cross-entropy to the same shift (`next_token_targets`), whose rounding its recorded losses keep."""
     logits, target = next_token_targets(logits, ids, mask)  # (B, T-1, V), (B, T-1)
-    return -torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, ignore_index=-100,
-                                              reduction="none")  # (B, T-1)
+    keep = target != -100  # (B, T-1)
+    lp = logits.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)  # (B, T-1)
+    return torch.where(keep, lp, torch.zeros_like(lp))
 
 
 @torch.inference_mode()
