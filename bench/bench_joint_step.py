@@ -80,20 +80,20 @@ def main() -> None:
         t0 = time.perf_counter()
         for b, nb in zip(batches, noise_batches):
             batch = collate([examples[i] for i in b])
-            batch["noise"] = batch_inputs([noise[n] for n in (nb if variant == "joint, bucketed" else own_noise(b))], pad)
+            batch.noise = batch_inputs([noise[n] for n in (nb if variant == "joint, bucketed" else own_noise(b))], pad)
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 if variant == "baseline":
-                    logits, _ = model(**batch["data"])
-                    loss = torch.nn.functional.cross_entropy(logits, batch["labels"])
-                    padded, tokens = padded + cells(batch["data"]), tokens + real(batch["data"])
+                    logits, _ = model(**batch.data)
+                    loss = torch.nn.functional.cross_entropy(logits, batch.labels)
+                    padded, tokens = padded + cells(batch.data), tokens + real(batch.data)
                 else:
                     separate = variant == "joint, bucketed"
-                    logits, e_pos, e_neg = joint_forward(model, batch["data"], batch["noise"], separate=separate)
-                    loss = torch.nn.functional.cross_entropy(logits, batch["labels"]) + nce_loss(e_pos, e_neg, args.k).loss
-                    T = max(batch["data"]["input_ids"].shape[1], batch["noise"]["input_ids"].shape[1])
-                    n_rows = batch["data"]["input_ids"].shape[0] + batch["noise"]["input_ids"].shape[0]
-                    padded += cells(batch["data"]) + cells(batch["noise"]) if separate else n_rows * T
-                    tokens += real(batch["data"]) + real(batch["noise"])
+                    logits, e_pos, e_neg = joint_forward(model, batch.data, batch.noise, separate=separate)
+                    loss = torch.nn.functional.cross_entropy(logits, batch.labels) + nce_loss(e_pos, e_neg, args.k).loss
+                    T = max(batch.data["input_ids"].shape[1], batch.noise["input_ids"].shape[1])
+                    n_rows = batch.data["input_ids"].shape[0] + batch.noise["input_ids"].shape[0]
+                    padded += cells(batch.data) + cells(batch.noise) if separate else n_rows * T
+                    tokens += real(batch.data) + real(batch.noise)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)

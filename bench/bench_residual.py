@@ -85,7 +85,7 @@ def bench_sampler(args, vocab) -> dict:
 
 
 def bench_energies(args, vocab) -> dict:
-    from textebm.detection.train import ResidualTrainConfig, WindowBatcher, build_energy_model, residual_step
+    from textebm.detection.train import EnergyBuildSpec, WindowBatcher, build_energy_model, residual_step
 
     cfg = json.loads(Path(args.config).read_text())["energies"]
     wins = windows(args, vocab, 64)
@@ -96,8 +96,7 @@ def bench_energies(args, vocab) -> dict:
         init = spec.get("init", "")
         if init == "generator":
             init = str(Path(args.gen) / "sotu-tf-l2r-s0")
-        c = ResidualTrainConfig(train=["x"], val=["x"], vocab=args.vocab, energy=spec["energy"], init=init,
-                                out="unused", **opts)
+        c = EnergyBuildSpec(energy=spec["energy"], init=init, **opts)
         model, es, tok = build_energy_model(c, vocab, 64)
         batcher = WindowBatcher(es, tok, vocab)
         bs = spec.get("batch_size", 16)

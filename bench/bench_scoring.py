@@ -42,7 +42,7 @@ def ptb_sentences(n: int, root: Path) -> list[str]:
 def build_models(args):
     """MiniLM-sized Electric, masked LM, TwoTower (towers 2/3 of it) and a causal Llama of the
     encoder's shape, from the given runs or built from minilm-l6."""
-    from textebm.cloze.train import ClozeTrainConfig, build_cloze
+    from textebm.cloze.train import ClozeBuildSpec, build_cloze
     from textebm.models.load import load_cloze
 
     models = {}
@@ -51,7 +51,7 @@ def build_models(args):
         if run:
             models[objective] = load_cloze(run)
         else:
-            cfg = ClozeTrainConfig(out="unused", data="unused", objective=objective, init="minilm-l6")
+            cfg = ClozeBuildSpec(objective=objective, init="minilm-l6")
             m, tok = build_cloze(cfg, [])
             models[objective] = (m.eval(), tok)
     enc = models["electric"][0].encoder.config

@@ -86,7 +86,8 @@ def test_noise_batches_are_padded_inputs_and_data_batches_carry_no_noise():
     assert out["input_ids"].shape == (3, max(noise_len[i] for i in (0, 3, 4)))
     assert out["attention_mask"].sum().item() == sum(noise_len[i] for i in (0, 3, 4))
     data = Collator(0)(examples[:4])
-    assert set(data) == {"data", "labels", "index"} and data["index"].tolist() == [0, 1, 2, 3]
+    assert data.noise is None and {"input_ids", "attention_mask"} <= set(data.data)
+    assert data.index.tolist() == [0, 1, 2, 3] and data.labels.shape == (4,)
 
 
 def test_joint_training_resumed_after_a_kill_draws_the_same_noise(classify_fixture, tmp_path):

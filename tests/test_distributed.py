@@ -166,11 +166,12 @@ def test_two_processes_streams_are_sharded_aligned_and_resume_exactly(two_proc, 
     """The toy with a lockstep and a cycling stream on 2 processes: each rank gets, step by step,
     the batches accelerate's sharding deals it from every stream (aligned rounds, the cycling
     stream through its own epochs), the loss falls, and a killed run resumes to bitwise the
-    same weights as an uninterrupted one, drawing the same batches."""
+    same weights as an uninterrupted one, drawing the same batches. The recipe's own state (a
+    buffer of its last predictions, `--buffer`) is each rank's, checkpointed and restored per rank."""
     import toy_train as toy
 
     full, cut = tmp_path / "full", tmp_path / "cut"
-    res = launch2(full, "--streams", "--batch-log", str(tmp_path / "full.log"))
+    res = launch2(full, "--streams", "--buffer", "--batch-log", str(tmp_path / "full.log"))
     assert res.returncode == 0, res.stderr[-4000:]
     logged = {r: [json.loads(x) for x in (tmp_path / f"full.log.{r}").read_text().splitlines()] for r in (0, 1)}
     for rank in (0, 1):
@@ -178,10 +179,12 @@ def test_two_processes_streams_are_sharded_aligned_and_resume_exactly(two_proc, 
     h = metrics(full)["train"]["history"]
     assert metrics(full)["train"]["steps"] == 18 and h[-1]["loss"] < 0.5 * h[0]["loss"]
 
-    killed = launch2(cut, "--streams", "--batch-log", str(tmp_path / "cut.log"), "--kill-at", "12")
+    killed = launch2(cut, "--streams", "--buffer", "--batch-log", str(tmp_path / "cut.log"), "--kill-at", "12")
     assert killed.returncode != 0 and not (cut / "model").exists()
     assert json.loads((cut / "checkpoint" / "state.json").read_text())["step"] == 10
-    resumed = launch2(cut, "--streams", "--batch-log", str(tmp_path / "cut.log"), "--resume")
+    buffers = [load_file(str(cut / "checkpoint" / f"recipe-{r}.safetensors"))["buffer"] for r in (0, 1)]
+    assert not torch.equal(*buffers)  # each rank's own
+    resumed = launch2(cut, "--streams", "--buffer", "--batch-log", str(tmp_path / "cut.log"), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     a, b = weights(full), weights(cut)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -45,8 +45,8 @@ def test_score_sequences_equals_one_by_one(tmp_path):
             for i, n in enumerate([4, 9, 1, 6, 6, 12, 3])]
     fast = score_sequences(model, seqs, pad=0, batch_size=3)
     with torch.no_grad():
-        slow = [next_token_logprobs(model, torch.tensor([s]), torch.ones(1, len(s), dtype=torch.long))[0].tolist()
-                for s in seqs]
+        slow = [next_token_logprobs(model(input_ids=torch.tensor([s])).logits, torch.tensor([s]),
+                                    torch.ones(1, len(s), dtype=torch.long))[0].tolist() for s in seqs]
     assert [len(x) for x in fast] == [len(s) - 1 for s in seqs]
     for a, b in zip(fast, slow):
         assert a == pytest.approx(b, abs=1e-5)

@@ -2,12 +2,12 @@
 computation on a tiny deterministic fake model."""
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
 from torch import nn
 
+from textebm.classify.data import ClassifyBatch
 from textebm.classify.train import joint_loss
 
 W = [0.3, -0.2, 0.1]  # per-class slope of the logits
@@ -55,10 +55,8 @@ def pad(seqs):
 
 
 def make_batch(k):
-    batch = {"data": pad(DATA), "labels": torch.tensor(LABELS)}
-    if k:
-        batch["noise"] = pad(NOISE[k])
-    return batch
+    return ClassifyBatch(data=pad(DATA), labels=torch.tensor(LABELS), index=torch.arange(len(DATA)),
+                         noise=pad(NOISE[k]) if k else None)
 
 
 def feat(seq):
@@ -122,9 +120,8 @@ def test_fake_model_matches_its_hand_version():
 @pytest.mark.parametrize("k", [1, 2])
 def test_joint_loss_ce_nce_poscal(k, poscal):
     lam = 0.7
-    cfg = SimpleNamespace(noise_ratio=k, poscal=poscal, poscal_lambda=lam)
-    model = FakeModel()  # carries a PosCal table either way: only cfg.poscal turns the penalty on
-    loss, logs = joint_loss(model, make_batch(k), cfg)
+    model = FakeModel()  # carries a PosCal table either way: only a λ > 0 turns the penalty on
+    loss, logs = joint_loss(model, make_batch(k), noise_ratio=k, poscal_lambda=lam if poscal else 0.0)
     ce, nce = ce_by_hand(), nce_by_hand(k)
     pen, _ = poscal_by_hand()
     expected = ce + nce + (lam * pen if poscal else 0.0)
@@ -142,8 +139,7 @@ def test_joint_loss_ce_nce_poscal(k, poscal):
 
 @pytest.mark.parametrize("poscal", [False, True])
 def test_joint_loss_without_noise_is_ce_plus_poscal(poscal):
-    cfg = SimpleNamespace(noise_ratio=1, poscal=poscal, poscal_lambda=2.0)
-    loss, logs = joint_loss(FakeModel(), make_batch(0), cfg)
+    loss, logs = joint_loss(FakeModel(), make_batch(0), noise_ratio=1, poscal_lambda=2.0 if poscal else 0.0)
     pen, _ = poscal_by_hand()
     assert loss.item() == pytest.approx(ce_by_hand() + (2.0 * pen if poscal else 0.0), rel=1e-12)
     assert "nce" not in logs
@@ -151,8 +147,7 @@ def test_joint_loss_without_noise_is_ce_plus_poscal(poscal):
 
 @pytest.mark.parametrize("w", [0.25, 3.0])
 def test_the_nce_term_is_weighted(w):
-    cfg = SimpleNamespace(noise_ratio=2, poscal=False, poscal_lambda=1.0)
-    loss, logs = joint_loss(FakeModel(), make_batch(2), cfg, nce_weight=w)
+    loss, logs = joint_loss(FakeModel(), make_batch(2), noise_ratio=2, nce_weight=w)
     assert loss.item() == pytest.approx(ce_by_hand() + w * nce_by_hand(2), rel=1e-12)
     assert logs["nce"] == pytest.approx(nce_by_hand(2), rel=1e-12)  # the unweighted term is logged
 

@@ -103,3 +103,26 @@ def test_score_file_reads_text_and_pairs(lms, tmp_path):
     assert row["pair_logprob"] == pytest.approx(expected[2].logprob, abs=1e-4)
     assert row["logprob"] == pytest.approx(expected[0].logprob + expected[2].logprob, abs=1e-4)
     assert row["num_tokens"] == expected[0].num_tokens + expected[2].num_tokens
+
+
+def test_next_token_logprobs_equal_a_slow_float64_reference():
+    """Position t predicts token t+1: log softmax(logits[b, t])[ids[b, t+1]] worked out one by one
+    in float64; 0 where the next token is outside the mask (padding, or a -100 label)."""
+    from textebm.lm.scoring import next_token_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 6, 11, generator=g) * 4  # (B, T, V)
+    ids = torch.randint(0, 11, (3, 6), generator=g)  # (B, T)
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 2 + [0] * 4])
+    ids[2, 3] = -100  # a label that is not predicted, outside the mask
+    fast = next_token_logprobs(logits.bfloat16(), ids, mask)  # fp32 whatever the logits' dtype
+    assert fast.shape == (3, 5) and fast.dtype == torch.float32
+    low = logits.bfloat16().double()
+    for b in range(3):
+        for t in range(5):
+            if mask[b, t + 1]:
+                z = low[b, t]
+                ref = float(z[ids[b, t + 1]] - math.log(sum(math.exp(float(v)) for v in z)))
+                assert float(fast[b, t]) == pytest.approx(ref, abs=1e-5)
+            else:
+                assert float(fast[b, t]) == 0.0

@@ -153,3 +153,26 @@ def test_infill_masks_depend_on_seed_epoch_and_example_not_on_the_batch():
         b([list(range(20, 40))])  # plain ids only with an explicit generator (evaluation)
     g = torch.Generator().manual_seed(0)
     assert b([list(range(20, 40))], generator=g)["input_ids"].shape[0] == 1
+
+
+def test_ctrl_c_says_that_resume_continues_the_run(data, tmp_path, capsys, monkeypatch):
+    """Ctrl-C at step 3 (the checkpoint of step 2 written): exit 130, and the message names the
+    kept checkpoint and --resume, which then finishes the run."""
+    import textebm.train
+
+    logged, inner = [], textebm.train.group_lrs
+
+    def interrupt_at_step_3(optimizer):  # the loop logs every step (--log-every 1)
+        logged.append(1)
+        if len(logged) == 3:
+            raise KeyboardInterrupt
+        return inner(optimizer)
+
+    monkeypatch.setattr(textebm.train, "group_lrs", interrupt_at_step_3)
+    args = ["lm", "train", "--data", str(data), "--out", str(tmp_path / "r"), "--max-steps", "5",
+            "--log-every", "1", "--checkpoint-every", "2", "--eval-split", "", *TINY]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert "checkpoint of step 2 is kept" in err and "--resume" in err
+    assert main([*args, "--resume"]) == 0
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["train"]["steps"] == 5

@@ -720,3 +720,24 @@ def test_the_stored_rule_equals_one_fitted_on_the_saved_model(trained):
     assert rule.temperature == pytest.approx(again.temperature, rel=1e-6)
     metrics = json.loads((trained["run"] / "metrics.json").read_text())["eval"]
     assert metrics["val_balanced_accuracy"] == pytest.approx(again.val["balanced_accuracy"])
+
+
+def test_overwrite_replaces_the_decision_rule_with_the_run(corpus, trained, tmp_path):
+    """detector.json is part of the run (its marker lists it): `--overwrite` with other settings
+    writes the new model's rule, never keeps the earlier model's."""
+    import shutil
+
+    from textebm.detection import detect
+    from textebm.detection.windows import read_window_file
+
+    run = tmp_path / "run"
+    shutil.copytree(trained["run"], run)
+    old_rule = (run / "detector.json").read_text()
+    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+                 str(corpus["vocab"]), "--energy", "linear", "--max-steps", "3", "--batch-size", "8", "--lr", "0.01",
+                 "--out", str(run), "--no-progress", "--overwrite"]) == 0
+    assert (run / "detector.json").read_text() != old_rule
+    _, rule = detect.read_rule(run / "detector.json")
+    real, fake = detect.window_scores(detect.EnergyScorer(run / "model").score_ids, read_window_file(trained["dev"]), 64)
+    assert rule.threshold == pytest.approx(detect.fit_rule(real, fake.ravel()).threshold, abs=1e-9)
+    assert not (run / ".textebm-replaced").exists()

@@ -217,16 +217,14 @@ def test_lockstep_stream_covers_its_epoch_items_and_stays_aligned_when_sharded(n
 
 
 def test_lockstep_stream_of_another_size_is_refused(tmp_path):
-    import torch
-
     from textebm.train import train
 
     items = toy.data(16)
-    other = Stream(dataset=items, lengths=[len(i) for i, _ in items], collate=toy.collate, batch_size=4)
+    recipe = toy.ToyRecipe(toy.argparse.Namespace(streams=False, group=[], buffer=False), toy.Toy(), items)
+    recipe.streams = {"other": Stream(dataset=items, lengths=[len(i) for i, _ in items], collate=toy.collate,
+                                      batch_size=4)}
     with pytest.raises(TextebmError, match="lockstep stream needs as many"):
-        train(toy.options(str(tmp_path / "r"), precision="fp32"), {}, toy.Toy(), items, [len(i) for i, _ in items],
-              toy.collate, lambda m, b: (torch.zeros(()), {}), save_model=lambda m, d: None,
-              streams={"other": other})
+        train(toy.options(str(tmp_path / "r"), precision="fp32"), {}, recipe)
     assert not (tmp_path / "r").exists()  # a failed start leaves nothing
 
 
@@ -337,3 +335,87 @@ def test_without_a_bar_the_loop_logs_a_line_per_logged_window(tmp_path, caplog):
     assert len(lines) == len(history) >= 3
     assert [line.split(",")[0] for line in lines] == [f"step {h['step']}/{history[-1]['step']} "
                                                       f"({100 * h['step'] / history[-1]['step']:.0f}%)" for h in history]
+
+
+def test_overwrite_that_fails_before_its_first_checkpoint_keeps_the_earlier_run(tmp_path):
+    """--overwrite replaces the earlier run only once the new one has a checkpoint: a NaN at step 2
+    brings the earlier run back whole; a NaN after the first checkpoint leaves the new run, resumable."""
+    run = tmp_path / "r"
+    assert run_toy(run, "--epochs", "1").returncode == 0
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    early = run_toy(run, "--epochs", "1", "--overwrite", "--nan-at", "2")
+    assert early.returncode == 2 and "no checkpoint was written yet" in early.stderr
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert after == before  # model, metrics.json, config.json and the marker, byte for byte
+    late = run_toy(run, "--epochs", "1", "--overwrite", "--nan-at", "7")  # checkpoint at 5
+    assert late.returncode == 2 and "last good checkpoint" in late.stderr
+    assert not (run / "model").exists() and (run / "checkpoint" / "state.json").is_file()
+    assert sorted(p.name for p in run.iterdir()) == [".textebm-output.json", "checkpoint", "config.json"]
+
+
+def test_a_killed_overwrite_keeps_the_earlier_run_aside_until_the_next_try_holds(tmp_path):
+    """A hard kill before the first checkpoint leaves the earlier run set aside; the next
+    --overwrite drops the killed try, and the earlier run goes only when a try gets a checkpoint."""
+    import torch
+
+    run = tmp_path / "r"
+    assert run_toy(run, "--epochs", "1").returncode == 0
+    old_model = weights(run)
+    assert run_toy(run, "--epochs", "1", "--overwrite", "--kill-at", "3").returncode == 137
+    aside = run / ".textebm-replaced"
+    assert (aside / "model" / "model.safetensors").is_file() and not (run / "model").exists()
+    assert run_toy(run, "--epochs", "1", "--overwrite", "--nan-at", "2").returncode == 2
+    assert not aside.exists() and all(torch.equal(weights(run)[k], old_model[k]) for k in old_model)
+    assert json.loads((run / "metrics.json").read_text())["completed"]  # the earlier run, back whole
+    assert run_toy(run, "--epochs", "1", "--overwrite", "--kill-at", "3").returncode == 137
+    assert run_toy(run, "--epochs", "1", "--overwrite").returncode == 0
+    assert not aside.exists() and (run / "metrics.json").is_file()
+
+
+def test_recipe_state_is_checkpointed_and_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
+    """A recipe's own state (here a buffer of the last predictions that enters the loss, as a
+    replay buffer does) is saved with the checkpoint as safetensors and restored on resume."""
+    full = run_toy(tmp_path / "full", "--buffer")
+    assert full.returncode == 0, full.stderr
+    killed = run_toy(tmp_path / "cut", "--buffer", "--kill-at", "17")
+    assert killed.returncode == 137
+    saved = load_file(str(tmp_path / "cut" / "checkpoint" / "recipe-0.safetensors"))
+    assert saved["buffer"].shape == (4,) and saved["buffer"].abs().sum() > 0
+    assert run_toy(tmp_path / "cut", "--buffer", "--resume").returncode == 0
+    same_weights(tmp_path / "full", tmp_path / "cut")
+    assert history(tmp_path / "full") == history(tmp_path / "cut")
+    a = load_file(str(tmp_path / "full" / "model" / "buffer.safetensors"))["buffer"]
+    b = load_file(str(tmp_path / "cut" / "model" / "buffer.safetensors"))["buffer"]
+    assert (a == b).all()
+    no_buffer = run_toy(tmp_path / "plain")
+    assert no_buffer.returncode == 0
+    assert history(tmp_path / "plain") != history(tmp_path / "full")  # the buffer does enter the loss
+
+
+def test_an_interrupted_run_says_that_resume_continues_it(tmp_path):
+    res = run_toy(tmp_path / "r", "--interrupt-at", "7")
+    assert res.returncode == 130
+    assert "checkpoint of step 5 is kept" in res.stderr and "--resume" in res.stderr
+    assert run_toy(tmp_path / "r", "--resume").returncode == 0
+    early = run_toy(tmp_path / "e", "--interrupt-at", "2")
+    assert early.returncode == 130 and "before its first checkpoint" in early.stderr
+    assert not (tmp_path / "e").exists()
+
+
+def test_typed_batches_move_whole_as_accelerate_moves_batches():
+    """accelerate's loaders call `.to(device)` on a batch: a Batch dataclass moves every tensor,
+    those of its dict fields too, and keeps its other fields (the meta device stands for a GPU)."""
+    import torch
+    from accelerate.utils import send_to_device
+
+    from textebm.classify.data import ClassifyBatch
+    from textebm.detection.train import WindowBatch
+
+    ids = torch.ones(2, 3, dtype=torch.long)
+    b = send_to_device(ClassifyBatch(data={"input_ids": ids}, labels=torch.zeros(2), index=torch.arange(2),
+                                     noise={"input_ids": ids}), torch.device("meta"))
+    assert isinstance(b, ClassifyBatch)
+    assert {t.device.type for t in (b.data["input_ids"], b.labels, b.index, b.noise["input_ids"])} == {"meta"}
+    w = send_to_device(WindowBatch(input_ids=ids, attention_mask=ids, k=2), torch.device("meta"))
+    assert w.k == 2 and w.input_ids.is_meta and w.attention_mask.is_meta
+    assert ClassifyBatch(data={}, labels=ids, index=ids).to("meta").noise is None

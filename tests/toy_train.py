@@ -2,17 +2,21 @@
 
 usage: python toy_train.py OUT [--resume] [--overwrite] [--nan-at STEP] [--kill-at STEP] [--precision P]
                            [--epochs E] [--lr LR] [--keep-checkpoint] [--save-log FILE]
-                           [--streams] [--batch-log FILE] [--group PREFIX=LR ...]
+                           [--streams] [--batch-log FILE] [--group PREFIX=LR ...] [--buffer]
+                           [--interrupt-at STEP]
 
 Also run under `accelerate launch` by tests/test_distributed.py. --save-log FILE appends one line
 "RANK WORLD_SIZE BACKEND" to FILE each time the final model is saved. --kill-at STEP ends the
-process with status 137 right after optimizer step STEP (as a hard kill would), through
-`train(on_step_end=...)`.
+process with status 137 right after optimizer step STEP (as a hard kill would), through the
+recipe's `end_step`; --interrupt-at STEP raises KeyboardInterrupt there instead (Ctrl-C).
 
 --streams adds two streams to the main one (see `streams`): "aux" in lockstep, "unl" cycling
 through its own epochs; every stream's squared error is part of the loss. --batch-log FILE then
 appends, per step, the item indices of each stream's batch to FILE.RANK as a JSON line.
 --group PREFIX=LR trains the parameters whose names start with PREFIX at peak learning rate LR.
+--buffer gives the recipe state of its own, as a replay buffer is (`Recipe.state`): a tensor of
+the last predictions that each step updates and that enters the loss, so a resumed run equals an
+uninterrupted one only if the checkpoint carries it.
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_model
+from safetensors.torch import save_file, save_model
 
 from textebm.errors import TextebmError
-from textebm.train import ParamGroup, Stream, TrainOptions, options_dict, train
+from textebm.train import ParamGroup, Recipe, Stream, TrainOptions, options_dict, train
 
 
 class Toy(torch.nn.Module):
@@ -113,12 +117,74 @@ def expected_batches(epochs: int, processes: int = 1, rank: int = 0) -> list[dic
     return steps
 
 
+def mse(m, batch):
+    ids, mask, y = batch[:3]
+    return ((m(ids, mask) - y) ** 2).mean()
+
+
+class ToyRecipe(Recipe):
+    """The toy regression on the loop, with the options of `main`."""
+
+    def __init__(self, a, model, items):
+        self.a, self.model, self.items, self.calls = a, model, items, 0
+        self.dataset, self.collate = (indexed(items), collate_indexed) if a.streams else (items, collate)
+        self.lengths = [len(i[0]) for i in self.dataset]
+        self.streams = streams() if a.streams else None
+        self.param_groups = [ParamGroup(name=prefix.strip("."), prefix=prefix, lr=float(lr))
+                             for prefix, lr in (g.split("=") for g in a.group)]
+        self.buffer = torch.zeros(4) if a.buffer else None  # the last 4 batches' mean predictions
+
+    def loss(self, model, batch, at):
+        self.calls += 1
+        if self.a.streams:
+            loss = sum(mse(model, b) for b in batch.values())
+            if self.a.batch_log:
+                with open(f"{self.a.batch_log}.{os.environ.get('RANK', '0')}", "a") as f:
+                    f.write(json.dumps({k: b[3].tolist() for k, b in batch.items()}) + "\n")
+        else:
+            loss = mse(model, batch)
+        if self.buffer is not None:  # pull the predictions towards those of the last batches
+            main = batch["main"] if self.a.streams else batch
+            pred = model(*main[:2]).mean()
+            loss = loss + 0.1 * (pred - self.buffer.mean()) ** 2
+            self.buffer = torch.cat([self.buffer[1:], pred.detach().float().reshape(1)])
+        if self.a.nan_at and self.calls >= self.a.nan_at:
+            loss = loss * float("nan")
+        return loss, {}
+
+    def end_step(self, step):
+        if step == self.a.kill_at:
+            os._exit(137)
+        if step == self.a.interrupt_at:
+            raise KeyboardInterrupt
+
+    def evaluate(self):
+        return {"mse": float(mse(self.model, collate(self.items)))}
+
+    def save(self, folder):
+        save_model(self.model, str(Path(folder) / "model.safetensors"))
+        if self.buffer is not None:
+            save_file({"buffer": self.buffer}, str(Path(folder) / "buffer.safetensors"))
+        if self.a.save_log:
+            dist = torch.distributed.is_available() and torch.distributed.is_initialized()
+            backend = torch.distributed.get_backend() if dist else "none"
+            with open(self.a.save_log, "a") as f:
+                f.write(f"{os.environ.get('RANK', '0')} {os.environ.get('WORLD_SIZE', '1')} {backend}\n")
+
+    def state(self):
+        return {} if self.buffer is None else {"buffer": self.buffer}
+
+    def load_state(self, tensors):
+        self.buffer = tensors["buffer"]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--nan-at", type=int, default=0)
     p.add_argument("--kill-at", type=int, default=0)
+    p.add_argument("--interrupt-at", type=int, default=0)
     p.add_argument("--precision", default="fp32")
     p.add_argument("--epochs", type=float, default=3)
     p.add_argument("--lr", type=float, default=1e-2)
@@ -128,55 +194,20 @@ def main(argv=None):
     p.add_argument("--streams", action="store_true")
     p.add_argument("--batch-log", default=None)
     p.add_argument("--group", action="append", default=[])
+    p.add_argument("--buffer", action="store_true")
     a = p.parse_args(argv)
     opts = options(a.out, epochs=a.epochs, lr=a.lr, resume=a.resume, precision=a.precision,
                    keep_checkpoint=a.keep_checkpoint, overwrite=a.overwrite)
-    groups = [ParamGroup(name=prefix.strip("."), prefix=prefix, lr=float(lr))
-              for prefix, lr in (g.split("=") for g in a.group)]
     torch.manual_seed(0)
-    model = Toy()
-    items = data()
-    calls = {"n": 0}
-
-    def mse(m, batch):
-        ids, mask, y = batch[:3]
-        return ((m(ids, mask) - y) ** 2).mean()
-
-    def step_fn(m, batch):
-        calls["n"] += 1
-        if a.streams:
-            loss = sum(mse(m, b) for b in batch.values())
-            if a.batch_log:
-                with open(f"{a.batch_log}.{os.environ.get('RANK', '0')}", "a") as f:
-                    f.write(json.dumps({k: b[3].tolist() for k, b in batch.items()}) + "\n")
-        else:
-            loss = mse(m, batch)
-        if a.nan_at and calls["n"] >= a.nan_at:
-            loss = loss * float("nan")
-        return loss, {}
-
-    def save(m, d):
-        save_model(m, str(Path(d) / "model.safetensors"))
-        if a.save_log:
-            dist = torch.distributed.is_available() and torch.distributed.is_initialized()
-            backend = torch.distributed.get_backend() if dist else "none"
-            with open(a.save_log, "a") as f:
-                f.write(f"{os.environ.get('RANK', '0')} {os.environ.get('WORLD_SIZE', '1')} {backend}\n")
-
-    def kill(step):
-        if step == a.kill_at:
-            os._exit(137)
-
-    main_items, main_collate = (indexed(items), collate_indexed) if a.streams else (items, collate)
+    recipe = ToyRecipe(a, Toy(), data())
     try:
-        train(opts, {**options_dict(opts), "streams": a.streams, "groups": a.group}, model, main_items,
-              [len(i[0]) for i in main_items], main_collate, step_fn, save_model=save,
-              evaluate=lambda m: {"mse": float(mse(m, collate(items)))},
-              streams=streams() if a.streams else None, param_groups=groups,
-              on_step_end=kill if a.kill_at else None)
+        train(opts, {**options_dict(opts), "streams": a.streams, "groups": a.group, "buffer": a.buffer}, recipe)
     except TextebmError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        print(f"interrupted: {e}", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -6,6 +6,8 @@ Layout of `RUN/checkpoint/`:
   optimizer.json          optimizer param_groups and the non-tensor state
   scheduler.json          LR scheduler state_dict
   rng-{rank}.safetensors  torch CPU (and CUDA) RNG state of each process
+  recipe-{rank}.safetensors  the training recipe's own tensors on each process (`Recipe.state`),
+                          when it has any (e.g. a replay buffer)
   state.json              step, epoch, batch in epoch, python/numpy RNG state, metric history
 """
 
@@ -74,7 +76,8 @@ def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
 
 
 def save_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler, state: dict,
-                    rng_by_rank: list[tuple[dict, dict]]) -> Path:
+                    rng_by_rank: list[tuple[dict, dict]], extra_by_rank: list[dict[str, torch.Tensor]] = ()
+                    ) -> Path:
     """Write RUN/checkpoint atomically (the previous checkpoint stays until the new one is whole)."""
     target = Path(run_dir) / CHECKPOINT_DIR
     with atomic_dir(target) as tmp:
@@ -87,6 +90,9 @@ def save_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler,
         for rank, (tensors, meta) in enumerate(rng_by_rank):
             save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / f"rng-{rank}.safetensors"))
             rng_meta.append(meta)
+        for rank, tensors in enumerate(extra_by_rank):
+            if tensors:
+                save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / f"recipe-{rank}.safetensors"))
         _write(tmp / "state.json", {**state, "rng": rng_meta})
     return target
 
@@ -109,6 +115,12 @@ def load_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler,
     if rng_file.is_file() and rank < len(state["rng"]):
         set_rng_state(load_file(str(rng_file)), state["rng"][rank])
     return state
+
+
+def load_extra_state(run_dir: Path, rank: int = 0) -> dict[str, torch.Tensor]:
+    """This process's recipe tensors from RUN/checkpoint (none when the recipe kept none)."""
+    f = Path(run_dir) / CHECKPOINT_DIR / f"recipe-{rank}.safetensors"
+    return load_file(str(f)) if f.is_file() else {}
 
 
 def _is_tied(model: torch.nn.Module, name: str) -> bool:

@@ -30,3 +30,7 @@ class TextTooLong(TextebmError):
     def __init__(self, index: int, tokens: int, limit: int):
         self.index, self.tokens, self.limit = index, tokens, limit
         super().__init__(f"text {index + 1} has {tokens} tokens; the model takes at most {limit}")
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training; the message says how to continue the run (--resume)."""

@@ -1,22 +1,31 @@
 """One readable training loop for every model in textebm, on accelerate.
 
-A command builds its model, data and loss, then calls `train(...)`. The loop owns what is common:
-device placement, mixed precision (fp32 / bf16 / fp16; bf16 works on CPU too), several processes
-(`accelerate launch`), length-bucketed batches, AdamW with warm-up and linear decay, gradient
-clipping, progress, NaN checks, atomic checkpoints and exact resume, `config.json` and
-`metrics.json`.
+A command builds a `Recipe` (its model, data, loss, outputs and any state of its own) and calls
+`train(opts, config, recipe)`. The loop owns what is common: device placement, mixed precision
+(fp32 / bf16 / fp16; bf16 works on CPU too), several processes (`accelerate launch`),
+length-bucketed batches, AdamW with warm-up and linear decay, gradient clipping, progress, NaN
+checks, atomic checkpoints and exact resume. Two parts: `train` keeps the run folder (the policy:
+what is written where, --resume, --overwrite, failures), `optimise` is the loop itself.
 
     RUN/config.json      the command's config (written first)
-    RUN/checkpoint/      the last checkpoint (see textebm.checkpoint), removed after success
-                         unless --keep-checkpoint
-    RUN/metrics.json     training history, wall time, evaluation results
-    RUN/model/           the final model, written by the command's `save_model` callback
+    RUN/checkpoint/      the last checkpoint (see textebm.checkpoint; the recipe's `state()` too),
+                         removed after success unless --keep-checkpoint
+    RUN/metrics.json     training history, wall time, evaluation results (`recipe.evaluate()`)
+    RUN/model/           the final model, written by `recipe.save(folder)`
 
-Data streams. `dataset`, `lengths` and `collate` are the main stream; epochs and steps count its
-batches. `streams={name: Stream(...)}` adds more, and `step_fn` then gets one dict per step,
-{"main": the main batch, name: that stream's batch, ...}. Every stream is bucketed by its own
-lengths (`BucketBatchSampler`, its own seed), sharded across processes by accelerate, and gives
-exactly one batch per main batch:
+Under --overwrite the earlier run's entries wait in RUN/.textebm-replaced until the new run has
+written its first checkpoint (or its model), and come back if it fails before: a run that stops
+at step 2 never costs the one it was to replace.
+
+Batches. The recipe's `collate` makes them from its items, and the loop passes them to
+`recipe.loss` as they are: tensors, a dataclass of tensors (`textebm.data.batching.Batch`), images;
+accelerate moves anything with `.to(device)`.
+
+Data streams. The recipe's `dataset`, `lengths` and `collate` are the main stream; epochs and steps
+count its batches. `recipe.streams = {name: Stream(...)}` adds more, and `loss` then gets one dict
+per step, {"main": the main batch, name: that stream's batch, ...}. Every stream is bucketed by its
+own lengths (`BucketBatchSampler`, its own seed), sharded across processes by accelerate, and
+gives exactly one batch per main batch:
 
     lockstep (default)  the stream's epoch is the main stream's, so it must have as many batches
                         per epoch (e.g. K items per main item at batch size K x B). Both put their
@@ -29,16 +38,16 @@ exactly one batch per main batch:
 n of every example). A stream's batches depend only on (seed, main epoch, batch in epoch), so a
 checkpoint needs no state of its own for them and a resumed run draws the same batches.
 
-Parameter groups. `param_groups=[ParamGroup(name, prefix, lr)]` trains the parameters whose names
-start with `prefix` at their own peak learning rate, the rest at `opts.lr`. Each group keeps
+Parameter groups. `recipe.param_groups = [ParamGroup(name, prefix, lr)]` trains the parameters
+whose names start with `prefix` at their own peak learning rate, the rest at `opts.lr` (several
+models trained together are several prefixes of the recipe's one module). Each group keeps
 weight decay off biases and norms; warm-up and decay scale every group alike; the history logs
 `lr_<name>` next to `lr`.
 
-`on_step_end(step)` runs on every process after each optimizer step (after logging and
-checkpointing), with the number of steps done; the tests use it to kill a run hard.
-`on_step_start(step, total)` runs before every batch's loss with the optimizer steps done so far
-and the run's total: a schedule that depends on it (a loss weight's warm-up) resumes exactly,
-since the step count comes from the checkpoint.
+Schedules. `recipe.loss` gets a `Progress` (optimizer steps done, the run's total, the epoch):
+a schedule that depends on it (a loss weight's warm-up) resumes exactly, since the step count
+comes from the checkpoint. `recipe.end_step(step)` runs on every process after each optimizer
+step; the tests use it to kill a run hard.
 """
 
 from __future__ import annotations
@@ -57,13 +66,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from textebm.errors import TextebmError, TrainingDiverged
+from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
 from textebm.io import atomic_dir, read_json, write_json
 
 log = logging.getLogger(__name__)
-
-StepFn = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, dict[str, float]]]
-
 
 @dataclass(kw_only=True)
 class TrainOptions:
@@ -229,6 +235,73 @@ class ParamGroup:
 MAIN = "main"  # the main stream's key in a step's batch dict
 
 
+@dataclass(frozen=True)
+class Progress:
+    """Where the run stands at a batch: optimizer steps done (from the checkpoint on resume, so a
+    schedule over steps resumes exactly), the run's total steps, and the epoch."""
+
+    step: int
+    total: int
+    epoch: int
+
+
+class Recipe:
+    """What a training command trains: `train(opts, config, recipe)` runs it (see the module doc).
+
+    A recipe owns its model, data, loss, outputs and any state of its own. Set `model`,
+    `dataset`, `lengths` and `collate`, and define `loss` and `save`; the other methods do nothing
+    unless a recipe needs them (the defaults below), and `streams` and `param_groups` are optional.
+
+    `model` holds every trained parameter: several models trained together (paper e's TRF and its
+    noise LM) are attributes of one module, at their own learning rates through `param_groups`
+    (prefixes of the parameter names); a frozen part (paper d's base LM) has requires_grad False
+    and is left out of the optimizer. The loop places `model` with accelerate and checkpoints its
+    weights with the optimizer.
+    """
+
+    model: torch.nn.Module
+    dataset: Sequence  # the main stream's items: epochs and steps count its batches
+    lengths: Sequence[int]  # one per item, for bucketing (any size measure: tokens, pixels, ...)
+    collate: Callable[[list], Any]  # items -> a batch: tensors, or a dataclass of them with `.to(device)`
+    streams: dict[str, Stream] | None = None  # extra streams; `loss` then gets {MAIN: batch, name: batch}
+    param_groups: Sequence[ParamGroup] = ()
+    run_files: Sequence[str] = ()  # what the command writes into RUN beside RUN_ENTRIES (in its marker)
+
+    def loss(self, model: torch.nn.Module, batch: Any, at: Progress) -> tuple[torch.Tensor, dict[str, float]]:
+        """(scalar loss, floats to log) of one batch, under autocast. `model` is `self.model` as
+        accelerate placed it: call it for the forward passes (processes synchronise gradients
+        through it). An inner loop (sampling with a replay buffer) runs here."""
+        raise NotImplementedError
+
+    def save(self, folder: Path) -> None:
+        """Write the final model into `folder` (RUN/model, written atomically)."""
+        raise NotImplementedError
+
+    def evaluate(self) -> dict[str, Any] | None:
+        """Metrics of the trained model for metrics.json (after `save`, under no_grad and autocast)."""
+        return None
+
+    def start_epoch(self, epoch: int) -> None:
+        """Before every epoch's batches, also a resumed epoch's."""
+
+    def end_epoch(self, epoch: int) -> None:
+        """After every full epoch, under no_grad and autocast. What it changes must live in the
+        model's buffers or in `state()`, so that checkpoints carry it."""
+
+    def end_step(self, step: int) -> None:
+        """After every optimizer step (after logging and checkpointing), on every process."""
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Tensors of the recipe's own that a checkpoint keeps (a replay buffer, a running
+        estimate), one set per process, saved as safetensors beside the model."""
+        return {}
+
+    def load_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Restore `state()` from a checkpoint (this process's own)."""
+        if tensors:
+            raise TextebmError(f"the checkpoint holds recipe state {sorted(tensors)} this recipe does not take")
+
+
 def batch_sampler(lengths: Sequence[int], opts: TrainOptions) -> BucketBatchSampler:
     """The main stream's sampler."""
     return BucketBatchSampler(lengths, opts.batch_size, opts.seed)
@@ -367,28 +440,64 @@ def check_run_dir(opts: TrainOptions, config: dict | None) -> None:
     check_output_dir(run, run_kind(opts), opts.overwrite)
 
 
-def start_run(run: Path, opts: TrainOptions, config: dict) -> None:
+def start_run(run: Path, opts: TrainOptions, config: dict, entries: Sequence[str] = tuple(RUN_ENTRIES)) -> None:
     """Write the run's marker and config.json (main process, fresh start). With --overwrite, the
-    entries of the earlier run are removed first; files textebm did not write stay."""
-    from textebm.outputs import own_entries, read_marker, remove, write_marker
+    entries of the earlier run are first set aside (`set_aside`); files textebm did not write stay."""
+    from textebm.outputs import write_marker
 
     if opts.overwrite:  # the user asked to replace this earlier run of the same command
-        for name in own_entries(read_marker(run)):
-            remove(run / name)
+        set_aside(run)
     run.mkdir(parents=True, exist_ok=True)
-    write_marker(run, run_kind(opts), RUN_ENTRIES)
+    write_marker(run, run_kind(opts), list(entries))
     write_json(run / "config.json", config)
 
 
-def abandon_failed_start(run: Path, created: bool) -> None:
+SET_ASIDE = ".textebm-replaced"  # RUN/SET_ASIDE: the earlier run --overwrite replaces, until the new one holds
+
+
+def set_aside(run: Path) -> None:
+    """Move the earlier run's entries and marker into RUN/.textebm-replaced. They are removed when
+    the new run writes its first checkpoint or its model (`drop_set_aside`) and brought back when
+    it fails before (`abandon_failed_start`), so a run that fails at step 2 loses nothing."""
+    from textebm.outputs import MARKER, own_entries, read_marker, remove
+
+    aside = run / SET_ASIDE
+    if aside.is_dir() and (run / "checkpoint" / "state.json").is_file():
+        remove(aside)  # the run here got past its checkpoint before it stopped: it is the one to replace
+    names = [n for n in [*own_entries(read_marker(run)), MARKER] if n != SET_ASIDE and (run / n).exists()]
+    if aside.is_dir():  # a try that stopped before its first checkpoint; the run before it waits aside
+        for name in names:
+            remove(run / name)
+        return
+    if not names:
+        return
+    aside.mkdir()
+    for name in names:
+        (run / name).rename(aside / name)
+
+
+def drop_set_aside(run: Path) -> None:
+    """The new run holds a checkpoint or its model: the earlier run it replaces goes for good."""
+    from textebm.outputs import remove
+
+    remove(run / SET_ASIDE)
+
+
+def abandon_failed_start(run: Path, created: bool, entries: Sequence[str] = tuple(RUN_ENTRIES)) -> None:
     """After a failure before the first checkpoint, remove what this run wrote (nothing there
-    could be resumed), so the same command can simply be run again."""
+    could be resumed), so the same command can simply be run again, and bring back the earlier
+    run that --overwrite had set aside."""
     from textebm.outputs import MARKER, remove
 
     if (run / "checkpoint" / "state.json").is_file() or (run / "model").exists():
         return
-    for name in [*RUN_ENTRIES, MARKER]:
+    for name in [*entries, MARKER]:
         remove(run / name)
+    aside = run / SET_ASIDE
+    if aside.is_dir():
+        for entry in aside.iterdir():
+            entry.rename(run / entry.name)
+        aside.rmdir()
     if created and run.is_dir() and not any(run.iterdir()):
         run.rmdir()
 
@@ -406,34 +515,14 @@ def run_precision(opts: TrainOptions, run: Path):
     return resolve_precision(opts.precision)
 
 
-def train(
-    opts: TrainOptions,
-    config: dict,
-    model: torch.nn.Module,
-    dataset: Sequence,
-    lengths: Sequence[int],
-    collate: Callable[[list], Any],
-    step_fn: StepFn,
-    save_model: Callable[[torch.nn.Module, Path], None],
-    evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None,
-    accelerator=None,
-    on_epoch_start: Callable[[int], None] | None = None,
-    on_epoch_end: Callable[[torch.nn.Module, int], None] | None = None,
-    *,
-    streams: dict[str, Stream] | None = None,
-    param_groups: Sequence[ParamGroup] = (),
-    on_step_end: Callable[[int], None] | None = None,
-    on_step_start: Callable[[int, int], None] | None = None,
-) -> dict:
-    """Train `model` on `dataset` by minimising `step_fn(model, batch)`; return metrics.json.
+def train(opts: TrainOptions, config: dict, recipe: Recipe, accelerator=None) -> dict:
+    """Train `recipe` under the run folder `opts.out`; return metrics.json.
 
-    `step_fn` returns (scalar loss, floats to log); it runs under autocast. With `streams`, its
-    batch is {"main": batch of `dataset`, name: batch of that stream, ...} (see the module doc).
-    `save_model(model, dir)` writes the final model; `evaluate(model)` (optional) returns metrics
-    for metrics.json. `on_epoch_start(epoch)` runs before every epoch's batches (also a resumed
-    one); `on_epoch_end(model, epoch)` after every full epoch: state it changes must live in the
-    model (buffers) so that checkpoints carry it. `param_groups` give parameters their own learning
-    rates; `on_step_end(step)` runs after every optimizer step.
+    The run-folder policy lives here (the optimisation is `optimise`): check the folder, write
+    config.json, set an earlier run aside under --overwrite (dropped once this one has a
+    checkpoint or a model, brought back if it fails before), continue from the checkpoint under
+    --resume, and after training write the model (`recipe.save`), metrics.json and the
+    evaluation (`recipe.evaluate`), then remove the checkpoint.
     """
     setup_torch(opts)
     run = Path(opts.out)
@@ -445,20 +534,164 @@ def train(
         log.info("precision %s", choice.reason)
     accelerator.wait_for_everyone()
     created = not run.exists()
+    entries = [*RUN_ENTRIES, *recipe.run_files]
     if accelerator.is_main_process and not opts.resume:
-        start_run(run, opts, config)
+        start_run(run, opts, config, entries)
     accelerator.wait_for_everyone()
     if opts.resume and run_completed(run):
         log.info("%s already finished; nothing to resume", run)
         return read_json(run / "metrics.json")
+    folder = RunFolder(run, accelerator)
     try:
-        main = Stream(dataset=dataset, lengths=lengths, collate=collate, batch_size=opts.batch_size)
-        return _train(opts, choice, model, main, streams or {}, step_fn, save_model, evaluate, accelerator,
-                      on_epoch_start, on_epoch_end, param_groups, on_step_end, on_step_start)
-    except BaseException:
+        done = optimise(opts, recipe, accelerator, folder)
+        return finish_run(opts, recipe, accelerator, folder, done, choice)
+    except BaseException as e:
         if accelerator.is_main_process and not opts.resume:
-            abandon_failed_start(run, created)
+            abandon_failed_start(run, created, entries)
+        if isinstance(e, TrainingDiverged):
+            where = (f"the last good checkpoint is kept in {folder.checkpoint}" if folder.has_checkpoint()
+                     else "no checkpoint was written yet")
+            raise TrainingDiverged(f"{e} ({where}). Try a lower --lr, --precision fp32, or --grad-clip.") from None
+        if isinstance(e, KeyboardInterrupt) and not isinstance(e, TrainingInterrupted):
+            raise TrainingInterrupted(interrupted_message(folder)) from None
         raise
+
+
+@dataclass
+class Trained:
+    """What `optimise` hands back to the run folder."""
+
+    steps: int
+    epochs_completed: float
+    history: list[dict]
+    wall_seconds: float
+
+
+def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder) -> Trained:
+    """The loop: AdamW on `recipe.loss` over the recipe's batches until the run's total steps,
+    with a checkpoint in `folder` every --checkpoint-every steps (resumed from under --resume)."""
+    seed_everything(opts.seed)
+    main = Stream(dataset=recipe.dataset, lengths=recipe.lengths, collate=recipe.collate, batch_size=opts.batch_size)
+    extra = _check_streams(main, recipe.streams or {})
+    samplers = {MAIN: batch_sampler(main.lengths, opts)}
+    samplers.update({name: stream_sampler(st, opts, len(samplers[MAIN])) for name, st in extra.items()})
+    for name, st in extra.items():
+        if st.lockstep and len(samplers[name]) != len(samplers[MAIN]):
+            raise TextebmError(f"stream {name!r}: {len(samplers[name])} batches per epoch, the main stream "
+                               f"{len(samplers[MAIN])}; a lockstep stream needs as many (e.g. K items per "
+                               f"main item at batch size K x {main.batch_size}), or pass lockstep=False")
+    loaders = [_loader(st, samplers[name], opts.seed) for name, st in {MAIN: main, **extra}.items()]
+    optimizer = make_optimizer(recipe.model, opts, recipe.param_groups)
+    model, optimizer, *loaders = accelerator.prepare(recipe.model, optimizer, *loaders)
+    loaders = dict(zip(samplers, loaders))
+    steps_per_epoch = math.ceil(len(loaders[MAIN]) / opts.grad_accum)
+    total = math.ceil(opts.epochs * steps_per_epoch)
+    if opts.max_steps:
+        total = min(total, opts.max_steps)
+    if total <= 0:
+        raise TextebmError("no training steps: the training data is empty or --epochs is 0")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(int(opts.warmup * total), total))
+
+    step, epoch, batch_in_epoch, history, wall = 0, 0, 0, [], 0.0
+    running: dict[str, list[float]] = {}  # losses since the last history entry
+    if opts.resume and folder.has_checkpoint():
+        st = folder.load_checkpoint(recipe, optimizer, scheduler)
+        step, epoch, batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
+        history, wall, running = st["history"], st["wall_seconds"], st.get("running", {})
+        log.info("resuming %s at step %d (epoch %d, batch %d)", folder.path, step, epoch, batch_in_epoch)
+
+    bar = _progress(opts, accelerator, total, step)
+    t0 = time.perf_counter() - wall
+    first_step, t_start = step, time.perf_counter()  # this process's own rate, for the estimate
+    model.train()
+    while step < total:
+        # accelerate's loaders count epochs themselves and pass them to the sampler on iteration:
+        # set it on the loader we iterate, or a resumed run would replay epoch 0's order.
+        epoch_batches = {}
+        for name, ld in loaders.items():
+            epoch_batches[name] = accelerator.skip_first_batches(ld, batch_in_epoch) if batch_in_epoch else ld
+            for obj in (epoch_batches[name], samplers[name]):
+                if hasattr(obj, "set_epoch"):
+                    obj.set_epoch(epoch)
+        batches = _zip_streams(epoch_batches) if extra else epoch_batches[MAIN]
+        recipe.start_epoch(epoch)
+        for batch in batches:
+            with accelerator.accumulate(model):
+                with accelerator.autocast():
+                    loss, logs = recipe.loss(model, batch, Progress(step=step, total=total, epoch=epoch))
+                _check_finite(loss, step, accelerator)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and opts.grad_clip > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), opts.grad_clip)
+                optimizer.step()
+                if accelerator.sync_gradients:
+                    scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+            batch_in_epoch += 1
+            for k, v in {"loss": float(loss.detach()), **logs}.items():
+                running.setdefault(k, []).append(float(v))
+            if not accelerator.sync_gradients:
+                continue
+            step += 1
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{running['loss'][-1]:.4f}", refresh=False)
+            if step % opts.log_every == 0 or step == total:
+                history.append({"step": step, "epoch": epoch, **group_lrs(optimizer),
+                                **{k: float(np.mean(v)) for k, v in running.items()}})
+                running = {}
+                if bar is None and accelerator.is_main_process:  # without a bar, a line now and then
+                    log.info(progress_line(history[-1], total, step - first_step, time.perf_counter() - t_start))
+            if step % opts.checkpoint_every == 0 and step < total:
+                folder.save_checkpoint(recipe, optimizer, scheduler,
+                                       {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch,
+                                        "history": history, "running": running,
+                                        "wall_seconds": time.perf_counter() - t0})
+            recipe.end_step(step)
+            if step >= total:
+                break
+        else:
+            with torch.no_grad(), accelerator.autocast():
+                recipe.end_epoch(epoch)
+            model.train()
+            epoch, batch_in_epoch = epoch + 1, 0
+            continue
+        break
+    if bar is not None:
+        bar.close()
+    return Trained(steps=step, epochs_completed=epoch + batch_in_epoch / max(1, len(loaders[MAIN])),
+                   history=history, wall_seconds=time.perf_counter() - t0)
+
+
+def finish_run(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder, done: Trained, choice) -> dict:
+    """Write the model, metrics.json and the evaluation; remove the checkpoint (unless kept)."""
+    recipe.model.eval()
+    metrics: dict[str, Any] = {"train": {"steps": done.steps, "epochs_completed": done.epochs_completed,
+                                         "wall_seconds": round(done.wall_seconds, 2), "history": done.history,
+                                         "processes": accelerator.num_processes,
+                                         "precision": choice.precision},
+                               "precision_choice": choice.as_dict()}
+    if done.history:
+        metrics["train"]["final_loss"] = done.history[-1]["loss"]
+    # The model is saved before evaluation, so an error there cannot throw away a finished training.
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        with atomic_dir(folder.path / "model") as tmp:
+            recipe.save(tmp)
+        write_json(folder.path / "metrics.json", metrics)
+        drop_set_aside(folder.path)
+    with torch.no_grad(), accelerator.autocast():
+        evaluation = recipe.evaluate()
+    if evaluation is not None:
+        metrics["eval"] = evaluation
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        metrics["completed"] = True
+        write_json(folder.path / "metrics.json", metrics)
+        if not opts.keep_checkpoint:
+            shutil.rmtree(folder.checkpoint, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return metrics
 
 
 def _loader(stream: Stream, sampler: Sampler[list[int]], seed: int) -> DataLoader:
@@ -495,168 +728,72 @@ def _zip_streams(batches: dict[str, Any]) -> Iterator[dict[str, Any]]:
         raise TextebmError(f"streams have more batches than the main stream: {more}")
 
 
-def _train(opts, choice, model, main: Stream, extra: dict[str, Stream], step_fn, save_model,
-           evaluate, accelerator, on_epoch_start, on_epoch_end, param_groups, on_step_end,
-           on_step_start=None) -> dict:
-    run = Path(opts.out)
-
-    seed_everything(opts.seed)
-    streams = {MAIN: main, **_check_streams(main, extra)}
-    samplers = {MAIN: batch_sampler(main.lengths, opts)}
-    samplers.update({name: stream_sampler(st, opts, len(samplers[MAIN])) for name, st in extra.items()})
-    for name, st in extra.items():
-        if st.lockstep and len(samplers[name]) != len(samplers[MAIN]):
-            raise TextebmError(f"stream {name!r}: {len(samplers[name])} batches per epoch, the main stream "
-                               f"{len(samplers[MAIN])}; a lockstep stream needs as many (e.g. K items per "
-                               f"main item at batch size K x {main.batch_size}), or pass lockstep=False")
-    loaders = [_loader(st, samplers[name], opts.seed) for name, st in streams.items()]
-    optimizer = make_optimizer(model, opts, param_groups)
-    model, optimizer, *loaders = accelerator.prepare(model, optimizer, *loaders)
-    loaders = dict(zip(samplers, loaders))
-    loader = loaders[MAIN]
-    steps_per_epoch = math.ceil(len(loader) / opts.grad_accum)
-    total = math.ceil(opts.epochs * steps_per_epoch)
-    if opts.max_steps:
-        total = min(total, opts.max_steps)
-    if total <= 0:
-        raise TextebmError("no training steps: the training data is empty or --epochs is 0")
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(int(opts.warmup * total), total))
-
-    step, epoch, batch_in_epoch, history, wall = 0, 0, 0, [], 0.0
-    running: dict[str, list[float]] = {}  # losses since the last history entry
-    if opts.resume and (run / "checkpoint" / "state.json").is_file():
-        from textebm.checkpoint import load_checkpoint
-        st = load_checkpoint(run, accelerator.unwrap_model(model), optimizer, scheduler,
-                             rank=accelerator.process_index)
-        step, epoch, batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
-        history, wall, running = st["history"], st["wall_seconds"], st.get("running", {})
-        log.info("resuming %s at step %d (epoch %d, batch %d)", run, step, epoch, batch_in_epoch)
-
-    bar = _progress(opts, accelerator, total, step)
-    t0 = time.perf_counter() - wall
-    first_step, t_start = step, time.perf_counter()  # this process's own rate, for the estimate
-    model.train()
-    while step < total:
-        # accelerate's loaders count epochs themselves and pass them to the sampler on iteration:
-        # set it on the loader we iterate, or a resumed run would replay epoch 0's order.
-        epoch_batches = {}
-        for name, ld in loaders.items():
-            epoch_batches[name] = accelerator.skip_first_batches(ld, batch_in_epoch) if batch_in_epoch else ld
-            for obj in (epoch_batches[name], samplers[name]):
-                if hasattr(obj, "set_epoch"):
-                    obj.set_epoch(epoch)
-        batches = _zip_streams(epoch_batches) if extra else epoch_batches[MAIN]
-        if on_epoch_start is not None:
-            on_epoch_start(epoch)
-        for batch in batches:
-            with accelerator.accumulate(model):
-                if on_step_start is not None:
-                    on_step_start(step, total)
-                with accelerator.autocast():
-                    loss, logs = step_fn(model, batch)
-                _check_finite(loss, step, run, accelerator)
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and opts.grad_clip > 0:
-                    accelerator.clip_grad_norm_(model.parameters(), opts.grad_clip)
-                optimizer.step()
-                if accelerator.sync_gradients:
-                    scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-            batch_in_epoch += 1
-            for k, v in {"loss": float(loss.detach()), **logs}.items():
-                running.setdefault(k, []).append(float(v))
-            if not accelerator.sync_gradients:
-                continue
-            step += 1
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{running['loss'][-1]:.4f}", refresh=False)
-            if step % opts.log_every == 0 or step == total:
-                history.append({"step": step, "epoch": epoch, **group_lrs(optimizer),
-                                **{k: float(np.mean(v)) for k, v in running.items()}})
-                running = {}
-                if bar is None and accelerator.is_main_process:  # without a bar, a line now and then
-                    log.info(progress_line(history[-1], total, step - first_step, time.perf_counter() - t_start))
-            if step % opts.checkpoint_every == 0 and step < total:
-                _checkpoint(run, accelerator, model, optimizer, scheduler,
-                            {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch, "history": history,
-                             "running": running, "wall_seconds": time.perf_counter() - t0})
-            if on_step_end is not None:
-                on_step_end(step)
-            if step >= total:
-                break
-        else:
-            if on_epoch_end is not None:
-                with torch.no_grad(), accelerator.autocast():
-                    on_epoch_end(model, epoch)
-                model.train()
-            epoch, batch_in_epoch = epoch + 1, 0
-            continue
-        break
-    if bar is not None:
-        bar.close()
-
-    wall = time.perf_counter() - t0
-    model.eval()
-    metrics: dict[str, Any] = {"train": {"steps": step, "epochs_completed": epoch + batch_in_epoch / max(1, len(loader)),
-                                         "wall_seconds": round(wall, 2), "history": history,
-                                         "processes": accelerator.num_processes,
-                                         "precision": choice.precision},
-                               "precision_choice": choice.as_dict()}
-    if history:
-        metrics["train"]["final_loss"] = history[-1]["loss"]
-    # The model is saved before evaluation, so an error there cannot throw away a finished training.
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        with atomic_dir(run / "model") as tmp:
-            save_model(accelerator.unwrap_model(model), tmp)
-        write_json(run / "metrics.json", metrics)
-    if evaluate is not None:
-        with torch.no_grad(), accelerator.autocast():
-            metrics["eval"] = evaluate(accelerator.unwrap_model(model))
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        metrics["completed"] = True
-        write_json(run / "metrics.json", metrics)
-        if not opts.keep_checkpoint:
-            shutil.rmtree(run / "checkpoint", ignore_errors=True)
-    accelerator.wait_for_everyone()
-    return metrics
-
-
 def run_completed(run: Path) -> bool:
     """True when RUN finished: metrics.json says completed and model/ was written."""
     m = run / "metrics.json"
     return m.is_file() and bool(read_json(m).get("completed")) and (run / "model").is_dir()
 
 
-def _check_finite(loss: torch.Tensor, step: int, run: Path, accelerator) -> None:
+def _check_finite(loss: torch.Tensor, step: int, accelerator) -> None:
     bad = (~torch.isfinite(loss.detach())).float().reshape(1)
     if accelerator.num_processes > 1:
         bad = accelerator.reduce(bad, reduction="sum")
     if bad.item() > 0:
-        has_ckpt = (run / "checkpoint" / "state.json").is_file()
-        where = f"the last good checkpoint is kept in {run / 'checkpoint'}" if has_ckpt else "no checkpoint was written yet"
-        raise TrainingDiverged(f"loss is {float(loss):.4g} at step {step + 1}; stopping ({where}). "
-                               "Try a lower --lr, --precision fp32, or --grad-clip.")
+        raise TrainingDiverged(f"loss is {float(loss):.4g} at step {step + 1}; stopping")
 
 
-def _checkpoint(run, accelerator, model, optimizer, scheduler, state: dict):
-    from textebm.checkpoint import rng_state, save_checkpoint
+class RunFolder:
+    """The checkpoint of a run in RUN/checkpoint (textebm.checkpoint): the recipe's model, the
+    optimizer, the schedule, every process's RNG and the recipe's own state, saved by the main
+    process and restored by every process."""
 
-    tensors, meta = rng_state()
-    gathered = _gather_rng(accelerator, tensors, meta)
-    if accelerator.is_main_process:
-        save_checkpoint(run, accelerator.unwrap_model(model), optimizer, scheduler, state, gathered)
-    accelerator.wait_for_everyone()
+    def __init__(self, path: Path, accelerator):
+        self.path, self.accelerator = Path(path), accelerator
+        self.checkpoint = self.path / "checkpoint"
+
+    def has_checkpoint(self) -> bool:
+        return (self.checkpoint / "state.json").is_file()
+
+    def save_checkpoint(self, recipe: Recipe, optimizer, scheduler, state: dict) -> None:
+        from textebm.checkpoint import rng_state, save_checkpoint
+
+        acc = self.accelerator
+        tensors, meta = rng_state()
+        own = {k: v.detach().cpu().contiguous() for k, v in recipe.state().items()}
+        gathered = _gather(acc, (tensors, meta, own))
+        if acc.is_main_process:
+            save_checkpoint(self.path, recipe.model, optimizer, scheduler, state,
+                            [(t, m) for t, m, _ in gathered], [o for _, _, o in gathered])
+            drop_set_aside(self.path)  # this run now has a checkpoint: the run it replaces goes
+        acc.wait_for_everyone()
+
+    def load_checkpoint(self, recipe: Recipe, optimizer, scheduler) -> dict:
+        from textebm.checkpoint import load_checkpoint, load_extra_state
+
+        rank = self.accelerator.process_index
+        st = load_checkpoint(self.path, recipe.model, optimizer, scheduler, rank=rank)
+        extra = load_extra_state(self.path, rank)
+        if extra or recipe.state():
+            recipe.load_state(extra)
+        return st
 
 
-def _gather_rng(accelerator, tensors: dict, meta: dict) -> list[tuple[dict, dict]]:
+def _gather(accelerator, obj) -> list:
+    """`obj` of every process, in rank order (itself alone under one process)."""
     if accelerator.num_processes == 1:
-        return [(tensors, meta)]
+        return [obj]
     from accelerate.utils import gather_object
 
-    return gather_object([(tensors, meta)])
+    return gather_object([obj])
+
+
+def interrupted_message(folder: RunFolder) -> str:
+    """What the user reads after Ctrl-C: how to continue the run, or that nothing was kept."""
+    if folder.has_checkpoint():
+        step = read_json(folder.checkpoint / "state.json").get("step")
+        return (f"--out {folder.path}: the checkpoint of step {step} is kept; run the same command with "
+                "--resume to continue it")
+    return f"--out {folder.path}: stopped before its first checkpoint, nothing was kept; run the command again"
 
 
 def progress_line(entry: dict[str, Any], total: int, steps_done: int, seconds: float) -> str:

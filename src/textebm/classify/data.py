@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from textebm.data.batching import right_pad
+from textebm.data.batching import Batch, right_pad
 from textebm.errors import InputError, TextebmError
 
 log = logging.getLogger(__name__)
@@ -147,16 +147,27 @@ def noise_stream(examples: list[Encoded], noise: list[tuple[list[int], list[int]
                   epoch_items=lambda epoch: noise_pool(examples, k, epoch))
 
 
+@dataclass
+class ClassifyBatch(Batch):
+    """A batch of `classify train`: the encoder's padded inputs, labels (B,) and example indices
+    (B,); with NCE, the noise inputs of its K x B noise samples (from the noise stream)."""
+
+    data: dict[str, torch.Tensor]  # input_ids, attention_mask[, token_type_ids]: (B, T)
+    labels: torch.Tensor  # (B,)
+    index: torch.Tensor  # (B,)
+    noise: dict[str, torch.Tensor] | None = None  # (B*K, T') each
+
+
 class Collator:
-    """Batch of examples -> {"data": padded inputs, "labels": (B,), "index": (B,)}."""
+    """Batch of examples -> ClassifyBatch (no noise: the noise stream brings it)."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
 
-    def __call__(self, batch: list[Encoded]) -> dict:
-        return {"data": batch_inputs([(e.ids, e.type_ids) for e in batch], self.pad_id),
-                "labels": torch.tensor([e.label for e in batch], dtype=torch.long),
-                "index": torch.tensor([e.index for e in batch], dtype=torch.long)}
+    def __call__(self, batch: list[Encoded]) -> ClassifyBatch:
+        return ClassifyBatch(data=batch_inputs([(e.ids, e.type_ids) for e in batch], self.pad_id),
+                             labels=torch.tensor([e.label for e in batch], dtype=torch.long),
+                             index=torch.tensor([e.index for e in batch], dtype=torch.long))
 
 
 def read_noise(path: str | Path) -> list[dict]:

@@ -12,16 +12,18 @@ concatenates both into one padded batch; they agree (tests/test_classify.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from textebm.classify.data import ClassifyBatch
 from textebm.classify.predict import predict, refresh_poscal_table
 from textebm.energy import ENERGY_CHOICES, POOLINGS
-from textebm.train import TrainOptions
+from textebm.train import MAIN, Recipe, TrainOptions
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +80,11 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     from textebm.assets import resolve_model
     from textebm.classify.data import (Collator, attach_noise, check_eval_labels, encode, encode_examples,
                                        label_vocab, noise_stream, read_noise, warn_noise_reuse)
-    from textebm.models.classifier import ClassifierSpec, save_classifier
+    from textebm.models.classifier import ClassifierSpec
     from textebm.models.load import build_classifier
     from textebm.data.readers import load_split, split_file
     from textebm.options import check_config
-    from textebm.train import MAIN, check_run_dir, eval_split_of, options_dict, seed_everything, train
+    from textebm.train import ParamGroup, check_run_dir, eval_split_of, options_dict, seed_everything, train
 
     check_config(cfg)  # bounds and rules between options, also when called from Python
     check_run_dir(cfg, None)  # a bad --out fails before the data and the encoder are read
@@ -111,45 +113,72 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     streams = None
     if noise is not None:  # each epoch's K samples per example, bucketed by their own length
         streams = {"noise": noise_stream(examples, noise, cfg.noise_ratio, cfg.batch_size, collate.pad_id)}
+    groups = [ParamGroup(name="energy_head", prefix="energy_head.", lr=cfg.energy_lr)] if cfg.energy_lr is not None else []
+    eval_ex = encode_examples(tokenizer, eval_rows, labels, cfg.max_len) if eval_split else None
+    recipe = ClassifyRecipe(model=model, tokenizer=tokenizer, dataset=examples, lengths=lengths, collate=collate,
+                            streams=streams, param_groups=groups,
+                            loss_spec=JointLossSpec(noise_ratio=cfg.noise_ratio, nce_weight=cfg.nce_weight,
+                                                    nce_warmup=cfg.nce_warmup,
+                                                    poscal_lambda=cfg.poscal_lambda if cfg.poscal else 0.0),
+                            batch_size=cfg.batch_size, eval_split=eval_split, eval_examples=eval_ex)
+    config = {**options_dict(cfg), "labels": labels, "train_examples": len(rows)}
+    return train(cfg, config, recipe)
 
-    progress = {"step": 0, "total": 1}  # set by the loop before every batch (exact on resume)
 
-    def on_step_start(step, total):
-        progress.update(step=step, total=total)
+@dataclass(kw_only=True)
+class JointLossSpec:
+    """The joint objective: L = L_CE + w L_NCE (+ λ L_PosCal); w rises linearly from 0 over the
+    first `nce_warmup` fraction of the steps; λ = 0: no PosCal."""
 
-    def step_fn(m, batch):
-        if streams:  # {MAIN: data batch, "noise": noise batch of K x its size}
-            batch = {**batch[MAIN], "noise": batch["noise"]}
-        w = nce_weight_at(progress["step"], progress["total"], cfg.nce_weight, cfg.nce_warmup)
-        loss, logs = joint_loss(m, batch, cfg, nce_weight=w)
-        if streams and cfg.nce_warmup:
+    noise_ratio: int = 1  # K noise samples per data sample
+    nce_weight: float = 1.0
+    nce_warmup: float = 0.0
+    poscal_lambda: float = 0.0
+
+
+@dataclass(kw_only=True)
+class ClassifyRecipe(Recipe):
+    """`classify train` on the loop: a classifier, jointly with its NCE energy (noise stream) or
+    PosCal (its table refreshed after every epoch)."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    dataset: list
+    lengths: list[int]
+    collate: Any
+    streams: dict | None
+    param_groups: list
+    loss_spec: JointLossSpec
+    batch_size: int
+    eval_split: str = ""
+    eval_examples: list | None = None
+
+    def loss(self, model, batch, at):
+        s = self.loss_spec
+        if self.streams:  # {MAIN: data batch, "noise": noise batch of K x its size}
+            batch = dataclasses.replace(batch[MAIN], noise=batch["noise"])
+        w = nce_weight_at(at.step, at.total, s.nce_weight, s.nce_warmup)
+        loss, logs = joint_loss(model, batch, s.noise_ratio, s.poscal_lambda, nce_weight=w)
+        if self.streams and s.nce_warmup:
             logs["nce_weight"] = w
         return loss, logs
 
-    groups = []
-    if cfg.energy_lr is not None:
-        from textebm.train import ParamGroup
+    def end_epoch(self, epoch):
+        if self.loss_spec.poscal_lambda:
+            refresh_poscal_table(self.model, self.dataset, self.collate, self.batch_size)
 
-        groups.append(ParamGroup(name="energy_head", prefix="energy_head.", lr=cfg.energy_lr))
+    def evaluate(self):
+        from textebm.calibration.metrics import calibration_summary
 
-    def on_epoch_end(m, epoch):
-        if cfg.poscal:
-            refresh_poscal_table(m, examples, collate, cfg.batch_size)
+        if not self.eval_split:
+            return None
+        out = predict(self.model, self.eval_examples, self.collate.pad_id, self.batch_size * 2)
+        return {f"{self.eval_split}_{k}": v for k, v in calibration_summary(out["probs"], out["labels"]).items()}
 
-    evaluate = None
-    if eval_split:
-        eval_ex = encode_examples(tokenizer, eval_rows, labels, cfg.max_len)
+    def save(self, folder):
+        from textebm.models.classifier import save_classifier
 
-        def evaluate(m):
-            from textebm.calibration.metrics import calibration_summary
-
-            out = predict(m, eval_ex, collate.pad_id, cfg.batch_size * 2)
-            return {f"{eval_split}_{k}": v for k, v in calibration_summary(out["probs"], out["labels"]).items()}
-
-    config = {**options_dict(cfg), "labels": labels, "train_examples": len(rows)}
-    return train(cfg, config, model, examples, lengths, collate, step_fn,
-                 save_model=lambda m, d: save_classifier(m, tokenizer, d), evaluate=evaluate,
-                 on_epoch_end=on_epoch_end, streams=streams, param_groups=groups, on_step_start=on_step_start)
+        save_classifier(self.model, self.tokenizer, folder)
 
 
 def nce_weight_at(step: int, total: int, weight: float, warmup: float) -> float:
@@ -159,16 +188,17 @@ def nce_weight_at(step: int, total: int, weight: float, warmup: float) -> float:
     return weight if ramp <= 0 else weight * min(1.0, (step + 1) / ramp)
 
 
-def joint_loss(model, batch: dict, cfg: ClassifyTrainConfig, nce_weight: float = 1.0
+def joint_loss(model, batch: ClassifyBatch, noise_ratio: int, poscal_lambda: float = 0.0, nce_weight: float = 1.0
                ) -> tuple[torch.Tensor, dict[str, float]]:
-    """CE (+ w NCE of eq. 7) (+ λ PosCal) for one batch; eq. (8) is w = 1."""
+    """CE (+ w NCE of eq. 7 with K = `noise_ratio`, when the batch has noise) (+ λ PosCal, when
+    `poscal_lambda` > 0 and the model has a PosCal table) for one batch; eq. (8) is w = 1."""
     from textebm.losses.nce import nce_loss
     from textebm.losses.poscal import poscal_penalty
 
-    data, labels = batch["data"], batch["labels"]
-    if "noise" in batch:
-        logits, e_pos, e_neg = joint_forward(model, data, batch["noise"])  # (B, |Y|), (B,), (B*K,)
-        nce = nce_loss(e_pos, e_neg, cfg.noise_ratio)
+    data, labels = batch.data, batch.labels
+    if batch.noise is not None:
+        logits, e_pos, e_neg = joint_forward(model, data, batch.noise)  # (B, |Y|), (B,), (B*K,)
+        nce = nce_loss(e_pos, e_neg, noise_ratio)
     else:
         logits, _ = model(**data)  # (B, |Y|)
         nce = None
@@ -178,9 +208,9 @@ def joint_loss(model, batch: dict, cfg: ClassifyTrainConfig, nce_weight: float =
         loss = loss + nce_weight * nce.loss
         logs.update(nce=float(nce.loss.detach()), nce_acc=float(nce.accuracy))
     unwrapped = getattr(model, "module", model)
-    if cfg.poscal and hasattr(unwrapped, "poscal_table"):
+    if poscal_lambda and hasattr(unwrapped, "poscal_table"):
         pen = poscal_penalty(logits, unwrapped.poscal_table)
-        loss = loss + cfg.poscal_lambda * pen
+        loss = loss + poscal_lambda * pen
         logs["poscal"] = float(pen.detach())
     return loss, logs
 

@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     except TextebmError as e:
         print(f"textebm: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"textebm: {_interrupted(ns)}", file=sys.stderr)
+    except KeyboardInterrupt as e:  # a training run says how to continue (TrainingInterrupted)
+        print(f"textebm: interrupted: {e}" if str(e) else f"textebm: {_interrupted(ns)}", file=sys.stderr)
         return 130
     return 0
 

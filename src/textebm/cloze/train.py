@@ -27,13 +27,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from textebm.models.cloze import OBJECTIVES
-from textebm.train import TrainOptions
+from textebm.train import Recipe, TrainOptions
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +95,34 @@ class ClozeTrainConfig(TrainOptions):
             raise TextebmError("--flops sets the number of steps; drop --max-steps")
 
 
-def build_cloze(cfg: ClozeTrainConfig, train_texts: list[str]):
+@dataclass(kw_only=True)
+class ClozeBuildSpec:
+    """What `build_cloze` builds: the encoder from `init` (heads and noise towers fresh) or from
+    scratch at the given size, with the tokenizer at `tokenizer` (or one trained on the texts)."""
+
+    objective: str = "electric"  # one of textebm.models.cloze.OBJECTIVES
+    init: str = ""
+    tokenizer: str = ""
+    vocab_size: int = 8000  # of a WordPiece tokenizer trained on the texts
+    layers: int = 4
+    width: int = 256
+    heads: int = 4
+    ffn: int = 0  # 0: 4 x width
+    noise_scale: float = 0.25  # electric / electra: noise towers relative to the encoder
+    twotower_scale: float = 2 / 3  # twotower: towers relative to the encoder
+    mask_fraction: float = 0.15
+    max_len: int = 128
+    seed: int = 0  # of the initial weights
+
+
+def build_cloze(want: ClozeBuildSpec, train_texts: list[str]):
     """(ClozeModel, tokenizer) ready to train."""
     from textebm.models.cloze import ClozeModel, ClozeSpec, frame_ids, scaled_tower
 
-    if cfg.init:
+    if want.init:
         from textebm.models.load import load_encoder
 
-        encoder, tokenizer = load_encoder(cfg.init, option="--init")
+        encoder, tokenizer = load_encoder(want.init, option="--init")
         c = encoder.config
         shape = dict(width=c.hidden_size, ffn=c.intermediate_size, heads=c.num_attention_heads,
                      layers=c.num_hidden_layers)
@@ -110,41 +130,41 @@ def build_cloze(cfg: ClozeTrainConfig, train_texts: list[str]):
     else:
         from textebm.models.build import SmallLMConfig, build_encoder
 
-        if cfg.tokenizer:
+        if want.tokenizer:
             from textebm.models.load import load_tokenizer
 
-            tokenizer = load_tokenizer(cfg.tokenizer, "--tokenizer")
+            tokenizer = load_tokenizer(want.tokenizer, "--tokenizer")
         else:
             from textebm.tokenizer import train_tokenizer
 
-            log.info("training a %d-token WordPiece tokenizer on %d texts", cfg.vocab_size, len(train_texts))
-            tokenizer = train_tokenizer(train_texts, vocab_size=cfg.vocab_size, kind="wordpiece")
-        shape = dict(width=cfg.width, ffn=cfg.ffn or 4 * cfg.width, heads=cfg.heads, layers=cfg.layers)
-        context = max(cfg.max_len, 8)
+            log.info("training a %d-token WordPiece tokenizer on %d texts", want.vocab_size, len(train_texts))
+            tokenizer = train_tokenizer(train_texts, vocab_size=want.vocab_size, kind="wordpiece")
+        shape = dict(width=want.width, ffn=want.ffn or 4 * want.width, heads=want.heads, layers=want.layers)
+        context = max(want.max_len, 8)
         encoder = None
-        if cfg.objective != "twotower":
-            encoder = build_encoder(SmallLMConfig(layers=cfg.layers, width=cfg.width, heads=cfg.heads,
+        if want.objective != "twotower":
+            encoder = build_encoder(SmallLMConfig(layers=want.layers, width=want.width, heads=want.heads,
                                                   context=context, ffn=shape["ffn"], dropout=0.1), tokenizer,
-                                    seed=cfg.seed)
+                                    seed=want.seed)
             encoder.pooler = None  # textebm reads the token states; a pooler would get no gradient
     start, end, pad, mask = frame_ids(tokenizer)
-    if cfg.objective == "mlm" and mask is None:
+    if want.objective == "mlm" and mask is None:
         from textebm.errors import TextebmError
 
         raise TextebmError("--objective mlm needs a tokenizer with a [MASK] token")
     tower = None
-    if cfg.objective in ("electric", "electra"):
-        tower = scaled_tower(**shape, scale=cfg.noise_scale)
-    elif cfg.objective == "twotower":
-        tower = scaled_tower(**shape, scale=cfg.twotower_scale)
-    if cfg.objective == "twotower":
+    if want.objective in ("electric", "electra"):
+        tower = scaled_tower(**shape, scale=want.noise_scale)
+    elif want.objective == "twotower":
+        tower = scaled_tower(**shape, scale=want.twotower_scale)
+    if want.objective == "twotower":
         encoder = None
-    spec = ClozeSpec(objective=cfg.objective, vocab_size=len(tokenizer), start_id=start, end_id=end, pad_id=pad,
+    spec = ClozeSpec(objective=want.objective, vocab_size=len(tokenizer), start_id=start, end_id=end, pad_id=pad,
                      mask_id=mask, tower=None if tower is None else tower.__dict__,
                      embedding_dim=encoder.config.hidden_size if encoder is not None else tower.width,
-                     mask_fraction=cfg.mask_fraction, max_len=cfg.max_len, context=context)
+                     mask_fraction=want.mask_fraction, max_len=want.max_len, context=context)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed + 1)
+        torch.manual_seed(want.seed + 1)
         model = ClozeModel(encoder, spec)
     return model, tokenizer
 
@@ -370,7 +390,6 @@ def cloze_train(cfg: ClozeTrainConfig) -> dict:
     from textebm.data.readers import load_split
     from textebm.errors import TextebmError
     from textebm.lm.scoring import item_texts
-    from textebm.models.cloze import save_cloze
     from textebm.options import check_config
     from textebm.train import ParamGroup, check_run_dir, eval_split_of, options_dict, seed_everything, train
 
@@ -382,22 +401,20 @@ def cloze_train(cfg: ClozeTrainConfig) -> dict:
     if not train_texts:
         raise TextebmError(f"{cfg.data}: the training split has no texts")
     eval_texts = [t for t in item_texts(load_split(cfg.data, eval_split))[0] if t.strip()] if eval_split else []
-    model, tokenizer = build_cloze(cfg, train_texts)
+    model, tokenizer = build_cloze(ClozeBuildSpec(
+        objective=cfg.objective, init=cfg.init, tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size, layers=cfg.layers,
+        width=cfg.width, heads=cfg.heads, ffn=cfg.ffn, noise_scale=cfg.noise_scale, twotower_scale=cfg.twotower_scale,
+        mask_fraction=cfg.mask_fraction, max_len=cfg.max_len, seed=cfg.seed), train_texts)
     train_ids = encode_texts(tokenizer, model.spec, train_texts)
     batcher = ClozeBatcher(model.spec.pad_id)
     n_params = sum(p.numel() for p in model.parameters())
     noise_params = sum(p.numel() for n, p in model.named_parameters() if n.startswith("noise."))  # shared embedding not counted
 
-    def step_fn(m, batch):
-        parts = m(batch)
-        loss = total_loss(parts, cfg.mle_weight, cfg.disc_weight)
-        return loss, {k: float(v.detach()) for k, v in parts.items()}
-
     # Compute: FLOPs of one training step on a probe batch of typical length, per real token.
     objective = ClozeObjective(model, cfg.estimator)
     probe = batcher(train_ids[: cfg.batch_size])
     with torch.random.fork_rng(devices=[]):
-        flops = step_flops(objective, probe, step_fn)
+        flops = step_flops(objective, probe, lambda m, batch: cloze_step(m, batch, cfg.mle_weight, cfg.disc_weight))
     tokens_probe = float((probe["attention_mask"].sum(1) - 2).clamp(min=0).sum())
     flops_per_token = flops / max(tokens_probe, 1.0)
     train_tokens = sum(len(x) - 2 for x in train_ids)
@@ -414,18 +431,54 @@ def cloze_train(cfg: ClozeTrainConfig) -> dict:
     log.info("cloze %s: %.1fM parameters (noise model %.1fM), %d training texts, %d steps, %.3g FLOPs",
              cfg.objective, n_params / 1e6, noise_params / 1e6, len(train_ids), steps, compute["train_flops"])
 
-    evaluate = None
-    if eval_split:
-        eval_ids = encode_texts(tokenizer, model.spec, eval_texts)
-
-        def evaluate(m):
-            return evaluate_cloze(m.model, eval_ids, cfg.batch_size, cfg.seed, eval_split)
-
+    eval_ids = encode_texts(tokenizer, model.spec, eval_texts) if eval_split else []
     groups = []
     if cfg.objective in ("electric", "electra"):
         groups = [ParamGroup(name="noise", prefix="model.noise.", lr=cfg.noise_lr or 10 * cfg.lr)]
     config = {**options_dict(cfg), "parameters": n_params, "noise_parameters": noise_params,
               "vocab_size": len(tokenizer), "compute": compute}
-    metrics = train(cfg, config, objective, train_ids, [len(x) for x in train_ids], batcher, step_fn,
-                    save_model=lambda m, d: save_cloze(m.model, tokenizer, d), evaluate=evaluate, param_groups=groups)
-    return metrics
+    recipe = ClozeRecipe(model=objective, tokenizer=tokenizer, dataset=train_ids,
+                         lengths=[len(x) for x in train_ids], collate=batcher, param_groups=groups,
+                         mle_weight=cfg.mle_weight, disc_weight=cfg.disc_weight,
+                         eval_split=eval_split, eval_ids=eval_ids, batch_size=cfg.batch_size, seed=cfg.seed)
+    return train(cfg, config, recipe)
+
+
+def cloze_step(model: ClozeObjective, batch: dict, mle_weight: float, disc_weight: float
+               ) -> tuple[torch.Tensor, dict[str, float]]:
+    """The weighted loss of one batch and every term to log."""
+    parts = model(batch)
+    loss = total_loss(parts, mle_weight, disc_weight)
+    return loss, {k: float(v.detach()) for k, v in parts.items()}
+
+
+@dataclass(kw_only=True)
+class ClozeRecipe(Recipe):
+    """`cloze train` on the loop: the model with its objective (`ClozeObjective`), the noise towers
+    at their own learning rate."""
+
+    model: ClozeObjective
+    tokenizer: Any
+    dataset: list[list[int]]
+    lengths: list[int]
+    collate: ClozeBatcher
+    param_groups: list
+    mle_weight: float
+    disc_weight: float
+    eval_split: str
+    eval_ids: list[list[int]]
+    batch_size: int
+    seed: int
+
+    def loss(self, model, batch, at):
+        return cloze_step(model, batch, self.mle_weight, self.disc_weight)
+
+    def evaluate(self):
+        if not self.eval_split:
+            return None
+        return evaluate_cloze(self.model.model, self.eval_ids, self.batch_size, self.seed, self.eval_split)
+
+    def save(self, folder):
+        from textebm.models.cloze import save_cloze
+
+        save_cloze(self.model.model, self.tokenizer, folder)

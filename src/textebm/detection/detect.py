@@ -107,18 +107,19 @@ class ZeroShotScorer:
         from textebm.data.batching import right_pad
         from textebm.inference import batched
         from textebm.detection import zeroshot
+        from textebm.lm.scoring import next_token_targets
 
         def fn(batch):
             ids, mask = right_pad(batch, self.sp.pad)  # (B, T)
             ids, mask = ids.to(self.device), mask.to(self.device)
-            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()  # (B, T-1, V)
-            targets, tmask = ids[:, 1:], mask[:, 1:].bool()  # (B, T-1)
+            logits, targets = next_token_targets(self.model(input_ids=ids, attention_mask=mask).logits, ids, mask)
+            tmask, targets = targets != -100, targets.clamp(min=0)  # (B, T-1): -100 marks padding
             if self.method == "loglik":
                 s = zeroshot.loglik(logits, targets, tmask)
             elif self.method == "fastdetectgpt":
                 s = zeroshot.fast_detectgpt(logits, targets, tmask)
             else:
-                obs = self.observer(input_ids=ids, attention_mask=mask).logits[:, :-1].float()  # (B, T-1, V)
+                obs, _ = next_token_targets(self.observer(input_ids=ids, attention_mask=mask).logits, ids, mask)
                 s = zeroshot.binoculars(logits, obs, targets, tmask)
             return s.cpu().tolist()
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
-from textebm.train import TrainOptions
+from textebm.data.batching import Batch
+from textebm.train import Recipe, TrainOptions
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,21 @@ class ResidualTrainConfig(TrainOptions):
             raise TextebmError(f"--width {self.width} must be divisible by --heads {self.heads}")
 
 
-def build_energy_model(cfg: ResidualTrainConfig, vocab, length: int):
+@dataclass(kw_only=True)
+class EnergyBuildSpec:
+    """What `build_energy_model` builds (sec. 4.3): the kind of energy, from `init` or from
+    scratch at the given size."""
+
+    energy: str = "unitransf"  # linear | bilstm | unitransf | bitransf
+    init: str = ""  # unitransf: an LM in the shared vocabulary; bitransf: an encoder
+    layers: int = 2
+    width: int = 128
+    heads: int = 4
+    max_tokens: int = 160  # bitransf from an encoder: cap on the re-tokenised window
+    seed: int = 0  # of the initial weights
+
+
+def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
     """(module, EnergySpec, input tokenizer) of a fresh or initialised energy."""
     from textebm.errors import TextebmError
     from textebm.models.build import SmallLMConfig, build_causal_lm, build_encoder
@@ -84,61 +99,71 @@ def build_energy_model(cfg: ResidualTrainConfig, vocab, length: int):
     from textebm.tokenizer import same_vocab
 
     pad = vocab.pad_token_id if vocab.pad_token_id is not None else 0
-    spec = EnergySpec(kind=cfg.energy, vocab_size=len(vocab), length=length, pad_id=pad, init=cfg.init)
+    spec = EnergySpec(kind=want.energy, vocab_size=len(vocab), length=length, pad_id=pad, init=want.init)
     tokenizer, body = vocab, None
-    if cfg.energy == "bilstm":
-        spec.embed, spec.hidden, spec.layers = cfg.width, cfg.width, cfg.layers
-    elif cfg.energy == "unitransf":
-        if cfg.init:
+    if want.energy == "bilstm":
+        spec.embed, spec.hidden, spec.layers = want.width, want.width, want.layers
+    elif want.energy == "unitransf":
+        if want.init:
             from textebm.models.load import load_lm
 
-            lm, tok, meta = load_lm(cfg.init, option="--init")
+            lm, tok, meta = load_lm(want.init, option="--init")
             if not hasattr(lm, "model") or not same_vocab(tok, vocab):
-                raise TextebmError(f"--init {cfg.init}: unitransf starts from a transformer LM in the shared "
+                raise TextebmError(f"--init {want.init}: unitransf starts from a transformer LM in the shared "
                                    "vocabulary of --vocab (train one with `lm train --tokenizer VOCAB`)")
             if meta.direction != "l2r":
-                log.warning("--init %s reads right to left; the energy reads windows left to right", cfg.init)
+                log.warning("--init %s reads right to left; the energy reads windows left to right", want.init)
             body = lm.model
         else:
-            body = build_causal_lm(SmallLMConfig(cfg.layers, cfg.width, cfg.heads, context=length + 8), vocab,
-                                   seed=cfg.seed).model
+            body = build_causal_lm(SmallLMConfig(want.layers, want.width, want.heads, context=length + 8), vocab,
+                                   seed=want.seed).model
         body.config.architectures = [type(body).__name__]
-    elif cfg.energy == "bitransf":
-        if cfg.init:
+    elif want.energy == "bitransf":
+        if want.init:
             from textebm.models.load import load_encoder
 
-            body, tokenizer = load_encoder(cfg.init, option="--init")
+            body, tokenizer = load_encoder(want.init, option="--init")
             spec.retokenize = not same_vocab(tokenizer, vocab)
-            spec.max_tokens = cfg.max_tokens
+            spec.max_tokens = want.max_tokens
             spec.vocab_size = len(tokenizer)
             spec.pad_id = tokenizer.pad_token_id or 0
         else:
-            body = build_encoder(SmallLMConfig(cfg.layers, cfg.width, cfg.heads, context=length + 8), vocab,
-                                 seed=cfg.seed)
+            body = build_encoder(SmallLMConfig(want.layers, want.width, want.heads, context=length + 8), vocab,
+                                 seed=want.seed)
             body.pooler = None  # the first position is pooled by the energy; an unused pooler breaks DDP
     return build_energy(spec, body), spec, tokenizer
 
 
+@dataclass
+class WindowBatch(Batch):
+    """B windows and their k negatives each, positives first: B(1+k) rows."""
+
+    input_ids: torch.Tensor  # (B(1+k), T)
+    attention_mask: torch.Tensor  # (B(1+k), T)
+    k: int  # negatives per window
+
+
 class WindowBatcher:
-    """Rows of a negatives file -> {input_ids (B(1+k), T), attention_mask, k}, positives first."""
+    """Rows of a negatives file -> WindowBatch."""
 
     def __init__(self, spec, tokenizer, vocab):
         self.spec, self.tokenizer, self.vocab = spec, tokenizer, vocab
 
-    def __call__(self, rows: list[dict]) -> dict:
+    def __call__(self, rows: list[dict]) -> WindowBatch:
         from textebm.models.seq_energy import encode_windows
         from textebm.detection.windows import window_seqs
 
         batch = encode_windows(window_seqs(rows), self.spec, self.tokenizer, self.vocab)
-        return {**batch, "k": len(rows[0]["negatives"])}
+        return WindowBatch(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                           k=len(rows[0]["negatives"]))
 
 
-def residual_step(model, batch: dict, loss: str, negatives: str, margin: float) -> tuple[torch.Tensor, dict]:
+def residual_step(model, batch: WindowBatch, loss: str, negatives: str, margin: float) -> tuple[torch.Tensor, dict]:
     """The loss of one batch and what to log (NCE accuracy, P@1)."""
     from textebm.losses.residual import precision_at_1, ranking_loss, residual_bce
 
-    k = batch["k"]
-    e = model(batch["input_ids"], batch["attention_mask"]).float().view(-1, 1 + k)  # (B, 1+k)
+    k = batch.k
+    e = model(batch.input_ids, batch.attention_mask).float().view(-1, 1 + k)  # (B, 1+k)
     e_pos, e_neg = e[:, 0], e[:, 1:]  # (B,), (B, k)
     if loss == "bce":
         out = residual_bce(e_pos, e_neg, negatives)
@@ -153,7 +178,6 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     """Train the energy, then fit and write its decision rule on the validation windows."""
     from textebm.io import read_json
     from textebm.models.load import load_tokenizer
-    from textebm.models.seq_energy import save_energy
     from textebm.options import check_config
     from textebm.detection import detect
     from textebm.detection.windows import read_window_files
@@ -167,34 +191,73 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     length = len(train_rows[0]["positive"])
     val_rows = read_window_files(cfg.val, "--val", length, length_of="the --train windows are that long", **in_vocab)
     seed_everything(cfg.seed)
-    model, spec, tokenizer = build_energy_model(cfg, vocab, length)
+    model, spec, tokenizer = build_energy_model(EnergyBuildSpec(
+        energy=cfg.energy, init=cfg.init, layers=cfg.layers, width=cfg.width, heads=cfg.heads,
+        max_tokens=cfg.max_tokens, seed=cfg.seed), vocab, length)
     batcher = WindowBatcher(spec, tokenizer, vocab)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("%s energy: %.2fM parameters, %d training windows x (1 + %d negatives), %d validation windows",
              cfg.energy, n_params / 1e6, len(train_rows), len(train_rows[0]["negatives"]), len(val_rows))
 
-    fitted: dict = {}  # the decision rule, fitted once from the final evaluation's validation scores
-
-    def rule_of(score_ids):
-        real, fake = detect.window_scores(score_ids, val_rows, cfg.eval_batch_size)
-        return detect.fit_rule(real, fake.ravel()), float((real < fake.min(1)).mean())
-
-    def evaluate(m):
-        fitted["rule"], p_at_1 = rule_of(lambda seqs, b: detect.energies(m, spec, tokenizer, vocab, seqs, b))
-        val = fitted["rule"].val  # threshold of best balanced accuracy, fitted on these very windows
-        return {"val_balanced_accuracy": val["balanced_accuracy"], "val_auroc": val["auroc"], "val_p_at_1": p_at_1}
-
     config = {**options_dict(cfg), "parameters": n_params, "spec": spec.__dict__}
-    metrics_ = train(cfg, config, model, train_rows, [len(r["positive"]) for r in train_rows], batcher,
-                     lambda m, b: residual_step(m, b, cfg.loss, cfg.negatives, cfg.margin),
-                     save_model=lambda m, d: save_energy(m, spec, tokenizer, d, vocab), evaluate=evaluate)
+    recipe = ResidualRecipe(model=model, spec=spec, tokenizer=tokenizer, vocab=vocab, dataset=train_rows,
+                            lengths=[len(r["positive"]) for r in train_rows], collate=batcher, loss_kind=cfg.loss,
+                            negatives=cfg.negatives, margin=cfg.margin, val_rows=val_rows,
+                            eval_batch_size=cfg.eval_batch_size)
+    metrics_ = train(cfg, config, recipe)
     rule_file = Path(cfg.out) / detect.RULE_FILE
     if not rule_file.is_file():
         # Fitted by the final evaluation; a resumed run that had already finished (a crash between
         # the model and its rule) scores the saved model instead.
-        rule = fitted.get("rule") or rule_of(detect.EnergyScorer(Path(cfg.out) / "model").score_ids)[0]
+        rule = recipe.rule or rule_of(detect.EnergyScorer(Path(cfg.out) / "model").score_ids, val_rows,
+                                      cfg.eval_batch_size)[0]
         detect.write_rule(rule_file, {"detector": "energy", "energy": cfg.energy, "model": "model",
                                       "length": length, "val": [str(Path(v).resolve()) for v in cfg.val]}, rule)
         log.info("decision rule on validation: balanced accuracy %.3f, AUROC %.3f, ECE %.4f (T = %.3g)",
                  rule.val["balanced_accuracy"], rule.val["auroc"], rule.val["ece"], rule.temperature)
     return {**metrics_, "rule": read_json(rule_file)["rule"]}
+
+
+def rule_of(score_ids, val_rows: list[dict], batch_size: int):
+    """(decision rule fitted on the validation windows, their P@1) under `score_ids`."""
+    from textebm.detection import detect
+
+    real, fake = detect.window_scores(score_ids, val_rows, batch_size)
+    return detect.fit_rule(real, fake.ravel()), float((real < fake.min(1)).mean())
+
+
+@dataclass(kw_only=True)
+class ResidualRecipe(Recipe):
+    """`residual train` on the loop: the energy's loss on windows and their negatives; the final
+    evaluation fits the decision rule on the validation windows (kept in `rule`)."""
+
+    model: torch.nn.Module
+    spec: Any  # EnergySpec
+    tokenizer: Any
+    vocab: Any
+    dataset: list[dict]
+    lengths: list[int]
+    collate: WindowBatcher
+    loss_kind: str  # bce | ranking
+    negatives: str  # worst | random | all
+    margin: float
+    val_rows: list[dict]
+    eval_batch_size: int
+    rule: Any = None
+    run_files = ("detector.json",)  # detect.RULE_FILE, written after training: --overwrite replaces it too
+
+    def loss(self, model, batch, at):
+        return residual_step(model, batch, self.loss_kind, self.negatives, self.margin)
+
+    def evaluate(self):
+        from textebm.detection import detect
+
+        score = lambda seqs, b: detect.energies(self.model, self.spec, self.tokenizer, self.vocab, seqs, b)
+        self.rule, p_at_1 = rule_of(score, self.val_rows, self.eval_batch_size)
+        val = self.rule.val  # threshold of best balanced accuracy, fitted on these very windows
+        return {"val_balanced_accuracy": val["balanced_accuracy"], "val_auroc": val["auroc"], "val_p_at_1": p_at_1}
+
+    def save(self, folder):
+        from textebm.models.seq_energy import save_energy
+
+        save_energy(self.model, self.spec, self.tokenizer, folder, self.vocab)

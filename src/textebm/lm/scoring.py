@@ -46,12 +46,26 @@ class ScoreResult:
         return len(self.token_ids)
 
 
-def next_token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """log p(input_ids[:, t+1] | input_ids[:, :t+1]) for a right-padded batch: (B, T-1), fp32."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits  # (B, T, V)
-    logits = logits[:, :-1].float()  # (B, T-1, V): position t predicts token t+1
-    target = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
-    return logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (B, T-1)
+def next_token_targets(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next-token shift of a causal LM: (logits (B, T-1, V) in fp32, targets (B, T-1)).
+
+    logits (B, T, V): position t predicts token t+1. ids (B, T): the tokens (training labels with
+    -100 included). mask (B, T): nonzero where ids[:, t] counts; a target outside it is -100.
+    """
+    target = torch.where(mask[:, 1:] != 0, ids[:, 1:], -100)  # (B, T-1), -100: not counted
+    return logits[:, :-1].float(), target  # (B, T-1, V), (B, T-1)
+
+
+def next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log p(ids[:, t+1] | ids[:, :t+1]) from a causal LM's logits (B, T, V), in fp32: (B, T-1),
+    0 where position t+1 is outside `mask` (see `next_token_targets`). The one home of next-token
+    log-probabilities: scoring and the LM's evaluation use it; the LM's training loss applies
+    cross-entropy to the same shift (`next_token_targets`), whose rounding its recorded losses keep."""
+    logits, target = next_token_targets(logits, ids, mask)  # (B, T-1, V), (B, T-1)
+    keep = target != -100  # (B, T-1)
+    lp = logits.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)  # (B, T-1)
+    return torch.where(keep, lp, torch.zeros_like(lp))
 
 
 @torch.inference_mode()
@@ -68,7 +82,9 @@ def score_sequences(model, seqs: list[list[int]], pad: int, batch_size: int = 16
 
     def run(batch: list[list[int]]) -> list[list[float]]:
         ids, mask = right_pad(batch, pad)  # (B, T)
-        lp = next_token_logprobs(model, ids.to(device), mask.to(device)).cpu()  # (B, T-1)
+        ids, mask = ids.to(device), mask.to(device)
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits  # (B, T, V)
+        lp = next_token_logprobs(logits, ids, mask).cpu()  # (B, T-1)
         return [lp[b, :len(seq) - 1].tolist() for b, seq in enumerate(batch)]
 
     return batched(seqs, [len(s) for s in seqs], batch_size, run, sort=bucket, progress=progress,

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import torch
 
-from textebm.train import TrainOptions
+from textebm.train import Recipe, TrainOptions
 
 log = logging.getLogger(__name__)
 
@@ -92,40 +92,60 @@ def _docs(rows: list[dict]) -> list[tuple[str, str]]:
     return [(r["text"], str(r.get("doc", r.get("id", i)))) for i, r in enumerate(rows) if r["text"].strip()]
 
 
-def build_lm(cfg: LMTrainConfig, train_texts: list[str]):
+@dataclass(kw_only=True)
+class LMSpec:
+    """What `build_lm` builds: a model from `init` (its own size and tokenizer), or from scratch
+    at the given size with the tokenizer at `tokenizer` (or one trained on the texts)."""
+
+    objective: str = "causal"  # causal | infill
+    direction: str = "l2r"  # l2r | r2l
+    mask_ratio: float | None = None  # infill: M
+    init: str = ""
+    tokenizer: str = ""
+    vocab_size: int = 8000  # of a tokenizer trained on the texts
+    arch: str = "transformer"  # transformer | gcnn
+    kernel: int = 4
+    layers: int = 4
+    width: int = 256
+    heads: int = 4
+    context: int = 256
+    seed: int = 0  # of the initial weights
+
+
+def build_lm(spec: LMSpec, train_texts: list[str]):
     """(model, tokenizer, meta) ready to train, special tokens added as the objective needs."""
     from textebm.models.lm import ensure_special_tokens
 
-    if cfg.init:
+    if spec.init:
         from textebm.models.load import load_lm
 
-        model, tokenizer, _ = load_lm(cfg.init, dtype=torch.float32, option="--init")  # checks its kind
+        model, tokenizer, _ = load_lm(spec.init, dtype=torch.float32, option="--init")  # checks its kind
     else:
         from textebm.models.build import SmallLMConfig, build_causal_lm
 
-        if cfg.tokenizer:
+        if spec.tokenizer:
             from textebm.models.load import load_tokenizer
 
-            tokenizer = load_tokenizer(cfg.tokenizer, "--tokenizer")
+            tokenizer = load_tokenizer(spec.tokenizer, "--tokenizer")
         else:
             from textebm.tokenizer import train_tokenizer
 
-            log.info("training a %d-token BPE tokenizer on %d texts", cfg.vocab_size, len(train_texts))
-            tokenizer = train_tokenizer(train_texts, vocab_size=cfg.vocab_size, kind="bpe", lowercase=False)
-        meta = ensure_special_tokens(tokenizer, None, infill=cfg.objective == "infill")
-        if cfg.arch == "gcnn":
+            log.info("training a %d-token BPE tokenizer on %d texts", spec.vocab_size, len(train_texts))
+            tokenizer = train_tokenizer(train_texts, vocab_size=spec.vocab_size, kind="bpe", lowercase=False)
+        meta = ensure_special_tokens(tokenizer, None, infill=spec.objective == "infill")
+        if spec.arch == "gcnn":
             from textebm.models.gcnn import build_gcnn
             from textebm.models.lm import special_ids
 
             sp = special_ids(tokenizer, meta)
-            model = build_gcnn(len(tokenizer), cfg.width, cfg.layers, cfg.kernel, cfg.context, sp.pad, sp.bos,
-                               sp.eos, seed=cfg.seed)
+            model = build_gcnn(len(tokenizer), spec.width, spec.layers, spec.kernel, spec.context, sp.pad, sp.bos,
+                               sp.eos, seed=spec.seed)
         else:
-            model = build_causal_lm(SmallLMConfig(layers=cfg.layers, width=cfg.width, heads=cfg.heads,
-                                                  context=cfg.context), tokenizer, seed=cfg.seed)
-    meta = ensure_special_tokens(tokenizer, model, infill=cfg.objective == "infill")
-    meta.objective, meta.direction = cfg.objective, cfg.direction
-    meta.mask_ratio = cfg.mask_ratio if cfg.objective == "infill" else None
+            model = build_causal_lm(SmallLMConfig(layers=spec.layers, width=spec.width, heads=spec.heads,
+                                                  context=spec.context), tokenizer, seed=spec.seed)
+    meta = ensure_special_tokens(tokenizer, model, infill=spec.objective == "infill")
+    meta.objective, meta.direction = spec.objective, spec.direction
+    meta.mask_ratio = spec.mask_ratio if spec.objective == "infill" else None
     return model, tokenizer, meta
 
 
@@ -144,7 +164,7 @@ class LMBatcher:
         self.seed, self.epoch = seed, 0
 
     def set_epoch(self, epoch: int) -> None:
-        """The training loop's on_epoch_start: every epoch masks each example afresh."""
+        """Called by the recipe at every epoch start: every epoch masks each example afresh."""
         self.epoch = epoch
 
     def __call__(self, items: list, generator: torch.Generator | None = None) -> dict:
@@ -172,9 +192,11 @@ class LMBatcher:
 
 def lm_loss(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum of token NLLs over labelled positions and their count (next-token shift inside)."""
+    from textebm.lm.scoring import next_token_targets
+
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B, T, V)
-    logits = logits[:, :-1].float()  # (B, T-1, V) predicts position t+1
-    target = batch["labels"][:, 1:]  # (B, T-1)
+    labels = batch["labels"]  # (B, T), -100 where not predicted
+    logits, target = next_token_targets(logits, labels, labels != -100)  # (B, T-1, V), (B, T-1)
     nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
                                             ignore_index=-100, reduction="sum")
     return nll, (target != -100).sum()
@@ -184,7 +206,7 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     """Train a causal or infill LM (paper a's noise model; paper c/d's generators)."""
     from textebm.data.readers import load_split
     from textebm.errors import TextebmError
-    from textebm.models.lm import save_lm, special_ids
+    from textebm.models.lm import special_ids
     from textebm.options import check_config
     from textebm.train import check_run_dir, eval_split_of, options_dict, seed_everything, train
 
@@ -198,7 +220,10 @@ def lm_train(cfg: LMTrainConfig) -> dict:
         raise TextebmError(f"{cfg.data}: the training split has no texts")
     eval_rows = load_split(cfg.data, eval_split) if eval_split else []  # read before any work
     eval_texts = _texts(eval_rows)
-    model, tokenizer, meta = build_lm(cfg, train_texts)
+    spec = LMSpec(objective=cfg.objective, direction=cfg.direction, mask_ratio=cfg.mask_ratio, init=cfg.init,
+                  tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size, arch=cfg.arch, kernel=cfg.kernel,
+                  layers=cfg.layers, width=cfg.width, heads=cfg.heads, context=cfg.context, seed=cfg.seed)
+    model, tokenizer, meta = build_lm(spec, train_texts)
     sp = special_ids(tokenizer, meta)
     limit = min(cfg.max_len, model.config.max_position_embeddings // (2 if cfg.objective == "infill" else 1) - 3)
     encode = lambda texts: [ids[:limit] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
@@ -215,23 +240,39 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     batcher = LMBatcher(sp, cfg.objective, cfg.direction, cfg.mask_ratio, seed=cfg.seed)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("LM: %.1fM parameters, %d training texts, %s objective", n_params / 1e6, len(train_ids), cfg.objective)
+    eval_ids = [ids for ids in encode(eval_texts) if ids] if eval_split else []
+    config = {**options_dict(cfg), "parameters": n_params, "vocab_size": len(tokenizer)}
+    recipe = LMRecipe(model=model, tokenizer=tokenizer, meta=meta, train_ids=train_ids, collate=batcher,
+                      eval_split=eval_split, eval_ids=eval_ids, batch_size=cfg.batch_size, seed=cfg.seed)
+    return train(cfg, config, recipe)
 
-    def step_fn(m, batch):
-        nll, n = lm_loss(m, batch)
+
+class LMRecipe(Recipe):
+    """`lm train` on the loop: token NLL per labelled token; infill masks drawn afresh every epoch."""
+
+    def __init__(self, *, model, tokenizer, meta, train_ids: list[list[int]], collate: LMBatcher, eval_split: str,
+                 eval_ids: list[list[int]], batch_size: int, seed: int):
+        self.model, self.tokenizer, self.meta, self.collate = model, tokenizer, meta, collate
+        self.dataset = list(enumerate(train_ids))  # (index, ids): the index keys the example's infill masks
+        self.lengths = [len(x) for x in train_ids]
+        self.eval_split, self.eval_ids, self.batch_size, self.seed = eval_split, eval_ids, batch_size, seed
+
+    def loss(self, model, batch, at):
+        nll, n = lm_loss(model, batch)
         return nll / n, {"tokens": float(n)}
 
-    evaluate = None
-    if eval_split:
-        eval_ids = [ids for ids in encode(eval_texts) if ids]
+    def start_epoch(self, epoch):
+        self.collate.set_epoch(epoch)
 
-        def evaluate(m):
-            return evaluate_lm(m, batcher, eval_ids, cfg.batch_size, cfg.seed, eval_split)
+    def evaluate(self):
+        if not self.eval_split:
+            return None
+        return evaluate_lm(self.model, self.collate, self.eval_ids, self.batch_size, self.seed, self.eval_split)
 
-    config = {**options_dict(cfg), "parameters": n_params, "vocab_size": len(tokenizer)}
-    items = list(enumerate(train_ids))  # (index, ids): the index keys the example's infill masks
-    return train(cfg, config, model, items, [len(x) for x in train_ids], batcher, step_fn,
-                 save_model=lambda m, d: save_lm(m, tokenizer, meta, d), evaluate=evaluate,
-                 on_epoch_start=batcher.set_epoch)
+    def save(self, folder):
+        from textebm.models.lm import save_lm
+
+        save_lm(self.model, self.tokenizer, self.meta, folder)
 
 
 @torch.no_grad()
@@ -240,6 +281,7 @@ def evaluate_lm(model, batcher: LMBatcher, ids: list[list[int]], batch_size: int
     """Token-level perplexity of the training objective on a split (infill masks from `seed`),
     in length-sorted batches (`textebm.inference.batched`)."""
     from textebm.inference import batched
+    from textebm.lm.scoring import next_token_logprobs
 
     model.eval()
     g = torch.Generator().manual_seed(seed + 7919)
@@ -248,11 +290,9 @@ def evaluate_lm(model, batcher: LMBatcher, ids: list[list[int]], batch_size: int
     def nll_per_text(items: list[list[int]]) -> list[tuple[float, int]]:
         batch = {k: v.to(device) for k, v in batcher(items, generator=g).items()}
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B, T, V)
-        logits = logits[:, :-1].float()  # (B, T-1, V) predicts position t+1
-        target = batch["labels"][:, 1:]  # (B, T-1)
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, ignore_index=-100,
-                                                reduction="none").sum(-1)  # (B,)
-        count = (target != -100).sum(-1)  # (B,)
+        labels = batch["labels"]  # (B, T), -100 where not predicted
+        nll = -next_token_logprobs(logits, labels, labels != -100).sum(-1)  # (B,)
+        count = (labels[:, 1:] != -100).sum(-1)  # (B,)
         return list(zip(nll.double().cpu().tolist(), count.cpu().tolist()))
 
     per_text = batched(ids, [len(x) for x in ids], batch_size, nll_per_text)
