@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from textebm.errors import InputError, TextebmError
+from textebm.options import threads_field
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class MatrixConfig:
     out: str = field(metadata={"help": "folder of every cached artifact and the results"})
     plan: bool = field(default=False, metadata={"help": "print the work left and its estimated CPU time, "
                                                         "then stop"})
-    threads: int = field(default=0, metadata={"help": "CPU threads (0: torch default)", "min": 0})
+    threads: int = threads_field()
     shard: str = field(default="", metadata={"help": "I/N: run every N-th cell from the I-th (1-based), for "
                                                       "N processes sharing --out; shared artifacts are built once"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
@@ -433,10 +434,9 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     shard = _shard(cfg_.shard) if cfg_.shard else (1, 1)
     cfg = read_config(cfg_.config)
     out = Path(cfg_.out)
-    if cfg_.threads:
-        import torch
+    from textebm.inference import set_threads
 
-        torch.set_num_threads(cfg_.threads)
+    set_threads(cfg_.threads)
     m = Matrix(cfg, out, cfg_.threads, cfg_.progress)
     cells = plan_cells(cfg)
     left = [c for c in cells if not m.cell_file(c).is_file()]

@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from textebm.data.normalize import PRESETS as NORMALIZE
+from textebm.options import threads_field
 from textebm.precision import CHOICES as PRECISIONS
 from textebm.scoring.pll import METHODS
 
@@ -47,6 +49,11 @@ class ScoreTextsConfig:
         "help": "weights and matmuls in this precision; auto: bf16 where the hardware multiplies it natively, "
                 "else fp32 (scores always from fp32 values)", "choices": list(PRECISIONS)})
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out (and --html) file"})
+    normalize: str = field(default="none", metadata={
+        "help": "score each text in this form (textebm.data.normalize): none = as written; ptb = lower case, "
+                "clitics split (\"did n't\"); asr = lower case, no punctuation. The rows' text is the scored "
+                "text, input_text the text as read", "choices": list(NORMALIZE)})
+    threads: int = threads_field()
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
 
@@ -68,7 +75,7 @@ def _model_kind(model_arg: str) -> tuple[str, Path]:
     return "causal", scorable_folder(model_arg)
 
 
-def _read_partial(partial: Path, ids: list[str], method: str, chunk: int) -> int:
+def _read_partial(partial: Path, ids: list[str], method: str, chunk: int, normalize: str = "none") -> int:
     """Lines already written by an interrupted run, checked against the input's ids and the
     method. The file is cut back to whole chunks (a torn chunk is scored again in the same
     batches, so a resumed run writes the same numbers as an uninterrupted one)."""
@@ -81,9 +88,10 @@ def _read_partial(partial: Path, ids: list[str], method: str, chunk: int) -> int
             row = json.loads(line)
         except json.JSONDecodeError:
             raise TextebmError(f"{partial}:{i + 1}: not a JSON line; delete {partial} to start afresh") from None
-        if i >= len(ids) or row.get("id") != ids[i] or row.get("method") != method:
+        if (i >= len(ids) or row.get("id") != ids[i] or row.get("method") != method
+                or row.get("normalize", "none") != normalize):
             raise TextebmError(f"{partial}:{i + 1}: was written for another input or method; delete {partial} "
-                               "to start afresh, or choose another --out")
+                               "or --normalize; delete it to start afresh, or choose another --out")
     lines = lines[: len(lines) - len(lines) % chunk]
     keep = "".join(lines).encode("utf-8")
     if len(keep) != len(raw):
@@ -96,13 +104,15 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     """Score every text of a file; write JSONL (and, with --html, the page)."""
     from textebm.data.readers import example_id, read_examples
     from textebm.errors import TextebmError
-    from textebm.inference import inference_setup
+    from textebm.data.normalize import normalizer
+    from textebm.inference import inference_setup, set_threads
     from textebm.options import check_config
     from textebm.outputs import check_output_file
     from textebm.scoring.pll import causal_scores, check_method, cloze_scores
     from textebm.scoring.words import word_scores
 
     check_config(cfg)
+    set_threads(cfg.threads)
     out = Path(cfg.out)
     check_output_file(out, cfg.overwrite)
     if cfg.html:
@@ -113,6 +123,8 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     kind, folder = _model_kind(cfg.model)
     rows = read_examples(cfg.input)
     ids = [example_id(r, i) for i, r in enumerate(rows)]
+    norm = normalizer(cfg.normalize)
+    rows = [{**r, "input_text": r["text"], "text": norm(r["text"])} if cfg.normalize != "none" else r for r in rows]
     device, choice = inference_setup(cfg.precision)
     if kind == "cloze":
         from textebm.models.load import load_cloze
@@ -129,8 +141,9 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
         model, tokenizer, meta = load_lm(folder, dtype=choice.dtype, device=device)
         method = "causal"
         fn = lambda texts: causal_scores(model, tokenizer, meta, texts, cfg.batch_size)  # noqa: E731
+    warn_mismatch([r["text"] for r in rows], tokenizer, cfg.input, cfg.normalize)
     per_token = cfg.per_token or bool(cfg.html)
-    done = _read_partial(partial, ids, method, cfg.chunk) if partial.is_file() else 0
+    done = _read_partial(partial, ids, method, cfg.chunk, cfg.normalize) if partial.is_file() else 0
     if done:
         log.info("resuming %s: %d of %d texts already scored", partial, done, len(rows))
     partial.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +157,8 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     if cfg.html:
         write_html(partial, Path(cfg.html), method, folder)
     os.replace(partial, out)
-    log.info("wrote %s (%d texts, method %s, precision %s)", out, len(rows), method, choice.precision)
+    log.info("wrote %s (%d texts, method %s, precision %s, normalize %s)", out, len(rows), method,
+             choice.precision, cfg.normalize)
     return out
 
 
@@ -161,6 +175,8 @@ def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_toke
             for i, (row, sc) in enumerate(zip(part, scored)):
                 rec = {"id": ids[s + i], "text": row["text"], "method": method, "score": sc.total,
                        "n_tokens": len(sc.scores)}
+                if cfg.normalize != "none":
+                    rec.update(input_text=row["input_text"], normalize=cfg.normalize)
                 if per_token:
                     rec.update(tokens=tokenizer.convert_ids_to_tokens(sc.token_ids), token_scores=sc.scores,
                                offsets=[list(o) for o in sc.offsets])
@@ -172,6 +188,15 @@ def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_toke
             sink.flush()
             os.fsync(sink.fileno())
             bar.update(len(part))
+
+
+def warn_mismatch(texts: list[str], tokenizer, source: str, normalize: str) -> None:
+    """A log warning, with its figures, for each sign that the texts are unlike the model's
+    training text (`textebm.scoring.textcheck`)."""
+    from textebm.scoring.textcheck import mismatch_warnings, text_figures
+
+    for msg in mismatch_warnings(text_figures(texts, tokenizer)):
+        log.warning("%s (--normalize %s): %s", source, normalize, msg)
 
 
 def write_html(scores: Path, page: Path, method: str, folder: Path) -> None:
