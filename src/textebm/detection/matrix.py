@@ -430,13 +430,13 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     from textebm.io import write_json
     from textebm.options import check_config
 
+    from textebm.inference import set_threads
+
     check_config(cfg_)
+    set_threads(cfg_.threads)
     shard = _shard(cfg_.shard) if cfg_.shard else (1, 1)
     cfg = read_config(cfg_.config)
     out = Path(cfg_.out)
-    from textebm.inference import set_threads
-
-    set_threads(cfg_.threads)
     m = Matrix(cfg, out, cfg_.threads, cfg_.progress)
     cells = plan_cells(cfg)
     left = [c for c in cells if not m.cell_file(c).is_file()]

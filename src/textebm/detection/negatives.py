@@ -35,6 +35,7 @@ import torch
 
 from textebm.errors import TextebmError
 from textebm.precision import CHOICES as PRECISIONS
+from textebm.options import threads_field
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class NegativesConfig:
     precision: str = field(default="fp32", metadata={
         "help": "generator precision (auto: bf16 where the hardware multiplies it natively)",
         "choices": list(PRECISIONS)})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -138,7 +140,7 @@ def generate_negatives(cfg: NegativesConfig) -> Path:
     """Write the windows of a split with `cfg.k` negatives each into `cfg.out` (resumable)."""
     from tqdm import tqdm
 
-    from textebm.inference import inference_setup
+    from textebm.inference import inference_setup, set_threads
     from textebm.io import atomic_write, read_partial
     from textebm.lm.generate import generate
     from textebm.seeds import derive_seed
@@ -148,6 +150,7 @@ def generate_negatives(cfg: NegativesConfig) -> Path:
     from textebm.detection.windows import assemble
 
     check_config(cfg)
+    set_threads(cfg.threads)
     out = Path(cfg.out)
     partial = out.with_name(out.name + ".partial")
     check_output_file(out, cfg.overwrite)

@@ -44,6 +44,7 @@ from textebm.io import read_partial
 from textebm.lm.generate import Generation, generate
 from textebm.seeds import derive_seed
 from textebm.precision import CHOICES as PRECISIONS
+from textebm.options import threads_field
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class SampleConfig:
         "help": "weights and matmuls in this precision; auto: bf16 where the hardware multiplies it "
                 "natively, else fp32 (logits are upcast to fp32 before the softmax)", "choices": list(PRECISIONS)})
     limit: int = field(default=0, metadata={"help": "use only the first N examples (0: all)", "min": 0})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -213,15 +215,16 @@ def sample_file(cfg: SampleConfig) -> Path:
     """Sample noise / generations for each example of a split into a JSONL file (resumable)."""
     from tqdm import tqdm
 
+    from textebm.inference import inference_setup, set_threads
     from textebm.options import check_config
     from textebm.data.readers import load_split
-    from textebm.inference import inference_setup
     from textebm.io import atomic_write
     from textebm.models.lm import special_ids
     from textebm.models.load import CAUSAL_LM, find_model, load_lm
     from textebm.outputs import check_output_file
 
     check_config(cfg)
+    set_threads(cfg.threads)
     out = Path(cfg.out)
     partial = out.with_name(out.name + ".partial")
     check_output_file(out, cfg.overwrite)  # before any work; the .partial is ours: no --overwrite needed

@@ -90,8 +90,8 @@ def _read_partial(partial: Path, ids: list[str], method: str, chunk: int, normal
             raise TextebmError(f"{partial}:{i + 1}: not a JSON line; delete {partial} to start afresh") from None
         if (i >= len(ids) or row.get("id") != ids[i] or row.get("method") != method
                 or row.get("normalize", "none") != normalize):
-            raise TextebmError(f"{partial}:{i + 1}: was written for another input or method; delete {partial} "
-                               "or --normalize; delete it to start afresh, or choose another --out")
+            raise TextebmError(f"{partial}:{i + 1}: was written for another input or method (or --normalize); "
+                               f"delete {partial} to start afresh, or choose another --out")
     lines = lines[: len(lines) - len(lines) % chunk]
     keep = "".join(lines).encode("utf-8")
     if len(keep) != len(raw):
@@ -141,7 +141,7 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
         model, tokenizer, meta = load_lm(folder, dtype=choice.dtype, device=device)
         method = "causal"
         fn = lambda texts: causal_scores(model, tokenizer, meta, texts, cfg.batch_size)  # noqa: E731
-    warn_mismatch([r["text"] for r in rows], tokenizer, cfg.input, cfg.normalize)
+    warn_mismatch([r["text"] for r in rows], tokenizer, folder, cfg.input, cfg.normalize)
     per_token = cfg.per_token or bool(cfg.html)
     done = _read_partial(partial, ids, method, cfg.chunk, cfg.normalize) if partial.is_file() else 0
     if done:
@@ -190,12 +190,12 @@ def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_toke
             bar.update(len(part))
 
 
-def warn_mismatch(texts: list[str], tokenizer, source: str, normalize: str) -> None:
+def warn_mismatch(texts: list[str], tokenizer, folder: Path, source: str, normalize: str) -> None:
     """A log warning, with its figures, for each sign that the texts are unlike the model's
     training text (`textebm.scoring.textcheck`)."""
-    from textebm.scoring.textcheck import mismatch_warnings, text_figures
+    from textebm.scoring.textcheck import check_texts
 
-    for msg in mismatch_warnings(text_figures(texts, tokenizer)):
+    for msg in check_texts(texts, tokenizer, folder):
         log.warning("%s (--normalize %s): %s", source, normalize, msg)
 
 
