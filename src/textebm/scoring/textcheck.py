@@ -38,14 +38,15 @@ _LETTER = re.compile(r"[^\W\d_]")
 
 def word_figures(texts: Sequence[str], limit: int = SAMPLE) -> dict[str, int]:
     """Whitespace words of the first `limit` texts: in all, with a clitic attached, clitics on
-    their own, with a capital letter, in capitals throughout (two letters or more)."""
+    their own; of those with two letters or more ("I" and PTB's number token "N" have one), with
+    a capital, and in capitals throughout."""
     words = [w for t in texts[:limit] for w in t.split()]
-    lettered = [w for w in words if _LETTER.search(w)]
+    lettered = [w for w in words if len(_LETTER.findall(w)) > 1]
     return {"texts": min(len(texts), limit), "words": len(words),
             "clitics_attached": sum(bool(_ATTACHED.search(w)) for w in words),
             "clitics_alone": sum(w.lower() in CLITICS for w in words),
             "with_capitals": sum(w != w.lower() for w in lettered),
-            "all_capitals": sum(w == w.upper() and sum(c.isalpha() for c in w) > 1 for w in lettered)}
+            "all_capitals": sum(w == w.upper() for w in lettered)}
 
 
 def _pieces(tokenizer, text: str) -> list[int]:
