@@ -188,6 +188,11 @@ def test_score_normalize_scores_the_normalised_text_and_records_it(tmp_path, cap
     assert main([*args, "--input", str(lower), "--out", str(tmp_path / "mixed.jsonl"), "--normalize", "ptb",
                  "--chunk", "1"]) == 2
     assert "--normalize" in capsys.readouterr().err
+    # a text that normalisation empties is an error naming it, before any scoring
+    dashes = tmp_path / "dashes.txt"
+    dashes.write_text("w1\n-- !\n")
+    assert main([*args, "--input", str(dashes), "--out", str(tmp_path / "d.jsonl"), "--normalize", "asr"]) == 2
+    assert "'-- !'" in capsys.readouterr().err and not (tmp_path / "d.jsonl").exists()
 
 
 def test_score_warns_with_figures_when_texts_are_unlike_the_training_text(tmp_path, caplog):

@@ -7,6 +7,11 @@ Output: one JSON line per input item, in input order:
      "tokens", "token_scores", "offsets"          with --per-token (or --html)
      "words", "word_scores", "word_offsets"}      with --per-word (`textebm.scoring.words`)
 
+With --normalize P (`textebm.data.normalize`), each text is scored in that form: "text" is the
+scored text (the one offsets and words refer to), "input_text" the text as read, "normalize" P.
+Before scoring, `textebm.scoring.textcheck` warns when the texts look unlike the model's training
+text.
+
 Texts are scored in chunks of --chunk items, each length-sorted into batches; every finished
 chunk is appended to OUT.partial, so a killed run continues where it stopped when run again with
 the same arguments (finished lines are checked against the input's ids and the method), and
@@ -125,6 +130,10 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     ids = [example_id(r, i) for i, r in enumerate(rows)]
     norm = normalizer(cfg.normalize)
     rows = [{**r, "input_text": r["text"], "text": norm(r["text"])} if cfg.normalize != "none" else r for r in rows]
+    empty = next((i for i, r in enumerate(rows) if not r["text"].strip()), None)
+    if empty is not None:
+        raise TextebmError(f"--input {cfg.input}: text {ids[empty]!r} ({rows[empty]['input_text']!r}) is empty in "
+                           f"the form of --normalize {cfg.normalize}; nothing is left to score")
     device, choice = inference_setup(cfg.precision)
     if kind == "cloze":
         from textebm.models.load import load_cloze
