@@ -23,7 +23,11 @@ its partial file): kill it and run it again. Stages:
   4. `textebm rerank --top N --normalize P` over all score files for each preset P, with paired
      bootstrap intervals against the 1-best and the masked LM; reports OUT/rerank-P/report.md (wide
      lambda grid) and OUT/rerank-P-paper-grid/report.md (the paper's grid). WER always compares
-     the lists' texts as written (for `spoken`, "don't" is one word).
+     the lists' texts as written (for `spoken`, "don't" is one word);
+  5. with several presets, for each model, one rerank of its scores in each form side by side
+     (a copy of its score file per preset, its rows marked with that form and the method named
+     MODEL-PRESET), `--versus MODEL-FIRST_PRESET`: the paired bootstrap interval of what the form
+     changes; OUT/compare-MODEL/report.md.
 """
 
 from __future__ import annotations
@@ -148,6 +152,26 @@ def main() -> None:
             run(textebm("rerank", *lists, "--normalize", preset, "--scores", *files, "--out", rerank, "--grid", grid,
                         *versus, "--overwrite"), env)
         print((rerank / "report.md").read_text())
+    if len(args.normalize) > 1:
+        compare_forms(files, args.normalize, lists, out, env)
+
+
+def compare_forms(files: list[Path], presets: list[str], lists: list, out: Path, env: dict) -> None:
+    """Stage 5: each model's scores reranked in every form side by side, with paired intervals."""
+    forms = out / "scores" / "forms"
+    forms.mkdir(exist_ok=True)
+    for f in files:
+        rows = [json.loads(line) for line in f.read_text().splitlines()]
+        copies = []
+        for preset in presets:
+            g = forms / f"{f.stem}-{preset}.jsonl"
+            if not g.is_file():
+                marked = [{**r, "method": f"{f.stem}-{preset}", **({"normalize": preset} if preset != "none" else {})}
+                          for r in rows]
+                g.write_text("".join(json.dumps(r) + "\n" for r in marked))
+            copies.append(g)
+        run(textebm("rerank", *lists, "--scores", *copies, "--out", out / f"compare-{f.stem}", "--grid", "wide",
+                    "--versus", f"{f.stem}-{presets[0]}", "--overwrite"), env)
 
 
 if __name__ == "__main__":
