@@ -550,3 +550,9 @@ def test_cli_a_score_file_of_score_normalize_is_looked_up_in_its_own_form(tmp_pa
     assert main(["rerank", "--dev", str(dev), "--test", str(test), "--scores", str(mixed), "--out",
                  str(tmp_path / "r3")]) == 2
     assert "mixed.jsonl:2" in capsys.readouterr().err
+    unknown = tmp_path / "unknown.jsonl"
+    unknown.write_text(json.dumps({**rows[0], "normalize": "lower"}) + "\n")
+    assert main(["rerank", "--dev", str(dev), "--test", str(test), "--scores", str(unknown), "--out",
+                 str(tmp_path / "r4")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown.jsonl:1" in err and "'lower'" in err and "Traceback" not in err

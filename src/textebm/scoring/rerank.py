@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from textebm.data.nbest import Utterance, top_indices
-from textebm.data.normalize import normalizer
+from textebm.data.normalize import PRESETS, normalizer
 from textebm.errors import InputError, TextebmError
 
 log = logging.getLogger(__name__)
@@ -229,6 +229,9 @@ def read_score_file(path: str | Path) -> tuple[str | None, str, dict[str, float]
                 raise InputError(path, f"method {m!r}, but line {method_line} has {method!r}; one score file "
                                        "holds one method", line)
         nm = row.get("normalize", "none")
+        if nm not in PRESETS:
+            raise InputError(path, f"\"normalize\" must be one of {', '.join(map(repr, PRESETS))} (the presets of "
+                                   f"`textebm score --normalize`), got {nm!r}", line)
         if norm is None:
             norm, norm_line = nm, line
         elif nm != norm:
