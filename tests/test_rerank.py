@@ -441,3 +441,118 @@ def test_cli_versus_adds_paired_intervals_and_refuses_an_unknown_method(tmp_path
     assert main(base + ["--out", str(tmp_path / "r0"), "--bootstrap", "0"]) == 0
     m0 = json.loads((tmp_path / "r0" / "metrics.json").read_text())["subsets"]["clean"]["methods"]["electric"]
     assert "test_vs_one_best" not in m0
+
+
+# ---------------------------------------------------------------- --top and --normalize
+
+
+def test_top_indices_keep_the_best_by_score_in_list_order():
+    from textebm.data.nbest import top_indices
+
+    scores = [-3.0, -1.0, -2.0, -1.0]
+    assert top_indices(scores, 1) == [1]
+    assert top_indices(scores, 2) == [1, 3]  # the two -1.0s
+    assert top_indices(scores, 3) == [1, 2, 3]
+    assert top_indices([-1.0, -2.0, -1.0], 1) == [0]  # of equal scores, the earlier
+    assert top_indices(scores, 0) == top_indices(scores, 9) == [0, 1, 2, 3]
+
+
+# d1 gains a third hypothesis, the worst by speech score; t1 gains "we want a home" (-1.5), which
+# pushes the correct "we went home" (-2.7) out of the 2 best. With --top 2: the kept lists' oracle
+# has 1 edit in t1 (test 1 of 5 words), the whole lists' 0; dev's oracle is 0 either way.
+TOP_DEV = {"d1": {**DEV["d1"], "hyp_3": {"text": "the bat sat", "score": -3.0}}, "d2": DEV["d2"]}
+TOP_TEST = {"t1": {**TEST["t1"], "hyp_3": {"text": "we want a home", "score": -1.5}}, "t2": TEST["t2"]}
+
+
+def test_cli_top_keeps_the_n_best_and_reports_both_oracles(tmp_path, capsys):
+    dev, test = write_nbest(tmp_path / "dev.json", TOP_DEV), write_nbest(tmp_path / "test.json", TOP_TEST)
+    base = ["rerank", "--dev", str(dev), "--test", str(test), "--top", "2"]
+    texts = tmp_path / "texts.txt"
+    assert main(base + ["--write-texts", str(texts)]) == 0
+    assert texts.read_text().splitlines() == ["the cat sat", "the cap sat", "a dog ran", "a dog ran far",
+                                              "we want home", "we want a home", "eye see", "i see"]
+    # only the kept hypotheses need a score
+    scores = write_scores(tmp_path / "s.jsonl", {**{t: TEXT_SCORES[t] for t in TEXT_SCORES if t != "we went home"},
+                                                  "we want a home": -20.0})
+    out = tmp_path / "r"
+    assert main(base + ["--scores", str(scores), "--out", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    s = m["subsets"]["all"]
+    assert m["top"] == 2
+    assert s["test"] == {"utterances": 2, "words": 5, "hypotheses": 4, "hypotheses_read": 5}
+    assert s["oracle"]["test_wer"] == pytest.approx(1 / 5) and s["oracle_read"]["test_wer"] == 0.0
+    assert s["oracle"]["dev_wer"] == s["oracle_read"]["dev_wer"] == 0.0
+    # lambda 0.35 from dev; t1: -1 + 0.35 * -9 beats -1.5 + 0.35 * -20 (1 edit); t2: "i see" (0 edits)
+    assert s["methods"]["electric"]["lambda"] == 0.35 and s["methods"]["electric"]["test_wer"] == pytest.approx(1 / 5)
+    report = (out / "report.md").read_text()
+    assert "| oracle (top 2) | 0.00 | 20.00 | – |" in report and "| oracle (whole lists) | 0.00 | 0.00 | – |" in report
+    # without --top, the dropped hypotheses need scores too
+    capsys.readouterr()
+    assert main(["rerank", "--dev", str(dev), "--test", str(test), "--scores", str(scores), "--out",
+                 str(tmp_path / "r2")]) == 2
+    assert "no score for 1 hypothesis text, e.g. 'the bat sat'" in capsys.readouterr().err  # dev's first
+
+
+# The recogniser writes "didn't"; the text model was trained on PTB ("did n't"). Scored as written,
+# the model cannot read "didn't" and prefers the wrong word; in PTB form it prefers the right one.
+PTB_DEV = {"d1": {"ref": "we didn't go",
+                  "hyp_1": {"text": "we didn't goat", "score": -1.0},
+                  "hyp_2": {"text": "we didn't go", "score": -1.5}}}
+PTB_TEST = {"t1": {"ref": "I didn't see it",
+                   "hyp_1": {"text": "I didn't sea it", "score": -1.0},
+                   "hyp_2": {"text": "I didn't see it", "score": -1.5}}}
+PTB_SCORES = {"we didn't goat": -40.0, "we didn't go": -42.0, "I didn't sea it": -40.0, "I didn't see it": -42.0,
+              "we did n't goat": -30.0, "we did n't go": -20.0, "i did n't sea it": -30.0, "i did n't see it": -20.0}
+
+
+def test_cli_normalize_ptb_changes_the_reranking_and_wer_stays_on_the_texts_as_written(tmp_path, capsys):
+    dev, test = write_nbest(tmp_path / "dev.json", PTB_DEV), write_nbest(tmp_path / "test.json", PTB_TEST)
+    base = ["rerank", "--dev", str(dev), "--test", str(test)]
+    texts = tmp_path / "texts.txt"
+    assert main(base + ["--normalize", "ptb", "--write-texts", str(texts)]) == 0
+    assert texts.read_text().splitlines() == ["we did n't goat", "we did n't go", "i did n't sea it",
+                                              "i did n't see it"]
+    scores = write_scores(tmp_path / "causal.jsonl", PTB_SCORES, "causal")
+    for norm in ("none", "ptb"):
+        assert main(base + ["--scores", str(scores), "--out", str(tmp_path / norm), "--normalize", norm]) == 0
+    none = json.loads((tmp_path / "none" / "metrics.json").read_text())
+    ptb = json.loads((tmp_path / "ptb" / "metrics.json").read_text())
+    # as written: hyp_2 never wins (-1.5 - 42 l < -1 - 40 l), so dev WER 1/3 everywhere: lambda 0.05;
+    # test keeps "I didn't sea it": 1 edit in 4 words as written (PTB form would count 5 words)
+    assert none["subsets"]["all"]["methods"]["causal"]["lambda"] == 0.05
+    assert none["subsets"]["all"]["methods"]["causal"]["test_wer"] == pytest.approx(1 / 4)
+    # PTB form: hyp_2 wins once -1.5 - 20 l > -1 - 30 l, lambda > 0.05 (a tie at 0.05 keeps hyp_1): 0.1
+    assert ptb["subsets"]["all"]["methods"]["causal"]["lambda"] == 0.1
+    assert ptb["subsets"]["all"]["methods"]["causal"]["test_wer"] == 0.0
+    assert ptb["normalize"] == {"causal": "ptb"} and none["normalize"] == {"causal": "none"}
+    chosen = [json.loads(x) for x in (tmp_path / "ptb" / "chosen.jsonl").read_text().splitlines()]
+    assert chosen[0]["text"] == "I didn't see it" and chosen[0]["text_score"] == -20.0  # written as given
+    assert "scored in form `ptb`" in (tmp_path / "ptb" / "report.md").read_text()
+
+
+def test_cli_a_score_file_of_score_normalize_is_looked_up_in_its_own_form(tmp_path, capsys):
+    dev, test = write_nbest(tmp_path / "dev.json", PTB_DEV), write_nbest(tmp_path / "test.json", PTB_TEST)
+    # what `textebm score --normalize ptb` writes: the scored (normalised) text, the text as read, the form
+    rows = [{"id": str(i), "text": t, "input_text": t, "method": "causal", "score": v, "n_tokens": 3,
+             "normalize": "ptb"} for i, (t, v) in enumerate(PTB_SCORES.items()) if "n't" in t]
+    scores = tmp_path / "causal.jsonl"
+    scores.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["rerank", "--dev", str(dev), "--test", str(test), "--scores", str(scores)]
+    assert main(base + ["--out", str(tmp_path / "r")]) == 0  # no --normalize: the file's own form
+    m = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert m["normalize"] == {"causal": "ptb"} and m["subsets"]["all"]["methods"]["causal"]["test_wer"] == 0.0
+    capsys.readouterr()
+    assert main(base + ["--out", str(tmp_path / "r2"), "--normalize", "asr"]) == 2
+    err = capsys.readouterr().err
+    assert "--normalize asr" in err and "--normalize ptb" in err and not (tmp_path / "r2").exists()
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "normalize": "asr"}) + "\n")
+    assert main(["rerank", "--dev", str(dev), "--test", str(test), "--scores", str(mixed), "--out",
+                 str(tmp_path / "r3")]) == 2
+    assert "mixed.jsonl:2" in capsys.readouterr().err
+    unknown = tmp_path / "unknown.jsonl"
+    unknown.write_text(json.dumps({**rows[0], "normalize": "lower"}) + "\n")
+    assert main(["rerank", "--dev", str(dev), "--test", str(test), "--scores", str(unknown), "--out",
+                 str(tmp_path / "r4")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown.jsonl:1" in err and "'lower'" in err and "Traceback" not in err

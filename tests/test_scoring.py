@@ -253,3 +253,135 @@ def test_a_text_too_long_is_named_by_file_and_line_for_every_model_kind(tmp_path
         err = capsys.readouterr().err
         assert f"{inp}:4: this text has 10000 tokens" in err, err
         assert not out.exists() and not (tmp_path / f"{folder}.jsonl.partial").exists()
+
+
+# ---------------------------------------------------------------- --normalize, the text check, --threads
+
+
+def test_score_normalize_scores_the_normalised_text_and_records_it(tmp_path, capsys, monkeypatch):
+    model, tok = _tiny_model("electric")
+    folder = tmp_path / "electric"
+    save_cloze(model, tok, folder)
+    upper, lower = tmp_path / "upper.txt", tmp_path / "lower.txt"
+    upper.write_text("W1 W7 W2\nW5  W3.\n")
+    lower.write_text("w1 w7 w2\nw5 w3.\n")
+    args = ["score", "--model", str(folder), "--no-progress", "--precision", "fp32"]
+    assert main([*args, "--input", str(lower), "--out", str(tmp_path / "lower.jsonl")]) == 0
+    assert main([*args, "--input", str(upper), "--out", str(tmp_path / "asr.jsonl"), "--normalize", "asr"]) == 0
+    plain = [json.loads(x) for x in (tmp_path / "lower.jsonl").read_text().splitlines()]
+    asr = [json.loads(x) for x in (tmp_path / "asr.jsonl").read_text().splitlines()]
+    assert "normalize" not in plain[0] and "input_text" not in plain[0]  # none: the rows as before
+    assert [r["text"] for r in asr] == ["w1 w7 w2", "w5 w3"] and [r["input_text"] for r in asr] == ["W1 W7 W2",
+                                                                                                     "W5  W3."]
+    assert {r["normalize"] for r in asr} == {"asr"}
+    assert asr[0]["score"] == plain[0]["score"]  # the same text scored
+    # a partial file written with another --normalize is refused, not mixed in
+    mixed = [*args, "--input", str(lower), "--out", str(tmp_path / "mixed.jsonl"), "--chunk", "1"]
+    _interrupted(monkeypatch, mixed, chunks=1)
+    capsys.readouterr()
+    assert main([*mixed, "--normalize", "ptb"]) == 2
+    assert 'normalize: "none" -> "ptb"' in capsys.readouterr().err
+    # a text that normalisation empties is an error naming it, before any scoring
+    dashes = tmp_path / "dashes.txt"
+    dashes.write_text("w1\n-- !\n")
+    assert main([*args, "--input", str(dashes), "--out", str(tmp_path / "d.jsonl"), "--normalize", "asr"]) == 2
+    assert "'-- !'" in capsys.readouterr().err and not (tmp_path / "d.jsonl").exists()
+
+
+def test_score_warns_with_figures_when_texts_are_unlike_the_training_text(tmp_path, caplog):
+    model, tok = _tiny_model("electric")  # WordPiece learnt on lower-case "wN" words
+    folder = tmp_path / "electric"
+    save_cloze(model, tok, folder)
+    inp = tmp_path / "in.txt"
+    inp.write_text("W1 W7 W2\nw5 W3 w2\n")  # 4 of the 6 words unknown to the vocabulary (upper case)
+    args = ["score", "--model", str(folder), "--input", str(inp), "--no-progress", "--precision", "fp32"]
+    with caplog.at_level("WARNING"):
+        assert main([*args, "--out", str(tmp_path / "a.jsonl")]) == 0
+    assert "4 of 6 tokens (66.7 %) are the unknown token" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert main([*args, "--out", str(tmp_path / "b.jsonl"), "--normalize", "asr"]) == 0
+    assert "unknown token" not in caplog.text
+
+
+def test_text_check_figures_and_warnings_by_hand(tmp_path):
+    from textebm.scoring.textcheck import check_texts, mismatch_warnings, tokenizer_figures, word_figures
+    from textebm.tokenizer import train_tokenizer
+
+    train = ["i did n't go", "it 's fine", "we do n't know", "they are n't here", "he did n't say it 's so"] * 20
+    texts = ["I DIDN'T GO", "it's fine we do"]
+    w = word_figures(texts)
+    # DIDN'T and it's carry a clitic; DIDN'T and GO have capitals, throughout (I has one letter: not counted)
+    assert w == {"texts": 2, "words": 7, "clitics_attached": 2, "clitics_alone": 0, "with_capitals": 2,
+                 "all_capitals": 2}
+    assert word_figures(train)["clitics_alone"] == 120 and word_figures(train)["words"] == 440
+    bpe = train_tokenizer(train, vocab_size=300, kind="bpe")  # GPT-2's pre-split: " n't" is not one piece
+    t = tokenizer_figures(texts, bpe)
+    assert t["unknown"] == 0 and t["case_sensitive"] and not t["piece_for_nt"]
+    assert mismatch_warnings(word_figures(["i did n't go"]), tokenizer_figures(["i did n't go"], bpe),
+                             word_figures(train), "train.jsonl") == []  # texts in the training text's form
+    msgs = mismatch_warnings(w, t, word_figures(train), "train.jsonl")
+    assert len(msgs) == 2
+    assert msgs[0].startswith("2 of 7 words (28.6 %) have a clitic attached") and "120 of its 440" in msgs[0]
+    assert msgs[1].startswith("2 of 7 words (28.6 %) have capitals, but only 0 of the 440")
+    # without the training text: no sign of split clitics; the vocabulary (less Ġ) has no capitals
+    assert [m[:61] for m in mismatch_warnings(w, t)] == ["2 of 7 words (28.6 %) have capitals, but only 0.00 % "
+                                                         "of the v"]
+    # the training text is found through the run folder's config.json ("data": a folder with train.jsonl)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text("".join(json.dumps({"text": x}) + "\n" for x in train))
+    (tmp_path / "run" / "model").mkdir(parents=True)
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"data": str(data)}))
+    assert check_texts(texts, bpe, tmp_path / "run" / "model") == [
+        m.replace("(train.jsonl)", f"({data / 'train.jsonl'})") for m in msgs]
+
+
+def test_threads_sets_torchs_thread_count(tmp_path):
+    model, tok = _tiny_model("electric")
+    folder = tmp_path / "electric"
+    save_cloze(model, tok, folder)
+    inp = tmp_path / "in.txt"
+    inp.write_text("w1 w2\n")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert main(["score", "--model", str(folder), "--input", str(inp), "--out", str(tmp_path / "s.jsonl"),
+                     "--no-progress", "--threads", "1"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+RUNS_A_MODEL = [("score",), ("lm", "score"), ("lm", "eval"), ("lm", "sample"), ("negatives", "generate"),
+                ("residual", "fit"), ("residual", "eval"), ("residual", "score"), ("residual", "threshold"),
+                ("residual", "analyze"), ("residual", "matrix"), ("classify", "eval")]
+# (the training commands apply --threads in the training loop, `textebm.train.setup_torch`, after
+# their inputs are checked)
+
+
+@pytest.mark.parametrize("command", RUNS_A_MODEL, ids=" ".join)
+def test_every_command_that_runs_a_model_applies_threads_first(command, monkeypatch, capsys):
+    """--threads N reaches the one shared `set_threads` before the command reads any file (the
+    required options get placeholder values that no command could open)."""
+    import dataclasses
+    import importlib
+
+    from textebm.cli import GROUPS
+    from textebm.errors import TextebmError
+    from textebm.options import cli_fields, field_default, flag_of
+
+    module = importlib.import_module(GROUPS[command[0]][0])
+    cls = module.COMMAND[0] if len(command) == 1 else module.COMMANDS[command[1]][0]
+    argv = [*command]
+    for f in cli_fields(cls):
+        if field_default(f) is dataclasses.MISSING:
+            value = f.metadata.get("choices", ["placeholder-that-is-no-file"])[0]
+            argv += [value] if f.metadata.get("positional") else [flag_of(f), value]
+
+    def reached(n):
+        raise TextebmError(f"set_threads({n}) reached")
+
+    monkeypatch.setattr("torch.set_num_threads", reached)  # what the one shared set_threads calls
+    assert main([*argv, "--threads", "3"]) == 2
+    assert "set_threads(3) reached" in capsys.readouterr().err

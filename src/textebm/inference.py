@@ -8,7 +8,8 @@ results are put back in the order of the input.
 
 `inference_setup` picks where and in what precision inference runs: the accelerator when there
 is one (`textebm.precision.inference_device`), the precision resolved from `--precision`, whose
-reason is logged.
+reason is logged. `set_threads` applies the `--threads` option (`textebm.options.threads_field`)
+of every command that runs a model, training commands included.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def batched(items: Sequence[T], lengths: Sequence[int], batch_size: int,
                 out[i] = r
             bar.update(len(idx))
     return out
+
+
+def set_threads(threads: int) -> None:
+    """torch's intra-op thread count, when `threads` (a `--threads` value) is not 0."""
+    if threads:
+        torch.set_num_threads(threads)
 
 
 def inference_setup(requested: str = "auto"):

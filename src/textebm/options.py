@@ -17,6 +17,12 @@ from typing import Any
 from textebm.errors import TextebmError
 
 
+def threads_field(help: str = "CPU threads (0: torch default)") -> Any:
+    """The `--threads` option of every command that runs a model (0: torch's default), applied by
+    `textebm.inference.set_threads`."""
+    return dataclasses.field(default=0, metadata={"help": help, "min": 0})
+
+
 def field_default(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default

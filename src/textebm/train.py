@@ -67,6 +67,8 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
+from textebm.inference import set_threads
+from textebm.options import threads_field
 from textebm.io import atomic_dir, read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -96,7 +98,7 @@ class TrainOptions:
     overwrite: bool = field(default=False, metadata={
         "help": "replace an earlier run of the same command in --out (never files textebm did not write)"})
     keep_checkpoint: bool = field(default=False, metadata={"help": "keep RUN/checkpoint after success"})
-    threads: int = field(default=0, metadata={"help": "CPU threads (0: torch default)", "min": 0})
+    threads: int = threads_field()
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def check(self) -> None:
@@ -112,8 +114,7 @@ RESUME_FREE = {"resume", "overwrite", "progress", "threads", "keep_checkpoint", 
 def setup_torch(opts: TrainOptions) -> None:
     """Process-wide settings measured to matter on CPU (ASSETS.md): flush denormals, threads."""
     torch.set_flush_denormal(True)
-    if opts.threads:
-        torch.set_num_threads(opts.threads)
+    set_threads(opts.threads)
 
 
 def seed_everything(seed: int) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from textebm.markdown import table
 from textebm.precision import CHOICES as PRECISIONS
+from textebm.options import threads_field
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class ClassifyEvalConfig:
     precision: str = field(default="fp32", metadata={
         "help": "precision the models predict in (metrics are always computed in float64 from the "
                 "logits); auto: bf16 where the hardware multiplies it natively", "choices": list(PRECISIONS)})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={
         "help": "replace earlier `classify eval` output in --out (never a training run or files textebm did not write)"})
     bootstrap: int = field(default=1000, metadata={
@@ -94,14 +96,15 @@ def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
     import torch
 
     from textebm.calibration import ScalingBinning, TemperatureScaling, calibration_summary, halve_dev
+    from textebm.inference import inference_setup, set_threads
     from textebm.options import check_config
     from textebm.energy import hidden_energy
     from textebm.errors import TextebmError
-    from textebm.inference import inference_setup
     from textebm.models.load import CLASSIFIER, find_model
     from textebm.outputs import check_output_dir, output_dir
 
     check_config(cfg)
+    set_threads(cfg.threads)
     check_output_dir(cfg.out, KIND, cfg.overwrite)  # before any work: a run given as --out is refused
     infos = [find_model(run, CLASSIFIER, "--model", ids=False) for run in cfg.model]
     device, choice = inference_setup(cfg.precision)

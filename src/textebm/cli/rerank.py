@@ -9,6 +9,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from textebm.data.normalize import PRESETS as NORMALIZE
+
 log = logging.getLogger(__name__)
 
 KIND = "rerank"
@@ -33,6 +35,14 @@ class RerankConfig:
     bootstrap: int = field(default=1000, metadata={
         "help": "bootstrap resamples of the test utterances for the intervals of WER changes (0: none)", "min": 0})
     seed: int = field(default=0, metadata={"help": "seed of the bootstrap resamples", "min": 0})
+    top: int = field(default=0, metadata={
+        "help": "keep only the N best hypotheses of each list by the speech score (0: all); with --write-texts "
+                "too", "min": 0})
+    normalize: str = field(default="none", metadata={
+        "help": "look the hypotheses' text scores up (and, with --write-texts, write the texts) in this form "
+                "(textebm.data.normalize): none = as written (or the form the score file records), ptb = lower "
+                "case, clitics split (\"did n't\"), asr = lower case, no punctuation; WER always compares the "
+                "texts as written", "choices": list(NORMALIZE)})
     write_texts: str = field(default="", metadata={
         "help": "only write the unique hypothesis texts of --dev and --test to this .txt (one a line) or "
                 ".jsonl file, for `textebm score --input`, and stop"})
@@ -74,15 +84,19 @@ def rerank_command(cfg: RerankConfig) -> None:
 
 
 def write_texts(cfg: RerankConfig) -> int:
-    """The unique hypothesis texts of --dev then --test, in order of first appearance."""
-    from textebm.data.nbest import read_nbest
+    """The unique hypothesis texts of --dev then --test (their --top best, in the form --normalize
+    gives them), in order of first appearance."""
+    from textebm.data.nbest import read_nbest, top_hypotheses
+    from textebm.data.normalize import normalizer
     from textebm.errors import TextebmError
     from textebm.outputs import check_output_file, output_file
 
     target = Path(cfg.write_texts)
     check_output_file(target, cfg.overwrite, "--write-texts", kind="rerank --write-texts",
                       inputs=[("--dev", cfg.dev), ("--test", cfg.test)])
-    texts = list(dict.fromkeys(h.text for p in (cfg.dev, cfg.test) for u in read_nbest(p) for h in u.hyps))
+    norm = normalizer(cfg.normalize)
+    texts = list(dict.fromkeys(norm(h.text) for p in (cfg.dev, cfg.test) for u in read_nbest(p)
+                               for h in top_hypotheses(u, cfg.top).hyps))
     jsonl = target.suffix.lower() == ".jsonl"
     if not jsonl:
         bad = next((t for t in texts if "\n" in t or "\r" in t or t != t.strip()), None)
@@ -100,13 +114,14 @@ def run_rerank(cfg: RerankConfig) -> Path:
     from textebm.errors import InputError, TextebmError
     from textebm.io import atomic_write, write_json, write_jsonl
     from textebm.outputs import check_output_dir, output_dir
-    from textebm.scoring.rerank import GRIDS, attach, evaluate, plot_curves, prepare, read_score_files, render_report
+    from textebm.scoring.rerank import (GRIDS, attach, evaluate, keep_top, method_normalization, plot_curves, prepare,
+                                        read_score_files, render_report)
 
     check_output_dir(cfg.out, KIND, cfg.overwrite)
     grid = GRIDS[cfg.grid]
     items = {}
     for split, path in (("dev", cfg.dev), ("test", cfg.test)):
-        items[split] = prepare(read_nbest(path))
+        items[split] = [keep_top(it, cfg.top) for it in prepare(read_nbest(path))]
         words: dict[str, int] = {}
         for it in items[split]:
             words[it.subset] = words.get(it.subset, 0) + it.words
@@ -114,15 +129,19 @@ def run_rerank(cfg: RerankConfig) -> Path:
         if empty and split == "dev":
             raise InputError(path, f"the references of subset {empty[0]!r} hold no words: WER is undefined")
     files = read_score_files(cfg.scores)
-    how = (f"write the texts with `textebm rerank --dev {cfg.dev} --test {cfg.test} --write-texts texts.txt`, "
+    opts = (f" --top {cfg.top}" if cfg.top else "") + (f" --normalize {cfg.normalize}" if cfg.normalize != "none" else "")
+    how = (f"write the texts with `textebm rerank --dev {cfg.dev} --test {cfg.test}{opts} --write-texts texts.txt`, "
            "then score them: `textebm score --model MODEL --input texts.txt --out SCORES.jsonl`")
-    methods = {sf.method: (attach(items["dev"], sf, how), attach(items["test"], sf, how)) for sf in files}
+    norms = {sf.method: method_normalization(cfg.normalize, sf) for sf in files}
+    methods = {sf.method: (attach(items["dev"], sf, how, norms[sf.method]), attach(items["test"], sf, how,
+                                                                                   norms[sf.method])) for sf in files}
     if cfg.versus and cfg.versus not in methods:
         raise TextebmError(f"--versus {cfg.versus}: not one of the --scores methods ({', '.join(methods)})")
     metrics, chosen = evaluate(items["dev"], items["test"], methods, grid, cfg.versus, cfg.bootstrap, cfg.seed)
     sources = {"dev": cfg.dev, "test": cfg.test, "grid": cfg.grid, "bootstrap": cfg.bootstrap,
-               "scores": {sf.method: str(sf.path) for sf in files}}
-    metrics = {"dev": cfg.dev, "test": cfg.test, "grid_name": cfg.grid, "scores": sources["scores"], **metrics}
+               "scores": {sf.method: str(sf.path) for sf in files}, "normalize": norms, "top": cfg.top}
+    metrics = {"dev": cfg.dev, "test": cfg.test, "grid_name": cfg.grid, "scores": sources["scores"], "top": cfg.top,
+               "normalize": norms, **metrics}
     with output_dir(cfg.out, KIND, cfg.overwrite) as tmp:
         write_json(tmp / "metrics.json", metrics)
         write_jsonl(tmp / "chosen.jsonl", chosen)

@@ -13,6 +13,9 @@ belongs to the subset "all" (reranking chooses lambda per subset). Other keys of
 (an `lm_score` a scoring tool added) are ignored; any other key of an utterance is an error, so
 a typo like `hyp1` never drops a hypothesis silently.
 
+`top_indices` / `top_hypotheses` keep the N best hypotheses of a list by the speech model's score
+(`textebm rerank --top N`).
+
 Every problem is an `InputError` naming the file and the line: the decoder's line for bad JSON,
 and for everything else the line of the offending key, found by scanning the raw text (the json
 module keeps no positions, and silently keeps only the last of two equal keys).
@@ -85,6 +88,20 @@ def read_nbest(path: str | Path) -> list[Utterance]:
         _first_time(path, first_seen, uid, line, f"utterance id {uid!r}")
         utterances.append(_utterance(path, text, uid, line, value, vpos, line_of))
     return utterances
+
+
+def top_indices(scores, n: int) -> list[int]:
+    """Positions of the `n` highest scores (of equal scores, the earlier), in their original order;
+    every position when n is 0 or at least the length."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties keep list order
+    return list(range(len(scores))) if n <= 0 or n >= len(scores) else sorted(order[:n])
+
+
+def top_hypotheses(u: Utterance, n: int) -> Utterance:
+    """`u` with only its `n` best hypotheses by the speech model's score, in n-best order (all of
+    them when n is 0)."""
+    keep = top_indices([h.score for h in u.hyps], n)
+    return Utterance(u.id, u.ref, tuple(u.hyps[i] for i in keep), u.subset, u.line)
 
 
 def _first_time(path: Path, seen: dict[str, int], key: str, line: int, what: str) -> None:

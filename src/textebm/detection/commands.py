@@ -11,6 +11,7 @@ from pathlib import Path
 from textebm.errors import TextebmError
 from textebm.detection.detect import ZEROSHOT
 from textebm.detection.windows import read_window_files
+from textebm.options import threads_field
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,7 @@ class FitConfig:
     out: str = field(metadata={"help": "detector folder to write (detector.json)"})
     observer: str = field(default="", metadata={"help": "binoculars: the observer LM (same tokenizer)"})
     batch_size: int = field(default=32, metadata={"help": "windows per batch", "min": 1})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an earlier detector in --out"})
 
 
@@ -34,6 +36,7 @@ class DetectEvalConfig:
     test: list[str] = field(metadata={"help": "negatives files of test windows (another generator's)"})
     out: str = field(default="", metadata={"help": "write the metrics to this JSON file (default: print only)"})
     batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
 
 
@@ -47,6 +50,7 @@ class DetectScoreConfig:
     force_threshold: bool = field(default=False, metadata={"help": "decide with --threshold even though it was "
                                                                    "fitted for another detector (or names none)"})
     batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
 
     def check(self) -> None:
@@ -66,6 +70,7 @@ class ThresholdConfig:
                                                            "rate reached", "gt": 0, "lt": 1})
     seed: int = field(default=0, metadata={"help": "seed of the fit / held-out split", "min": 0})
     batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
 
 
@@ -82,17 +87,20 @@ class AnalyzeConfig:
                                                          "(a seeded sample; 0: all)", "min": 0})
     bins: int = field(default=8, metadata={"help": "relative-position bins", "min": 1})
     batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an earlier analysis in --out"})
 
 
 def fit_zeroshot(cfg: FitConfig) -> dict:
     """Fit a zero-shot detector's rule (sign for loglik, threshold, temperature) on validation."""
     from textebm.models.load import CAUSAL_LM, find_model, load_tokenizer
+    from textebm.inference import set_threads
     from textebm.options import check_config
     from textebm.outputs import check_output_dir, output_dir
     from textebm.detection import detect
 
     check_config(cfg)
+    set_threads(cfg.threads)
     check_output_dir(cfg.out, "residual fit", cfg.overwrite)
     vocab = load_tokenizer(cfg.vocab, "--vocab")
     rows = read_window_files(cfg.val, "--val", vocab_size=len(vocab), vocab_of=f"--vocab {cfg.vocab}")
@@ -113,11 +121,13 @@ def fit_zeroshot(cfg: FitConfig) -> dict:
 def evaluate_detector(cfg: DetectEvalConfig) -> dict:
     """Test metrics of a detector at its stored rule (accuracy, AUROC, TPR at 1 % FPR, P@1)."""
     from textebm.io import write_json
+    from textebm.inference import set_threads
     from textebm.options import check_config
     from textebm.outputs import check_output_file, mark_file
     from textebm.detection import detect
 
     check_config(cfg)
+    set_threads(cfg.threads)
     if cfg.out:
         check_output_file(cfg.out, cfg.overwrite, kind="residual eval", inputs=[("--test", t) for t in cfg.test])
     scorer, rule, info = detect.load_detector(cfg.model)
@@ -149,12 +159,14 @@ def _texts(path: str) -> tuple[list[str], list[str]]:
 
 def score_texts(cfg: DetectScoreConfig) -> Path:
     """Energy (or zero-shot score), P(machine-generated) and the decision for each text."""
+    from textebm.inference import set_threads
     from textebm.io import read_json_object
     from textebm.options import check_config
     from textebm.outputs import check_output_file, output_file
     from textebm.detection import detect
 
     check_config(cfg)
+    set_threads(cfg.threads)
     check_output_file(cfg.out, cfg.overwrite, kind="residual score",
                       inputs=[("--input", cfg.input), ("--threshold", cfg.threshold)])
     scorer, rule, info = detect.load_detector(cfg.model)
@@ -199,11 +211,13 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     """Re-fit the decision threshold on your own human-written texts for a target false-positive
     rate, and report the rate it reaches on a held-out part of them."""
     from textebm.io import write_json
+    from textebm.inference import set_threads
     from textebm.options import check_config
     from textebm.outputs import check_output_file, mark_file
     from textebm.detection import detect
 
     check_config(cfg)
+    set_threads(cfg.threads)
     check_output_file(cfg.out, cfg.overwrite, kind="residual threshold", inputs=[("--human", cfg.human)])
     _, texts = _texts(cfg.human)
     detect.split_sizes(len(texts), cfg.held_out)  # a --held-out that leaves nothing to fit fails before any work
@@ -221,11 +235,13 @@ def analyze(cfg: AnalyzeConfig) -> dict:
     """Accuracy per context length (figure 1) and, with --lm, the energy and generator NLL against
     the position of a single perturbation (figure 2)."""
     from textebm.io import write_json
+    from textebm.inference import set_threads
     from textebm.options import check_config
     from textebm.outputs import check_output_dir, output_dir
     from textebm.detection import analysis, detect
 
     check_config(cfg)
+    set_threads(cfg.threads)
     check_output_dir(cfg.out, "residual analyze", cfg.overwrite)
     scorer, rule, info = detect.load_detector(cfg.model)
     if cfg.lm and info.get("detector") != "energy":

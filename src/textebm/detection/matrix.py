@@ -45,6 +45,7 @@ from pathlib import Path
 
 from textebm import grid
 from textebm.errors import InputError, TextebmError
+from textebm.options import threads_field
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,8 @@ class MatrixConfig:
                                        "wrote continues where it stopped (it is a cache)"})
     plan: bool = field(default=False, metadata={"help": "print the work left and its estimated CPU time, "
                                                         "then stop"})
-    threads: int = field(default=0, metadata={"help": "CPU threads per process (0: torch default; with "
-                                                        "--backend dask: the cores shared among the workers)",
-                                              "min": 0})
+    threads: int = threads_field("CPU threads per process (0: torch default; with --backend dask: the cores "
+                                 "shared among the workers)")
     shard: str = field(default="", metadata={"help": "I/N: run every N-th cell from the I-th (1-based), for "
                                                       "N processes sharing --out; shared artifacts are built "
                                                       "once (default: from a Slurm job array when in one)"})
@@ -577,20 +577,18 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     """Every cell of the config (cached), then results.json, tables.md and heatmaps."""
     from textebm.detection.report import plan_report, write_report
     from textebm.io import write_json
+    from textebm.inference import set_threads
     from textebm.options import check_config
 
     check_config(cfg_)
+    threads = cfg_.threads
+    if cfg_.backend == "dask" and not cfg_.address and not threads:  # the local cores, shared by the workers
+        threads = max(1, (os.cpu_count() or 1) // cfg_.workers)
+    set_threads(threads)
     shard = grid.shard_from(cfg_.shard)
     cfg = read_config(cfg_.config)
     out = Path(cfg_.out)
     check_out(out, cfg_.overwrite, cfg_.plan)
-    threads = cfg_.threads
-    if cfg_.backend == "dask" and not cfg_.address and not threads:  # the local cores, shared by the workers
-        threads = max(1, (os.cpu_count() or 1) // cfg_.workers)
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
     m = Matrix(cfg, out, threads, cfg_.progress and cfg_.backend == "local")
     cells = [m.grid_cell(c) for c in plan_cells(cfg)]
     runner = m.runner()

@@ -33,6 +33,7 @@ from pathlib import Path
 from textebm.detection.negative_sampling import NegativeSampler, NegativesSpec, corpus_name, windows_of
 from textebm.errors import TextebmError
 from textebm.precision import CHOICES as PRECISIONS
+from textebm.options import threads_field
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class NegativesConfig:
     precision: str = field(default="fp32", metadata={
         "help": "generator precision (auto: bf16 where the hardware multiplies it natively)",
         "choices": list(PRECISIONS)})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -82,13 +84,14 @@ def generate_negatives(cfg: NegativesConfig) -> Path:
     from tqdm import tqdm
 
     from textebm.fingerprint import folder_sha256, json_sha256
-    from textebm.inference import inference_setup
+    from textebm.inference import inference_setup, set_threads
     from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
     from textebm.options import check_config
     from textebm.outputs import check_output_file
     from textebm.resumable import PartialFile
 
     check_config(cfg)
+    set_threads(cfg.threads)
     out = Path(cfg.out)
     data = Path(cfg.data)
     check_output_file(out, cfg.overwrite, kind=KIND, inputs=[("--data", data / f"{cfg.split}.jsonl" if data.is_dir() else data)])

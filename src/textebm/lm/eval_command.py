@@ -19,6 +19,7 @@ from textebm.data.readers import example_id
 from textebm.errors import InputError, TextebmError
 from textebm.lm.scoring import ScoreResult, check_scorable, item_texts, perplexity_metrics, score_texts
 from textebm.precision import CHOICES as PRECISIONS
+from textebm.options import threads_field
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +58,19 @@ class LMScoreConfig:
     out: str = field(metadata={"help": "output JSONL, one line per input item"})
     batch_size: int = field(default=16, metadata={"help": "texts per forward pass", "min": 1})
     precision: str = field(default="auto", metadata={"help": PRECISION_HELP, "choices": list(PRECISIONS)})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
 
 
 def score_file(cfg: LMScoreConfig) -> Path:
     """Score every item of a file: log P(x) in nats, per token and in total ([eos] included)."""
+    from textebm.inference import set_threads
     from textebm.options import check_config
     from textebm.data.readers import read_examples
     from textebm.outputs import check_output_file, output_file
 
     check_config(cfg)
+    set_threads(cfg.threads)
     check_output_file(cfg.out, cfg.overwrite, kind="lm score", inputs=[("--input", cfg.input)])
     folder = scorable_folder(cfg.model)
     rows = read_examples(cfg.input)
@@ -111,6 +115,7 @@ class LMEvalConfig:
     metrics: str = field(default="", metadata={"help": "merge the result into this JSON file instead"})
     batch_size: int = field(default=16, metadata={"help": "texts per forward pass", "min": 1})
     precision: str = field(default="auto", metadata={"help": PRECISION_HELP, "choices": list(PRECISIONS)})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={
         "help": "replace an eval_SPLIT result the metrics file already holds"})
 
@@ -166,10 +171,12 @@ def merge_metrics(path: Path, key: str, value: dict) -> None:
 
 def eval_split(cfg: LMEvalConfig) -> dict:
     """Perplexity of an LM on a split (token level; also per whitespace word, the PTB convention)."""
+    from textebm.inference import set_threads
     from textebm.options import check_config
     from textebm.data.readers import load_split
 
     check_config(cfg)
+    set_threads(cfg.threads)
     key = f"eval_{cfg.split}"
     target = metrics_target(cfg)
     if target is not None:

@@ -41,6 +41,7 @@ from textebm.models.lm_format import SpecialIds, infill_context, mask_tokens
 from textebm.lm.generate import Generation, Sampling, banned_ids, generate_groups
 from textebm.seeds import derive_seed
 from textebm.precision import CHOICES as PRECISIONS
+from textebm.options import threads_field
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class SampleConfig:
         "help": "weights and matmuls in this precision; auto: bf16 where the hardware multiplies it "
                 "natively, else fp32 (logits are upcast to fp32 before the softmax)", "choices": list(PRECISIONS)})
     limit: int = field(default=0, metadata={"help": "use only the first N examples (0: all)", "min": 0})
+    threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -224,6 +226,7 @@ def sample_file(cfg: SampleConfig) -> Path:
     """Sample noise / generations for each example of a split into a JSONL file (resumable)."""
     from tqdm import tqdm
 
+    from textebm.inference import inference_setup, set_threads
     from textebm.options import check_config
     from textebm.data.readers import load_split
     from textebm.fingerprint import folder_sha256, json_sha256
@@ -234,6 +237,7 @@ def sample_file(cfg: SampleConfig) -> Path:
     from textebm.resumable import PartialFile
 
     check_config(cfg)
+    set_threads(cfg.threads)
     out = Path(cfg.out)
     data = Path(cfg.data)
     split_file = data / f"{cfg.split}.jsonl" if data.is_dir() else data

@@ -13,12 +13,18 @@ Word error rate is corpus-level: the word edits (substitutions + deletions + ins
 utterances, over the reference words summed over utterances. Each hypothesis's edits are counted
 once, so every choice (1-best, reranked at any lambda, oracle) is a sum of precomputed counts.
 
+With `--top N` each list keeps its N best hypotheses by the speech score (`keep_top`); the oracle
+of the whole lists is reported beside that of the kept ones. With `--normalize`, a hypothesis
+finds its text score under its normalised text (`textebm.data.normalize`: the model saw that
+form), while its word edits stay those of the texts as written against the reference as given.
+
 The pieces are plain functions of arrays (`rerank_index`, `wer_curve`, `choose_lambda`) so they
 are testable without any file; `evaluate` puts them together for the `textebm rerank` command.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
@@ -27,7 +33,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from textebm.data.nbest import Utterance
+from textebm.data.nbest import Utterance, top_indices
+from textebm.data.normalize import PRESETS, normalizer
 from textebm.errors import InputError, TextebmError
 
 log = logging.getLogger(__name__)
@@ -87,6 +94,8 @@ class NBest:
     texts: list[str]
     asr: np.ndarray  # (n,) the speech model's log scores
     edits: np.ndarray  # (n,) word edits of each hypothesis against ref
+    read: int = 0  # hypotheses in the file, before `keep_top` (0: n)
+    oracle_read: int = -1  # the fewest word edits among all of those (-1: min(edits))
 
 
 def prepare(utterances: Sequence[Utterance]) -> list[NBest]:
@@ -102,6 +111,19 @@ def prepare(utterances: Sequence[Utterance]) -> list[NBest]:
                            np.array(edits[at:at + n], dtype=np.int64)))
         at += n
     return items
+
+
+def keep_top(item: NBest, n: int) -> NBest:
+    """`item` with its `n` best hypotheses by the speech score only, in n-best order (all for
+    n = 0); it remembers how many it read and the oracle edits over all of them."""
+    keep = top_indices(item.asr.tolist(), n)
+    return dataclasses.replace(item, keys=[item.keys[i] for i in keep], texts=[item.texts[i] for i in keep],
+                               asr=item.asr[keep], edits=item.edits[keep], read=item.read or len(item.keys),
+                               oracle_read=int(item.edits.min()) if item.oracle_read < 0 else item.oracle_read)
+
+
+def truncated(items: Sequence[NBest]) -> bool:
+    return any(it.read > len(it.keys) for it in items)
 
 
 def rerank_index(asr: np.ndarray, text: np.ndarray, lam: float) -> int:
@@ -174,17 +196,20 @@ class ScoreFile:
     method: str
     path: Path
     scores: dict[str, float]
+    normalize: str = "none"  # the form `textebm score --normalize` gave the texts
 
 
-def read_score_file(path: str | Path) -> tuple[str | None, dict[str, float]]:
-    """(the file's method, or None when its lines name none, {text: score}) from a JSONL file of
-    `textebm score`. A text scored twice keeps its first score (a warning says when they differ)."""
+def read_score_file(path: str | Path) -> tuple[str | None, str, dict[str, float]]:
+    """(the file's method, or None when its lines name none, its normalisation ("none" when its
+    lines name none), {text: score}) from a JSONL file of `textebm score`. A text scored twice
+    keeps its first score (a warning says when they differ)."""
     from textebm.io import iter_jsonl
 
     path = Path(path)
     scores: dict[str, float] = {}
     method: str | None = None
     method_line = 0
+    norm, norm_line = None, 0
     differ = 0
     for line, row in iter_jsonl(path):
         text, score = row.get("text"), row.get("score")
@@ -203,6 +228,15 @@ def read_score_file(path: str | Path) -> tuple[str | None, dict[str, float]]:
             elif m != method:
                 raise InputError(path, f"method {m!r}, but line {method_line} has {method!r}; one score file "
                                        "holds one method", line)
+        nm = row.get("normalize", "none")
+        if nm not in PRESETS:
+            raise InputError(path, f"\"normalize\" must be one of {', '.join(map(repr, PRESETS))} (the presets of "
+                                   f"`textebm score --normalize`), got {nm!r}", line)
+        if norm is None:
+            norm, norm_line = nm, line
+        elif nm != norm:
+            raise InputError(path, f"normalize {nm!r}, but line {norm_line} has {norm!r}; one score file holds "
+                                   "texts of one form", line)
         if text in scores:
             differ += abs(scores[text] - score) > 1e-3 * max(1.0, abs(score))
             continue
@@ -212,7 +246,7 @@ def read_score_file(path: str | Path) -> tuple[str | None, dict[str, float]]:
     if differ:
         log.warning("%s: %d texts appear more than once with different scores; the first of each is used",
                     path, differ)
-    return method, scores
+    return method, norm or "none", scores
 
 
 def read_score_files(paths: Sequence[str | Path]) -> list[ScoreFile]:
@@ -224,26 +258,38 @@ def read_score_files(paths: Sequence[str | Path]) -> list[ScoreFile]:
             raise TextebmError(f"--scores {p}: given twice")
         seen.add(p.resolve())
     read = [(p, *read_score_file(p)) for p in paths]
-    names = [m or p.stem for p, m, _ in read]
+    names = [m or p.stem for p, m, _, _ in read]
     clash = {n for n in names if names.count(n) > 1}
-    names = [p.stem if n in clash else n for n, (p, _, _) in zip(names, read)]
+    names = [p.stem if n in clash else n for n, (p, _, _, _) in zip(names, read)]
     for n in set(names):
         if names.count(n) > 1:
             same = [str(p) for p, _ in zip(paths, names) if _ == n]
             raise TextebmError(f"--scores {', '.join(same)}: these files would all be called {n!r} (the same "
                                "method and the same file name); rename one")
-    return [ScoreFile(n, p, s) for n, (p, _, s) in zip(names, read)]
+    return [ScoreFile(n, p, s, nm) for n, (p, _, nm, s) in zip(names, read)]
 
 
-def attach(items: Sequence[NBest], sf: ScoreFile, how: str) -> list[np.ndarray]:
-    """Each item's hypotheses' text scores from `sf`; InputError naming the score file when a
+def method_normalization(rerank: str, sf: ScoreFile) -> str:
+    """The form a method's hypotheses are looked up in: `rerank`'s --normalize, or the one its
+    score file records; TextebmError when both name one and they differ."""
+    if rerank != "none" and sf.normalize not in ("none", rerank):
+        raise TextebmError(f"--normalize {rerank}: {sf.path} holds texts scored with --normalize {sf.normalize}; "
+                           f"give --normalize {sf.normalize} (or none), or score the texts again")
+    return rerank if rerank != "none" else sf.normalize
+
+
+def attach(items: Sequence[NBest], sf: ScoreFile, how: str, normalize: str = "none") -> list[np.ndarray]:
+    """Each item's hypotheses' text scores from `sf`, each looked up under its text in the form
+    `normalize` (a `textebm.data.normalize` preset); InputError naming the score file when a
     hypothesis text has none (`how` says how to make them)."""
-    missing = [t for it in items for t in it.texts if t not in sf.scores]
+    norm = normalizer(normalize)
+    missing = [norm(t) for it in items for t in it.texts if norm(t) not in sf.scores]
     if missing:
         unique = list(dict.fromkeys(missing))
         raise InputError(sf.path, f"no score for {len(unique)} hypothesis text{'s' if len(unique) > 1 else ''}, "
-                                  f"e.g. {unique[0]!r}; scores are matched by exact text: {how}")
-    return [np.array([sf.scores[t] for t in it.texts], dtype=np.float64) for it in items]
+                                  f"e.g. {unique[0]!r}" + (f" (--normalize {normalize})" if normalize != "none" else "")
+                                  + f"; scores are matched by exact text: {how}")
+    return [np.array([sf.scores[norm(t)] for t in it.texts], dtype=np.float64) for it in items]
 
 
 # ---------------------------------------------------------------- the whole evaluation
@@ -266,8 +312,10 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
     fractions. metrics["subsets"][s] holds utterance and word counts, the 1-best and oracle
     WERs, and per method the chosen lambda, its dev and test WER and the whole curve;
     metrics["pooled"] (with several subsets) sums edits and words over subsets, each at its own
-    lambda. With n_boot > 0 every method's test WER also gets its change against the 1-best
-    ("test_vs_one_best") and, when `versus` names a method, against that method ("test_vs_versus"),
+    lambda. When lists were cut (`keep_top`), "oracle_read" is the oracle of the lists as read
+    (and each split's "hypotheses_read" their size). With n_boot > 0 every method's test WER also
+    gets its change against the 1-best ("test_vs_one_best") and, when `versus` names a method,
+    against that method ("test_vs_versus"),
     each with a paired bootstrap interval over test utterances (`paired_wer_diff`)."""
     dev_at, test_at = _split_by_subset(dev), _split_by_subset(test)
     missing = sorted(set(test_at) - set(dev_at))
@@ -276,6 +324,7 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
                            f"{'have' if len(missing) > 1 else 'has'} no dev utterances to choose lambda on "
                            f"(dev subsets: {', '.join(map(repr, sorted(dev_at)))})")
     subsets: dict[str, Any] = {}
+    cut = truncated(dev) or truncated(test)
     chosen: list[dict[str, Any]] = []
     pooled = {"dev": {"utterances": 0, "words": 0}, "test": {"utterances": 0, "words": 0}}
     pooled_edits: dict[tuple[str, str], dict[str, int]] = {}
@@ -299,6 +348,13 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
                 e = total_edits(its, [pick(it) for it in its])
                 entry[name].update(_wer_fields(split, e, entry[split]["words"]))
                 _add(pooled_edits, ("fixed", name), split, e)
+        if cut:  # the oracle of the lists as read, before --top
+            entry["oracle_read"] = {}
+            for split, its in parts.items():
+                entry[split]["hypotheses_read"] = sum(it.read or len(it.keys) for it in its)
+                e = sum(int(it.edits.min()) if it.oracle_read < 0 else it.oracle_read for it in its)
+                entry["oracle_read"].update(_wer_fields(split, e, entry[split]["words"]))
+                _add(pooled_edits, ("fixed", "oracle_read"), split, e)
         entry["methods"] = {}
         for name, (dev_scores, test_scores) in methods.items():
             sc = {"dev": [dev_scores[i] for i in d_idx], "test": [test_scores[i] for i in t_idx]}
@@ -397,7 +453,16 @@ def render_report(metrics: dict[str, Any], plot_name: str, sources: dict[str, An
              f"({_lam(grid[0])} … {_lam(grid[-1])}; grid `{sources['grid']}`), ties to the smaller λ. "
              "WER = word edits / reference words, each summed over utterances (corpus level).", "",
              f"- dev: `{sources['dev']}`", f"- test: `{sources['test']}`"]
-    lines += [f"- {name}: `{path}`" for name, path in sources["scores"].items()]
+    norms = sources.get("normalize", {})
+    lines += [f"- {name}: `{path}`" + (f" (texts scored in form `{norms[name]}`)" if norms.get(name, "none") != "none"
+                                       else "") for name, path in sources["scores"].items()]
+    if any(v != "none" for v in norms.values()):
+        lines += ["", "Normalised forms (`--normalize`, textebm.data.normalize) are what the text scorers saw; "
+                  "WER compares the hypotheses as written with the references as given."]
+    if sources.get("top"):
+        lines += ["", f"Each list keeps its {sources['top']} best hypotheses by the speech score (`--top "
+                  f"{sources['top']}`); \"oracle (top {sources['top']})\" is the best any reranker of the kept "
+                  "lists can reach, \"oracle (whole lists)\" that of the lists as read."]
     present = {k for e in metrics["subsets"].values() for m in e["methods"].values() for k in m}
     keys = [k for k in ("test_vs_one_best", "test_vs_versus") if k in present]
     extra = [{"test_vs_one_best": "Δ test WER vs 1-best [95% CI]",
@@ -420,8 +485,11 @@ def render_report(metrics: dict[str, Any], plot_name: str, sources: dict[str, An
             cells = [_interval(m.get(k)) for k in keys]
             lines.append(f"| {name} | {_pct(m['dev_wer'])} | {_pct(m['test_wer'])} | {lam} |"
                          + "".join(f" {c} |" for c in cells))
-        lines.append(f"| oracle | {_pct(e['oracle']['dev_wer'])} | {_pct(e['oracle']['test_wer'])} | – |"
-                     + " |" * len(extra))
+        oracles = [("oracle", e["oracle"])]
+        if "oracle_read" in e:
+            oracles = [(f"oracle (top {sources.get('top')})", e["oracle"]), ("oracle (whole lists)", e["oracle_read"])]
+        for label, o in oracles:
+            lines.append(f"| {label} | {_pct(o['dev_wer'])} | {_pct(o['test_wer'])} | – |" + " |" * len(extra))
     lines += ["", "## WER against λ", "", f"![dev and test WER against λ]({plot_name})", "",
               "Solid: dev, dashed: test; the star marks the λ chosen on dev; grey: the 1-best.", ""]
     return "\n".join(lines)

@@ -7,6 +7,11 @@ Output: one JSON line per input item, in input order:
      "tokens", "token_scores", "offsets"          with --per-token (or --html)
      "words", "word_scores", "word_offsets"}      with --per-word (`textebm.scoring.words`)
 
+With --normalize P (`textebm.data.normalize`), each text is scored in that form: "text" is the
+scored text (the one offsets and words refer to), "input_text" the text as read, "normalize" P.
+Before scoring, `textebm.scoring.textcheck` warns when the texts look unlike the model's training
+text.
+
 Texts are scored in chunks of --chunk items, each length-sorted into batches; every finished
 chunk is appended to OUT.partial (`textebm.resumable`), so a killed run continues where it stopped
 when run again with the same model (by content), input (by content) and options, and any other run
@@ -19,6 +24,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from textebm.data.normalize import PRESETS as NORMALIZE
+from textebm.options import threads_field
 from textebm.precision import CHOICES as PRECISIONS
 from textebm.scoring.pll import METHODS
 
@@ -45,6 +52,11 @@ class ScoreTextsConfig:
         "help": "weights and matmuls in this precision; auto: bf16 where the hardware multiplies it natively, "
                 "else fp32 (scores always from fp32 values)", "choices": list(PRECISIONS)})
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out (and --html) file"})
+    normalize: str = field(default="none", metadata={
+        "help": "score each text in this form (textebm.data.normalize): none = as written; ptb = lower case, "
+                "clitics split (\"did n't\"); asr = lower case, no punctuation. The rows' text is the scored "
+                "text, input_text the text as read", "choices": list(NORMALIZE)})
+    threads: int = threads_field()
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
 
@@ -73,8 +85,9 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     """Score every text of a file; write JSONL (and, with --html, the page)."""
     from textebm.data.readers import example_id, read_numbered_examples
     from textebm.errors import TextebmError
+    from textebm.data.normalize import normalizer
     from textebm.fingerprint import folder_sha256, json_sha256
-    from textebm.inference import inference_setup
+    from textebm.inference import inference_setup, set_threads
     from textebm.options import check_config
     from textebm.outputs import check_output_files
     from textebm.resumable import PartialFile
@@ -82,6 +95,7 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     from textebm.scoring.words import word_scores
 
     check_config(cfg)
+    set_threads(cfg.threads)
     out = Path(cfg.out)
     check_output_files([("--out", out), ("--html", cfg.html)], cfg.overwrite, kind=KIND,
                        inputs=[("--input", cfg.input)])
@@ -91,6 +105,12 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     numbered = read_numbered_examples(cfg.input)
     rows = [row for _, row in numbered]
     ids = [example_id(r, i) for i, r in enumerate(rows)]
+    norm = normalizer(cfg.normalize)
+    rows = [{**r, "input_text": r["text"], "text": norm(r["text"])} if cfg.normalize != "none" else r for r in rows]
+    empty = next((i for i, r in enumerate(rows) if not r["text"].strip()), None)
+    if empty is not None:
+        raise TextebmError(f"--input {cfg.input}: text {ids[empty]!r} ({rows[empty]['input_text']!r}) is empty in "
+                           f"the form of --normalize {cfg.normalize}; nothing is left to score")
     device, choice = inference_setup(cfg.precision)
     if kind == "cloze":
         from textebm.models.load import load_cloze
@@ -111,12 +131,13 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
         positions = getattr(model.config, "max_position_embeddings", None)
         limit = positions - 2 if positions else None  # [bos] and [eos] take two
     _check_lengths(cfg.input, numbered, tokenizer, limit)  # before anything is written
+    warn_mismatch([r["text"] for r in rows], tokenizer, folder, cfg.input, cfg.normalize)
     per_token = cfg.per_token or bool(cfg.html)
     # What every line depends on: the model and the texts by content, and the options that change a
     # line; a chunk (the unit of resume) is scored in the same batches whatever was interrupted.
     identity = {"command": KIND, "model_sha256": folder_sha256(folder), "input_sha256": json_sha256([ids, [
         r["text"] for r in rows]]), "method": method, "per_token": per_token, "per_word": cfg.per_word,
-        "chunk": cfg.chunk, "precision": choice.precision}
+        "chunk": cfg.chunk, "precision": choice.precision, "normalize": cfg.normalize}
     done_rows = partial.start(identity)
     if any(row.get("id") != ids[i] for i, row in enumerate(done_rows[:len(ids)])) or len(done_rows) > len(ids):
         raise TextebmError(f"{partial.path}: its lines are not this input's, in order; delete {partial.path} to "
@@ -130,7 +151,8 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     if cfg.html:  # before OUT appears: a failure here leaves the partial, complete and resumable
         write_html(partial.rows(), Path(cfg.html), method, folder)
     partial.finish()
-    log.info("wrote %s (%d texts, method %s, precision %s)", out, len(rows), method, choice.precision)
+    log.info("wrote %s (%d texts, method %s, precision %s, normalize %s)", out, len(rows), method,
+             choice.precision, cfg.normalize)
     return out
 
 
@@ -158,6 +180,8 @@ def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_toke
             for i, (row, sc) in enumerate(zip(part, scored)):
                 rec = {"id": ids[s + i], "text": row["text"], "method": method, "score": sc.total,
                        "n_tokens": len(sc.scores)}
+                if cfg.normalize != "none":
+                    rec.update(input_text=row["input_text"], normalize=cfg.normalize)
                 if per_token:
                     rec.update(tokens=tokenizer.convert_ids_to_tokens(sc.token_ids), token_scores=sc.scores,
                                offsets=[list(o) for o in sc.offsets])
@@ -167,6 +191,15 @@ def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_toke
                 lines.append(rec)
             partial.append(lines)
             bar.update(len(part))
+
+
+def warn_mismatch(texts: list[str], tokenizer, folder: Path, source: str, normalize: str) -> None:
+    """A log warning, with its figures, for each sign that the texts are unlike the model's
+    training text (`textebm.scoring.textcheck`)."""
+    from textebm.scoring.textcheck import check_texts
+
+    for msg in check_texts(texts, tokenizer, folder):
+        log.warning("%s (--normalize %s): %s", source, normalize, msg)
 
 
 def write_html(records: list[dict], page: Path, method: str, folder: Path) -> None:
