@@ -7,6 +7,7 @@ paper: hypothesis i wins at lambda when asr_i + lambda * text_i is the largest.
 from __future__ import annotations
 
 import json
+import re
 import random
 from pathlib import Path
 
@@ -43,6 +44,11 @@ TEST = {
 TEXT_SCORES = {"the cat sat": -5.0, "the cap sat": -8.0, "a dog ran": -6.0, "a dog ran far": -4.0,
                "we want home": -9.0, "we went home": -7.0, "eye see": -6.0, "i see": -4.0}
 
+
+
+def _cells(markdown: str) -> str:
+    """The report with each table cell's padding taken away: "|  a   | 1 |" -> "| a | 1 |"."""
+    return re.sub(r" *\| *", " | ", markdown).replace("\n | ", "\n| ")
 
 def write_nbest(path: Path, obj: dict) -> Path:
     path.write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
@@ -314,7 +320,7 @@ def test_cli_end_to_end_writes_metrics_chosen_report_and_plot(tmp_path, capsys):
     assert by["tc2", "electric"]["text"] == "i see" and by["tc2", "electric"]["edits"] == 0
     assert by["tc2", "electric"]["total"] == pytest.approx(-1.5 + 0.35 * -4.0)
     assert by["to1", "electric"]["hyp"] == "hyp_2" and by["tc1", "electric"]["hyp"] == "hyp_1"
-    report = (out / "report.md").read_text()
+    report = _cells((out / "report.md").read_text())
     assert "| electric | 0.00 | 20.00 | 0.35 |" in report
     assert "| none (1-best) | 16.67 | 40.00 | – |" in report
     assert "| oracle | 0.00 | 0.00 | – |" in report
@@ -423,11 +429,11 @@ def test_cli_versus_adds_paired_intervals_and_refuses_an_unknown_method(tmp_path
     pooled = metrics["pooled"]["methods"]["electric"]["test_vs_one_best"]  # 3 test utterances, 8 words
     assert pooled["diff"] == pytest.approx((1 - 3) / 8) and pooled["lo"] <= pooled["diff"] <= pooled["hi"]
     assert metrics["versus"] == "mlm" and metrics["bootstrap"] == {"resamples": 200, "seed": 0, "level": 0.95}
-    report = (out / "report.md").read_text()
+    report = _cells((out / "report.md").read_text())
     assert "Δ test WER vs mlm [95% CI]" in report and "| electric | 0.00 | 20.00 | 0.35 | -20.00 [" in report
     # the reference may be the first method: its own row has no change against itself
     assert main(base + ["--out", str(tmp_path / "r1"), "--versus", "electric", "--bootstrap", "50"]) == 0
-    assert "| mlm | 16.67 | 40.00 | 0 | +0.00 [+0.00, +0.00] | +20.00 [" in (tmp_path / "r1" / "report.md").read_text()
+    assert "| mlm | 16.67 | 40.00 | 0 | +0.00 [+0.00, +0.00] | +20.00 [" in _cells((tmp_path / "r1" / "report.md").read_text())
     # method names that are words of the bookkeeping do not clash with it
     words = write_scores(tmp_path / "words.jsonl", TEXT_SCORES, "words")
     one_best = write_scores(tmp_path / "ob.jsonl", {t: 0.0 for t in TEXT_SCORES}, "one_best")
@@ -484,7 +490,7 @@ def test_cli_top_keeps_the_n_best_and_reports_both_oracles(tmp_path, capsys):
     assert s["oracle"]["dev_wer"] == s["oracle_read"]["dev_wer"] == 0.0
     # lambda 0.35 from dev; t1: -1 + 0.35 * -9 beats -1.5 + 0.35 * -20 (1 edit); t2: "i see" (0 edits)
     assert s["methods"]["electric"]["lambda"] == 0.35 and s["methods"]["electric"]["test_wer"] == pytest.approx(1 / 5)
-    report = (out / "report.md").read_text()
+    report = _cells((out / "report.md").read_text())
     assert "| oracle (top 2) | 0.00 | 20.00 | – |" in report and "| oracle (whole lists) | 0.00 | 0.00 | – |" in report
     # without --top, the dropped hypotheses need scores too
     capsys.readouterr()

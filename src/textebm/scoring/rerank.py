@@ -36,6 +36,7 @@ import numpy as np
 from textebm.data.nbest import Utterance, top_indices
 from textebm.data.normalize import PRESETS, normalizer
 from textebm.errors import InputError, TextebmError
+from textebm.markdown import table
 
 log = logging.getLogger(__name__)
 
@@ -475,21 +476,18 @@ def render_report(metrics: dict[str, Any], plot_name: str, sources: dict[str, An
         blocks.append(("all subsets, pooled (each at its own λ)", metrics["pooled"]))
     for title, e in blocks:
         lines += ["", f"## {title}" if title.startswith("all subsets") else f"## subset `{title}`", "",
-                  f"dev: {_count(e['dev'])}; test: {_count(e['test'])}", "",
-                  "| rescoring | dev WER (%) | test WER (%) | λ |" + "".join(f" {h} |" for h in extra),
-                  "|---|---:|---:|---:|" + "---:|" * len(extra),
-                  f"| none (1-best) | {_pct(e['one_best']['dev_wer'])} | {_pct(e['one_best']['test_wer'])} | – |"
-                  + " |" * len(extra)]
+                  f"dev: {_count(e['dev'])}; test: {_count(e['test'])}", ""]
+        blank = [""] * len(extra)
+        rows = [["none (1-best)", _pct(e["one_best"]["dev_wer"]), _pct(e["one_best"]["test_wer"]), "–", *blank]]
         for name, m in e["methods"].items():
             lam = _lam(m["lambda"]) if "lambda" in m else "per subset"
-            cells = [_interval(m.get(k)) for k in keys]
-            lines.append(f"| {name} | {_pct(m['dev_wer'])} | {_pct(m['test_wer'])} | {lam} |"
-                         + "".join(f" {c} |" for c in cells))
+            rows.append([name, _pct(m["dev_wer"]), _pct(m["test_wer"]), lam, *(_interval(m.get(k)) for k in keys)])
         oracles = [("oracle", e["oracle"])]
         if "oracle_read" in e:
             oracles = [(f"oracle (top {sources.get('top')})", e["oracle"]), ("oracle (whole lists)", e["oracle_read"])]
-        for label, o in oracles:
-            lines.append(f"| {label} | {_pct(o['dev_wer'])} | {_pct(o['test_wer'])} | – |" + " |" * len(extra))
+        rows += [[label, _pct(o["dev_wer"]), _pct(o["test_wer"]), "–", *blank] for label, o in oracles]
+        lines.append(table(["rescoring", "dev WER (%)", "test WER (%)", "λ", *extra], rows,
+                           ["left"] + ["right"] * (3 + len(extra))))
     lines += ["", "## WER against λ", "", f"![dev and test WER against λ]({plot_name})", "",
               "Solid: dev, dashed: test; the star marks the λ chosen on dev; grey: the 1-best.", ""]
     return "\n".join(lines)
