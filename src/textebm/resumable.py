@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 
 from textebm.errors import TextebmError
 from textebm.io import atomic_write, read_partial
+from textebm.outputs import output_file
 
 HEADER = "textebm_partial"
 
@@ -120,7 +121,6 @@ class PartialFile:
     def finish(self, order: Callable[[dict], Any] | None = None) -> int:
         """Write OUT from the rows (sorted by `order(row)` when given; the lines' bytes as written),
         mark it as this command's output, and remove OUT.partial. Returns the number of rows."""
-        from textebm.outputs import output_file
 
         lines = self.path.read_bytes().split(b"\n")[1:-1]
         lines = [line for line in lines if line.strip()]

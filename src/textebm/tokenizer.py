@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from textebm.errors import InputError, TextebmError
+from textebm.io import iter_jsonl
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -66,7 +67,14 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, kind: str = "bpe",
 
 def _train_bpe(texts: Iterable[str], vocab_size: int, lowercase: bool):
     """Byte-level BPE as in GPT-2; its trainer sorts its alphabet, so it is deterministic."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.normalizer = (normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
@@ -95,7 +103,14 @@ def _train_wordpiece(texts: Iterable[str], vocab_size: int, lowercase: bool):
     """
     from collections import Counter
 
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
 
     normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                             strip_accents=None, lowercase=lowercase)
@@ -156,7 +171,6 @@ def same_vocab(a, b) -> bool:
 
 def iter_texts(path: str | Path) -> Iterator[str]:
     """The `text` and (if present) `text_pair` fields of each row of a JSONL file, in file order."""
-    from textebm.io import iter_jsonl
 
     for lineno, row in iter_jsonl(path):
         for field in ("text", "text_pair"):

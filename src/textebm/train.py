@@ -66,10 +66,25 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from textebm.checkpoint import (
+    load_checkpoint,
+    load_extra_state,
+    rng_state,
+    save_checkpoint,
+)
 from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
 from textebm.inference import set_threads
-from textebm.options import threads_field
 from textebm.io import atomic_dir, read_json, write_json
+from textebm.options import threads_field
+from textebm.outputs import (
+    MARKER,
+    check_output_dir,
+    own_entries,
+    read_marker,
+    remove,
+    write_marker,
+)
+from textebm.precision import PrecisionChoice, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -320,8 +335,6 @@ def make_accelerator(opts: TrainOptions, precision: str | None = None):
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration
 
-    from textebm.precision import resolve_precision
-
     precision = precision or resolve_precision(opts.precision).precision
     _forget_previous_run()
     return Accelerator(
@@ -416,7 +429,6 @@ def check_run_dir(opts: TrainOptions, config: dict | None) -> None:
     same message instead of one erring and the others failing at the next barrier. Commands call
     it with `config=None` before their own work (data, tokenizer, model), so a bad --out fails at
     once; `train` calls it again with the full config."""
-    from textebm.outputs import check_output_dir, read_marker
 
     run = Path(opts.out)
     cfg_file = run / "config.json"
@@ -444,7 +456,6 @@ def check_run_dir(opts: TrainOptions, config: dict | None) -> None:
 def start_run(run: Path, opts: TrainOptions, config: dict, entries: Sequence[str] = tuple(RUN_ENTRIES)) -> None:
     """Write the run's marker and config.json (main process, fresh start). With --overwrite, the
     entries of the earlier run are first set aside (`set_aside`); files textebm did not write stay."""
-    from textebm.outputs import write_marker
 
     if opts.overwrite:  # the user asked to replace this earlier run of the same command
         set_aside(run)
@@ -460,7 +471,6 @@ def set_aside(run: Path) -> None:
     """Move the earlier run's entries and marker into RUN/.textebm-replaced. They are removed when
     the new run writes its first checkpoint or its model (`drop_set_aside`) and brought back when
     it fails before (`abandon_failed_start`), so a run that fails at step 2 loses nothing."""
-    from textebm.outputs import MARKER, own_entries, read_marker, remove
 
     aside = run / SET_ASIDE
     if aside.is_dir() and (run / "checkpoint" / "state.json").is_file():
@@ -479,7 +489,6 @@ def set_aside(run: Path) -> None:
 
 def drop_set_aside(run: Path) -> None:
     """The new run holds a checkpoint or its model: the earlier run it replaces goes for good."""
-    from textebm.outputs import remove
 
     remove(run / SET_ASIDE)
 
@@ -488,7 +497,6 @@ def abandon_failed_start(run: Path, created: bool, entries: Sequence[str] = tupl
     """After a failure before the first checkpoint, remove what this run wrote (nothing there
     could be resumed), so the same command can simply be run again, and bring back the earlier
     run that --overwrite had set aside."""
-    from textebm.outputs import MARKER, remove
 
     if (run / "checkpoint" / "state.json").is_file() or (run / "model").exists():
         return
@@ -505,7 +513,6 @@ def abandon_failed_start(run: Path, created: bool, entries: Sequence[str] = tupl
 
 def run_precision(opts: TrainOptions, run: Path):
     """`--precision` resolved for this machine; a resumed run keeps the precision it started with."""
-    from textebm.precision import PrecisionChoice, resolve_precision
 
     if opts.resume and (run / "config.json").is_file():
         old = read_json(run / "config.json").get("precision_choice")
@@ -756,8 +763,6 @@ class RunFolder:
         return (self.checkpoint / "state.json").is_file()
 
     def save_checkpoint(self, recipe: Recipe, optimizer, scheduler, state: dict) -> None:
-        from textebm.checkpoint import rng_state, save_checkpoint
-
         acc = self.accelerator
         tensors, meta = rng_state()
         own = {k: v.detach().cpu().contiguous() for k, v in recipe.state().items()}
@@ -769,8 +774,6 @@ class RunFolder:
         acc.wait_for_everyone()
 
     def load_checkpoint(self, recipe: Recipe, optimizer, scheduler) -> dict:
-        from textebm.checkpoint import load_checkpoint, load_extra_state
-
         rank = self.accelerator.process_index
         st = load_checkpoint(self.path, recipe.model, optimizer, scheduler, rank=rank)
         extra = load_extra_state(self.path, rank)

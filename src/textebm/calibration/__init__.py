@@ -2,7 +2,13 @@
 protocol. Plots (`textebm.calibration.plots`, matplotlib) and the Markdown table
 (`textebm.calibration.report`) are imported from their modules."""
 
-from textebm.calibration.calibrators import CalibrationWarning, ScalingBinning, TemperatureScaling, halve_dev, softmax
+from textebm.calibration.calibrators import (
+    CalibrationWarning,
+    ScalingBinning,
+    TemperatureScaling,
+    halve_dev,
+    softmax,
+)
 from textebm.calibration.metrics import (
     ReliabilityBins,
     accuracy,

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from textebm.calibration.metrics import as_numpy, entropy, reliability_bins
 from textebm.calibration.uncertainty import seed_summary
-from textebm.figures import save_png
+from textebm.figures import new_figure, save_png
 
 DPI = 110
 
@@ -42,7 +41,7 @@ def plot_reliability(
     _nonempty(methods, "plot_reliability")
     stats = {name: reliability_bins(p, y, n_bins, mode) for name, (p, y) in methods.items()}  # validates
     m = len(stats)
-    fig = Figure(figsize=(3.2 * m, 4.6))
+    fig = new_figure(figsize=(3.2 * m, 4.6))
     axes = fig.subplots(2, m, squeeze=False, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     label = "class-wise" if mode == "classwise" else "top-label"
     for j, (name, s) in enumerate(stats.items()):
@@ -80,7 +79,7 @@ def plot_energy_histogram(
     hi = max(float(e.max()) for e in data.values())
     edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
     if overlay:
-        fig = Figure(figsize=(5.5, 3.8))
+        fig = new_figure(figsize=(5.5, 3.8))
         ax = fig.subplots()
         for name, e in data.items():
             ax.hist(e, bins=edges, alpha=0.45, label=name)
@@ -88,7 +87,7 @@ def plot_energy_histogram(
         ax.set_ylabel("count")
         ax.legend(fontsize=8)
     else:
-        fig = Figure(figsize=(3.2 * len(data), 3.4))
+        fig = new_figure(figsize=(3.2 * len(data), 3.4))
         axes = fig.subplots(1, len(data), squeeze=False, sharex=True)[0]
         for ax, (name, e) in zip(axes, data.items()):
             ax.hist(e, bins=edges, color="tab:blue")
@@ -109,7 +108,7 @@ def plot_entropy_vs_energy(points: Mapping[str, tuple[Any, Any]], path: str | Pa
         if e.shape != h.shape or e.size == 0 or not (np.isfinite(e).all() and np.isfinite(h).all()):
             raise ValueError(f"{name!r}: need finite energies (n,) and probs (n, C) of the same n")
         data[name] = (e, h)
-    fig = Figure(figsize=(3.4 * len(data), 3.4))
+    fig = new_figure(figsize=(3.4 * len(data), 3.4))
     axes = fig.subplots(1, len(data), squeeze=False)[0]
     for ax, (name, (e, h)) in zip(axes, data.items()):
         ax.scatter(e, h, s=4, alpha=0.5)
@@ -135,7 +134,7 @@ def plot_tradeoff(points: Mapping[str, tuple[Sequence[float], Sequence[float]]],
         stats[name] = (sa["mean"], se["mean"], sa["std"] or 0.0, se["std"] or 0.0)
     if missing := [n for n in line if n not in stats]:
         raise ValueError(f"plot_tradeoff: the line names points that are not given: {', '.join(missing)}")
-    fig = Figure(figsize=(6.4, 4.4))
+    fig = new_figure(figsize=(6.4, 4.4))
     ax = fig.subplots()
     if line:
         ax.plot([stats[n][0] for n in line], [stats[n][1] for n in line], "-", color="gray", linewidth=1, zorder=1)

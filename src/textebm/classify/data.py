@@ -26,7 +26,10 @@ from pathlib import Path
 import torch
 
 from textebm.data.batching import Batch, right_pad
+from textebm.data.readers import example_id
 from textebm.errors import InputError, TextebmError
+from textebm.io import iter_jsonl
+from textebm.train import Stream
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +98,6 @@ def attach_noise(examples: list[Encoded], rows: list[dict], noise_rows: list[dic
         if "source_id" not in n:
             raise InputError(noise_path, "noise line has no source_id (make noise with `textebm lm sample`)", j + 1)
         by_source[str(n["source_id"])].append(j)
-    from textebm.data.readers import example_id
 
     lacking = []
     for i, (ex, r) in enumerate(zip(examples, rows)):
@@ -140,7 +142,6 @@ def noise_pool(examples: list[Encoded], k: int, epoch: int) -> list[int]:
 def noise_stream(examples: list[Encoded], noise: list[tuple[list[int], list[int] | None]], k: int,
                  batch_size: int, pad_id: int):
     """The NCE noise as a lockstep stream of `train`: each epoch's pool in batches of K x `batch_size`."""
-    from textebm.train import Stream
 
     return Stream(dataset=noise, lengths=[len(ids) for ids, _ in noise],
                   collate=lambda items: batch_inputs(items, pad_id), batch_size=k * batch_size,
@@ -171,8 +172,6 @@ class Collator:
 
 
 def read_noise(path: str | Path) -> list[dict]:
-    from textebm.io import iter_jsonl
-
     rows = []
     for lineno, obj in iter_jsonl(path):
         if not isinstance(obj.get("text"), str):

@@ -21,9 +21,32 @@ from pathlib import Path
 
 import numpy as np
 
+from textebm.calibration import (
+    ScalingBinning,
+    TemperatureScaling,
+    calibration_summary,
+    halve_dev,
+)
+from textebm.calibration.plots import (
+    plot_energy_histogram,
+    plot_entropy_vs_energy,
+    plot_reliability,
+)
+from textebm.calibration.report import method_label, render_table
+from textebm.calibration.uncertainty import bootstrap_ci, paired_bootstrap_diff
+from textebm.classify.data import check_eval_labels, encode_examples
+from textebm.classify.predict import predict
+from textebm.data.readers import example_id, load_split, split_file
+from textebm.energy import hidden_energy
+from textebm.errors import TextebmError
+from textebm.inference import inference_setup, set_threads
+from textebm.io import atomic_write, read_json, read_json_object, write_json
 from textebm.markdown import table
+from textebm.models.classifier import SPEC_FILE, spec_from_dict
+from textebm.models.load import CLASSIFIER, find_model, load_classifier
+from textebm.options import check_config, threads_field
+from textebm.outputs import check_output_dir, output_dir
 from textebm.precision import CHOICES as PRECISIONS
-from textebm.options import threads_field
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +81,6 @@ def method_name(spec) -> str:
 
 def spec_of(info):
     """The `ClassifierSpec` in a classifier folder's classifier.json (checked; no weights read)."""
-    from textebm.io import read_json_object
-    from textebm.models.classifier import SPEC_FILE, spec_from_dict
 
     f = info.path / SPEC_FILE
     return spec_from_dict(read_json_object(f, "classifier description"), f)
@@ -68,11 +89,6 @@ def spec_of(info):
 def run_predictions(info, data: str, split: str, batch_size: int, precision=None, device=None) -> dict:
     """Predictions of one classifier (`textebm.models.load.FolderInfo`) on its training subset and
     on `split`, the model in `precision` (a PrecisionChoice; default fp32) on `device`."""
-    from textebm.classify.data import check_eval_labels, encode_examples
-    from textebm.classify.predict import predict
-    from textebm.data.readers import example_id, load_split, split_file
-    from textebm.io import read_json
-    from textebm.models.load import load_classifier
 
     model, tok = load_classifier(info.path, dtype=precision.dtype if precision is not None else None,
                                  device=device)
@@ -94,14 +110,6 @@ def run_predictions(info, data: str, split: str, batch_size: int, precision=None
 def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
     """Evaluate runs and calibrators on the test half; write metrics.json, report.md and plots."""
     import torch
-
-    from textebm.calibration import ScalingBinning, TemperatureScaling, calibration_summary, halve_dev
-    from textebm.inference import inference_setup, set_threads
-    from textebm.options import check_config
-    from textebm.energy import hidden_energy
-    from textebm.errors import TextebmError
-    from textebm.models.load import CLASSIFIER, find_model
-    from textebm.outputs import check_output_dir, output_dir
 
     check_config(cfg)
     set_threads(cfg.threads)
@@ -163,7 +171,6 @@ INTERVAL_METRICS = ("accuracy", "ece_classwise", "ece_toplabel")
 def uncertainty(arrays: dict, bins: int, n_boot: int, seed: int) -> dict:
     """Bootstrap intervals of each method on the test half, and of its difference from the
     baseline on the same resamples (`textebm.calibration.uncertainty`); {} when n_boot is 0."""
-    from textebm.calibration.uncertainty import bootstrap_ci, paired_bootstrap_diff
 
     if not n_boot:
         return {}
@@ -184,8 +191,6 @@ def write_predictions(path: Path, ids: list[str], arrays: dict) -> None:
     and (where the method has one) its energy, so a user can re-bin ECE or join their own data."""
     import json
 
-    from textebm.io import atomic_write
-
     with atomic_write(path) as f:
         for i, ex_id in enumerate(ids):
             row = {"id": ex_id, "label": int(next(iter(arrays.values()))["labels"][i]),
@@ -197,9 +202,6 @@ def write_predictions(path: Path, ids: list[str], arrays: dict) -> None:
 def write_report_files(out: Path, result: dict, arrays: dict, bins: int) -> None:
     """metrics.json, report.md, one reliability diagram per method (class-wise and top-label),
     all methods side by side, the energy histogram (fig. 5) and entropy vs energy (fig. 4)."""
-    from textebm.calibration.plots import plot_energy_histogram, plot_entropy_vs_energy, plot_reliability
-    from textebm.calibration.report import render_table
-    from textebm.io import atomic_write, write_json
 
     write_json(out / "metrics.json", result)
     for name, a in arrays.items():
@@ -230,7 +232,6 @@ def write_report_files(out: Path, result: dict, arrays: dict, bins: int) -> None
 
 def render_intervals(result: dict) -> str:
     """A Markdown table of 95% bootstrap intervals and the paired difference from the baseline."""
-    from textebm.calibration.report import method_label
 
     b = result["bootstrap"]
     lines = [f"95% bootstrap intervals over {b['resamples']} resamples of the test half; the change "

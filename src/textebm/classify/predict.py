@@ -13,6 +13,10 @@ import logging
 import numpy as np
 import torch
 
+from textebm.classify.data import batch_inputs
+from textebm.inference import batched
+from textebm.losses.poscal import PosCalStats
+
 log = logging.getLogger(__name__)
 
 
@@ -21,8 +25,6 @@ def predict(model, examples, pad_id: int, batch_size: int, progress: bool = Fals
     """Logits, probabilities, energies and labels of `examples` (`textebm.classify.data.Encoded`),
     in their order: {"logits": (N, |Y|), "probs": (N, |Y|), "energy": (N,) (NaN without an
     energy), "labels": (N,) (-1 where unlabelled)}, float64 / int numpy arrays."""
-    from textebm.classify.data import batch_inputs
-    from textebm.inference import batched
 
     was_training = model.training
     model.eval()
@@ -53,7 +55,6 @@ def predict(model, examples, pad_id: int, batch_size: int, progress: bool = Fals
 @torch.no_grad()
 def refresh_poscal_table(model, examples, collate, batch_size: int) -> None:
     """Rebuild the PosCal table by a no-grad pass over the training set (as the released code)."""
-    from textebm.losses.poscal import PosCalStats
 
     m = getattr(model, "module", model)
     out = predict(m, examples, collate.pad_id, batch_size * 2)

@@ -27,8 +27,22 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from textebm.io import read_json
+from textebm.calibration.report import method_label, render_table
+from textebm.calibration.uncertainty import seed_summary, summarise_seeds
+from textebm.classify.data import check_eval_labels, label_vocab
+from textebm.classify.evaluate import ClassifyEvalConfig, evaluate_runs
+from textebm.classify.train import ClassifyTrainConfig, classify_train
+from textebm.data.readers import load_split
+from textebm.data.recipes import prepare
+from textebm.errors import TextebmError
+from textebm.io import atomic_write, read_json, write_json
+from textebm.lm.sample_command import SampleConfig, sample_file
+from textebm.lm.train import LMTrainConfig, lm_train
 from textebm.markdown import table
+from textebm.options import check_config, refuse_unused
+from textebm.outputs import MARKER, check_output_dir, read_marker, remove, write_marker
+from textebm.precision import resolve_precision
+from textebm.train import run_completed
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +118,6 @@ class QuickstartConfig:
                 "EBM settings"})
 
     def check(self) -> None:
-        from textebm.errors import TextebmError
-        from textebm.options import refuse_unused
-
         outside = [s for s in self.only_seeds if s not in all_seeds(self)]
         if outside:
             raise TextebmError(f"--only-seeds {' '.join(map(str, outside))}: not among the seeds "
@@ -146,12 +157,6 @@ def estimate_seconds(precision: str, lm_sentences: int, train_examples: int, eva
 
 
 def quickstart(cfg: QuickstartConfig) -> dict:
-    from textebm.io import atomic_write, write_json
-    from textebm.outputs import check_output_dir, write_marker
-    from textebm.precision import resolve_precision
-
-    from textebm.options import check_config
-
     check_config(cfg)  # bounds and rules between options, also when called from Python
     out = Path(cfg.out)
     check_output_dir(out, QUICKSTART_KIND, overwrite=True)  # a quickstart folder continues; nothing else is touched
@@ -182,8 +187,6 @@ def quickstart(cfg: QuickstartConfig) -> dict:
         log.info("[quickstart] %s done in %.0f s", name, timings[name])
 
     if not cfg.data:
-        from textebm.data.recipes import prepare
-
         step("data", (data / "dataset.json").is_file(), lambda: prepare("rt-polarity", data, seed=cfg.seed))
         check_dataset(data)
     info = read_json(data / "dataset.json") if (data / "dataset.json").is_file() else {}
@@ -242,9 +245,6 @@ def seeds_of(cfg: QuickstartConfig) -> list[int]:
 def check_dataset(data: Path) -> None:
     """What every step needs from the data, checked before the first one: a dataset folder with
     train and dev splits, at least two labels, and every dev label seen in training."""
-    from textebm.classify.data import check_eval_labels, label_vocab
-    from textebm.data.readers import load_split
-    from textebm.errors import TextebmError
 
     if not data.is_dir():
         raise TextebmError(f"--data {data}: the quickstart needs a dataset folder (train.jsonl, dev.jsonl); make "
@@ -267,8 +267,6 @@ def check_settings(out: Path, cfg: QuickstartConfig, precision: str, data: Path)
     """A quickstart folder continues only with the settings and data it was made with: steps whose
     inputs changed would otherwise be reused without a word. Writes OUT/settings.json first time;
     returns the settings."""
-    from textebm.errors import TextebmError
-    from textebm.io import write_json
 
     digest = hashlib.sha256()
     for split in ("train", "dev"):
@@ -328,8 +326,6 @@ class ReuseSource:
         time the step (`label`, as the quickstart names it) took in the source."""
         import shutil
 
-        from textebm.outputs import read_marker, remove
-
         if name not in self.steps or not src.exists() or not done(src):
             return False
         if dst.is_dir() and read_marker(dst) is None:  # not textebm's: left alone (the step's command refuses it)
@@ -364,9 +360,6 @@ def _link_or_copy(src, dst) -> None:
 
 
 def reuse_source(cfg: QuickstartConfig, out: Path) -> ReuseSource | None:
-    from textebm.errors import TextebmError
-    from textebm.outputs import MARKER
-
     if not cfg.reuse:
         return None
     root = Path(cfg.reuse)
@@ -388,11 +381,6 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
              reuse: ReuseSource | None = None) -> dict:
     """Noise LM, noise, the five classifiers and their evaluation for one training seed; with
     `reuse`, finished steps of the same seed and inputs are copied from another quickstart."""
-    from textebm.classify.evaluate import ClassifyEvalConfig, evaluate_runs
-    from textebm.classify.train import ClassifyTrainConfig, classify_train
-    from textebm.lm.sample_command import SampleConfig, sample_file
-    from textebm.lm.train import LMTrainConfig, lm_train
-    from textebm.train import run_completed
 
     common = dict(seed=seed, precision=precision, progress=cfg.progress, resume=False)
     src = reuse.root / out.name if reuse else None
@@ -482,7 +470,6 @@ def aggregate(per_seed: dict[int, dict]) -> dict:
     """results.json's body: the mean of each metric over seeds ("methods"), each seed's table,
     mean / std / t-interval over seeds, the change of every method against the baseline per seed
     (paired bootstrap on the test half) and over seeds (paired by seed), NCE diagnostics."""
-    from textebm.calibration.uncertainty import seed_summary, summarise_seeds
 
     tables = [r["eval"]["methods"] for r in per_seed.values()]
     summary = summarise_seeds([{m: t[m] for m in METHODS} for t in tables], METRICS)
@@ -553,7 +540,6 @@ def copied_words(timings: dict[str, float]) -> str:
 def train_ce_words(ce: dict[str, float], n_seeds: int) -> str:
     """The classification loss each run ended training with, and whether the EBMs fit the labels
     less than the baseline did in the same number of steps (one reason an EBM can lose accuracy)."""
-    from textebm.calibration.report import method_label
 
     text = ("Training cross-entropy over the last logged steps" + (" (mean over seeds)" if n_seeds > 1 else "")
             + ": " + ", ".join(f"{method_label(n)} {v:.3f}" for n, v in ce.items()) + ".")
@@ -568,8 +554,6 @@ def train_ce_words(ce: dict[str, float], n_seeds: int) -> str:
 
 
 def render_report(results: dict) -> str:
-    from textebm.calibration.report import method_label, render_table
-
     s = results["settings"]
     seeds = list(results["seeds"])
     first = seeds[0]

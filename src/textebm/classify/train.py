@@ -20,10 +20,40 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from textebm.classify.data import ClassifyBatch
+from textebm.assets import resolve_model
+from textebm.calibration.metrics import calibration_summary
+from textebm.classify.data import (
+    ClassifyBatch,
+    Collator,
+    attach_noise,
+    check_eval_labels,
+    encode,
+    encode_examples,
+    label_vocab,
+    noise_stream,
+    read_noise,
+    warn_noise_reuse,
+)
 from textebm.classify.predict import predict, refresh_poscal_table
+from textebm.data.readers import load_split, split_file
 from textebm.energy import ENERGY_CHOICES, POOLINGS
-from textebm.train import MAIN, Recipe, TrainOptions
+from textebm.errors import TextebmError
+from textebm.losses.nce import nce_loss
+from textebm.losses.poscal import poscal_penalty
+from textebm.models.classifier import ClassifierSpec, save_classifier
+from textebm.models.load import build_classifier
+from textebm.options import check_config, refuse_unused
+from textebm.train import (
+    MAIN,
+    ParamGroup,
+    Recipe,
+    TrainOptions,
+    check_run_dir,
+    eval_split_of,
+    options_dict,
+    seed_everything,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +88,6 @@ class ClassifyTrainConfig(TrainOptions):
         "help": "split evaluated after training (default: dev when --data is a dataset folder; '' to skip)"})
 
     def check(self) -> None:
-        from textebm.options import refuse_unused
-        from textebm.errors import TextebmError
-
         super().check()
         if not self.poscal:
             refuse_unused(self, ["poscal_lambda", "poscal_bins"], "without --poscal")
@@ -77,14 +104,6 @@ class ClassifyTrainConfig(TrainOptions):
 
 def classify_train(cfg: ClassifyTrainConfig) -> dict:
     """Fine-tune a classifier, jointly with an EBM (--energy) or PosCal (--poscal)."""
-    from textebm.assets import resolve_model
-    from textebm.classify.data import (Collator, attach_noise, check_eval_labels, encode, encode_examples,
-                                       label_vocab, noise_stream, read_noise, warn_noise_reuse)
-    from textebm.models.classifier import ClassifierSpec
-    from textebm.models.load import build_classifier
-    from textebm.data.readers import load_split, split_file
-    from textebm.options import check_config
-    from textebm.train import ParamGroup, check_run_dir, eval_split_of, options_dict, seed_everything, train
 
     check_config(cfg)  # bounds and rules between options, also when called from Python
     check_run_dir(cfg, None)  # a bad --out fails before the data and the encoder are read
@@ -168,16 +187,12 @@ class ClassifyRecipe(Recipe):
             refresh_poscal_table(self.model, self.dataset, self.collate, self.batch_size)
 
     def evaluate(self):
-        from textebm.calibration.metrics import calibration_summary
-
         if not self.eval_split:
             return None
         out = predict(self.model, self.eval_examples, self.collate.pad_id, self.batch_size * 2)
         return {f"{self.eval_split}_{k}": v for k, v in calibration_summary(out["probs"], out["labels"]).items()}
 
     def save(self, folder):
-        from textebm.models.classifier import save_classifier
-
         save_classifier(self.model, self.tokenizer, folder)
 
 
@@ -192,8 +207,6 @@ def joint_loss(model, batch: ClassifyBatch, noise_ratio: int, poscal_lambda: flo
                ) -> tuple[torch.Tensor, dict[str, float]]:
     """CE (+ w NCE of eq. 7 with K = `noise_ratio`, when the batch has noise) (+ λ PosCal, when
     `poscal_lambda` > 0 and the model has a PosCal table) for one batch; eq. (8) is w = 1."""
-    from textebm.losses.nce import nce_loss
-    from textebm.losses.poscal import poscal_penalty
 
     data, labels = batch.data, batch.labels
     if batch.noise is not None:

@@ -32,8 +32,39 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from textebm.models.cloze import OBJECTIVES
-from textebm.train import Recipe, TrainOptions
+from textebm.data.batching import right_pad
+from textebm.data.readers import load_split
+from textebm.errors import TextebmError
+from textebm.lm.scoring import item_texts
+from textebm.losses.electric import (
+    electra_rtd,
+    electric_nce,
+    electric_nce_naive,
+    num_replaced,
+)
+from textebm.models.build import SmallLMConfig, build_encoder
+from textebm.models.cloze import (
+    OBJECTIVES,
+    ClozeModel,
+    ClozeSpec,
+    frame_ids,
+    real_positions,
+    save_cloze,
+    scaled_tower,
+)
+from textebm.models.load import load_encoder, load_tokenizer
+from textebm.options import check_config, refuse_unused
+from textebm.tokenizer import train_tokenizer
+from textebm.train import (
+    ParamGroup,
+    Recipe,
+    TrainOptions,
+    check_run_dir,
+    eval_split_of,
+    options_dict,
+    seed_everything,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +106,6 @@ class ClozeTrainConfig(TrainOptions):
                 "from scratch)", "gt": 0})
 
     def check(self) -> None:
-        from textebm.errors import TextebmError
-        from textebm.options import refuse_unused
-
         super().check()
         if self.objective != "electric":
             refuse_unused(self, ["estimator"], "with --objective other than electric")
@@ -117,26 +145,17 @@ class ClozeBuildSpec:
 
 def build_cloze(want: ClozeBuildSpec, train_texts: list[str]):
     """(ClozeModel, tokenizer) ready to train."""
-    from textebm.models.cloze import ClozeModel, ClozeSpec, frame_ids, scaled_tower
 
     if want.init:
-        from textebm.models.load import load_encoder
-
         encoder, tokenizer = load_encoder(want.init, option="--init")
         c = encoder.config
         shape = dict(width=c.hidden_size, ffn=c.intermediate_size, heads=c.num_attention_heads,
                      layers=c.num_hidden_layers)
         context = getattr(c, "max_position_embeddings", 512)
     else:
-        from textebm.models.build import SmallLMConfig, build_encoder
-
         if want.tokenizer:
-            from textebm.models.load import load_tokenizer
-
             tokenizer = load_tokenizer(want.tokenizer, "--tokenizer")
         else:
-            from textebm.tokenizer import train_tokenizer
-
             log.info("training a %d-token WordPiece tokenizer on %d texts", want.vocab_size, len(train_texts))
             tokenizer = train_tokenizer(train_texts, vocab_size=want.vocab_size, kind="wordpiece")
         shape = dict(width=want.width, ffn=want.ffn or 4 * want.width, heads=want.heads, layers=want.layers)
@@ -149,8 +168,6 @@ def build_cloze(want: ClozeBuildSpec, train_texts: list[str]):
             encoder.pooler = None  # textebm reads the token states; a pooler would get no gradient
     start, end, pad, mask = frame_ids(tokenizer)
     if want.objective == "mlm" and mask is None:
-        from textebm.errors import TextebmError
-
         raise TextebmError("--objective mlm needs a tokenizer with a [MASK] token")
     tower = None
     if want.objective in ("electric", "electra"):
@@ -175,7 +192,6 @@ def build_cloze(want: ClozeBuildSpec, train_texts: list[str]):
 def choose_positions(real: torch.Tensor, fraction: float, generator: torch.Generator | None = None
                      ) -> torch.Tensor:
     """R: k = ceil(fraction · n) unique random real positions per sequence.  (B, T) bool."""
-    from textebm.losses.electric import num_replaced
 
     k = num_replaced(real.sum(1), fraction)  # (B,)
     u = torch.rand(real.shape, generator=generator, device=real.device)  # (B, T)
@@ -204,8 +220,6 @@ def cloze_losses(model, batch: dict, generator: torch.Generator | None = None,
     """Every loss term of the model's objective on one batch, per real token (see the module doc).
     Returns tensors: "loss_mle" / "loss_disc" / "loss_mlm" as the objective has them, and
     diagnostics ("nce_acc", "rtd_acc", "tokens")."""
-    from textebm.losses.electric import electra_rtd, electric_nce
-    from textebm.models.cloze import real_positions
 
     spec = model.spec
     ids, attn = batch["input_ids"], batch["attention_mask"]  # (B, T)
@@ -254,7 +268,6 @@ def cloze_losses(model, batch: dict, generator: torch.Generator | None = None,
 def _naive_nce(model, ids, attn, real, log_q, generator, n_tokens) -> dict[str, torch.Tensor]:
     """Algorithm 1: k negatives per sequence, each a copy of x with one position t ~ unif{real}
     replaced by x̂ ~ q(· | x_\\t), scored at that position (k + 1 passes)."""
-    from textebm.losses.electric import electric_nce_naive, num_replaced
 
     b, t = ids.shape
     k = num_replaced(real.sum(1), model.spec.mask_fraction)  # (B,)
@@ -307,8 +320,6 @@ class ClozeBatcher:
         self.pad = pad
 
     def __call__(self, items: list[list[int]]) -> dict:
-        from textebm.data.batching import right_pad
-
         ids, attn = right_pad(items, self.pad)  # (B, T), (B, T)
         return {"input_ids": ids, "attention_mask": attn}
 
@@ -336,7 +347,6 @@ def evaluate_cloze(model, ids: list[list[int]], batch_size: int, seed: int, spli
     """On a split, per real token: the noise model's perplexity (electric, electra, twotower), the
     objective's loss and accuracy with positions and samples drawn from `seed`, and (electric) the
     mean PLL per token; mlm: the perplexity of [MASK]-ed positions."""
-    from textebm.models.cloze import real_positions
 
     model.eval()
     g = torch.Generator().manual_seed(seed + 7919)
@@ -387,11 +397,6 @@ def evaluate_cloze(model, ids: list[list[int]], batch_size: int, seed: int, spli
 
 def cloze_train(cfg: ClozeTrainConfig) -> dict:
     """Train Electric, ELECTRA-TT, a masked LM or a TwoTower cloze model (Clark et al. 2020)."""
-    from textebm.data.readers import load_split
-    from textebm.errors import TextebmError
-    from textebm.lm.scoring import item_texts
-    from textebm.options import check_config
-    from textebm.train import ParamGroup, check_run_dir, eval_split_of, options_dict, seed_everything, train
 
     check_config(cfg)
     check_run_dir(cfg, None)  # a bad --out fails before the tokenizer and the model are built
@@ -479,6 +484,4 @@ class ClozeRecipe(Recipe):
         return evaluate_cloze(self.model.model, self.eval_ids, self.batch_size, self.seed, self.eval_split)
 
     def save(self, folder):
-        from textebm.models.cloze import save_cloze
-
         save_cloze(self.model.model, self.tokenizer, folder)

@@ -7,7 +7,13 @@ See docs/data.md for the layout, the recipes and the accepted file formats.
 """
 
 from textebm.data.convert import convert
-from textebm.data.layout import SPLITS, seeded_split, split_documents, split_examples, write_dataset
+from textebm.data.layout import (
+    SPLITS,
+    seeded_split,
+    split_documents,
+    split_examples,
+    write_dataset,
+)
 from textebm.data.readers import load_split, read_examples
 from textebm.data.recipes import RECIPES, Recipe, get_recipe, prepare
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from textebm.data.layout import split_examples, write_dataset
+from textebm.data.layout import DATASET_KIND, split_examples, write_dataset
 from textebm.data.readers import read_examples
+from textebm.outputs import check_output_dir
 
 
 def convert(
@@ -27,8 +28,6 @@ def convert(
     `input` is given, 90/10 when one of dev / test is missing. Every file is read and checked
     before anything is written; a file's own ids are kept as `source_id`. Returns dataset.json.
     """
-    from textebm.data.layout import DATASET_KIND
-    from textebm.outputs import check_output_dir
 
     check_output_dir(out, DATASET_KIND, overwrite)  # before reading anything
     fields = dict(text_field=text_field, pair_field=pair_field, label_field=label_field,

@@ -16,8 +16,9 @@ from typing import Any, Callable
 
 from textebm import cache
 from textebm.data import corpora
-from textebm.data.layout import split_documents, write_dataset
+from textebm.data.layout import DATASET_KIND, split_documents, write_dataset
 from textebm.errors import TextebmError
+from textebm.outputs import check_output_dir
 
 Splits = dict[str, list[dict[str, Any]]]
 
@@ -139,8 +140,6 @@ def get_recipe(name: str) -> Recipe:
 
 def prepare(name: str, out: str | Path, seed: int = 0, overwrite: bool = False) -> dict[str, Any]:
     """Download (once), parse and write dataset `name` to `out`; returns dataset.json."""
-    from textebm.data.layout import DATASET_KIND
-    from textebm.outputs import check_output_dir
 
     recipe = get_recipe(name)
     check_output_dir(out, DATASET_KIND, overwrite)  # before the download

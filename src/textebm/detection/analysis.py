@@ -15,6 +15,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from textebm.detection.detect import evaluate
+from textebm.figures import new_figure, save_png
+
 PERTURBATIONS = ("john", "the", "swap")
 
 
@@ -36,7 +39,6 @@ def perturb(words: Sequence[str], i: int, kind: str) -> list[str]:
 
 def by_context(rule, rows: list[dict], real: np.ndarray, fake: np.ndarray) -> list[dict]:
     """Test metrics (`detect.evaluate`) per context length of the rows."""
-    from textebm.detection.detect import evaluate
 
     lengths = np.array([r["context_len"] for r in rows])
     out = []
@@ -81,11 +83,7 @@ def perturbations(windows: Sequence[Sequence[int]], vocab, energy: Callable, nll
 
 
 def plot_context(points: list[dict], path) -> None:
-    from matplotlib.figure import Figure
-
-    from textebm.figures import save_png
-
-    fig = Figure(figsize=(4.5, 3.2))
+    fig = new_figure(figsize=(4.5, 3.2))
     ax = fig.add_subplot(1, 1, 1)
     ax.plot([p["context_len"] for p in points], [100 * p["accuracy"] for p in points], "o-")
     ax.set_xlabel("context length (tokens)")
@@ -96,11 +94,7 @@ def plot_context(points: list[dict], path) -> None:
 
 
 def plot_perturbations(summary: dict, path) -> None:
-    from matplotlib.figure import Figure
-
-    from textebm.figures import save_png
-
-    fig = Figure(figsize=(8, 3.2))
+    fig = new_figure(figsize=(8, 3.2))
     x = (np.arange(summary["bins"]) + 0.5) / summary["bins"]
     for j, key in enumerate(("energy", "nll")):
         ax = fig.add_subplot(1, 2, j + 1)

@@ -8,10 +8,22 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from textebm.errors import TextebmError
+from textebm.data.readers import example_id, read_examples
+from textebm.detection import analysis, detect
 from textebm.detection.detect import ZEROSHOT
 from textebm.detection.windows import read_window_files
-from textebm.options import threads_field
+from textebm.errors import TextebmError
+from textebm.inference import set_threads
+from textebm.io import read_json_object, write_json
+from textebm.models.load import CAUSAL_LM, find_model, load_tokenizer
+from textebm.options import check_config, refuse_unused, threads_field
+from textebm.outputs import (
+    check_output_dir,
+    check_output_file,
+    mark_file,
+    output_dir,
+    output_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +66,6 @@ class DetectScoreConfig:
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
 
     def check(self) -> None:
-        from textebm.options import refuse_unused
-
         if not self.threshold:
             refuse_unused(self, ["force_threshold"], "without --threshold")
 
@@ -93,11 +103,6 @@ class AnalyzeConfig:
 
 def fit_zeroshot(cfg: FitConfig) -> dict:
     """Fit a zero-shot detector's rule (sign for loglik, threshold, temperature) on validation."""
-    from textebm.models.load import CAUSAL_LM, find_model, load_tokenizer
-    from textebm.inference import set_threads
-    from textebm.options import check_config
-    from textebm.outputs import check_output_dir, output_dir
-    from textebm.detection import detect
 
     check_config(cfg)
     set_threads(cfg.threads)
@@ -120,11 +125,6 @@ def fit_zeroshot(cfg: FitConfig) -> dict:
 
 def evaluate_detector(cfg: DetectEvalConfig) -> dict:
     """Test metrics of a detector at its stored rule (accuracy, AUROC, TPR at 1 % FPR, P@1)."""
-    from textebm.io import write_json
-    from textebm.inference import set_threads
-    from textebm.options import check_config
-    from textebm.outputs import check_output_file, mark_file
-    from textebm.detection import detect
 
     check_config(cfg)
     set_threads(cfg.threads)
@@ -143,7 +143,6 @@ def evaluate_detector(cfg: DetectEvalConfig) -> dict:
 def read_detector_windows(paths: list[str], model: str, scorer, info: dict) -> list[dict]:
     """--test windows a detector can score: in its vocabulary and as long as the windows it was
     fitted on (an error naming the file and line otherwise)."""
-    from textebm.detection import detect
 
     return read_window_files(paths, "--test", detect.scorer_length(scorer, info), len(scorer.vocab),
                              length_of=f"the detector --model {model} was fitted on windows that long",
@@ -151,19 +150,12 @@ def read_detector_windows(paths: list[str], model: str, scorer, info: dict) -> l
 
 
 def _texts(path: str) -> tuple[list[str], list[str]]:
-    from textebm.data.readers import example_id, read_examples
-
     rows = read_examples(path)
     return [example_id(r, i) for i, r in enumerate(rows)], [r["text"] for r in rows]
 
 
 def score_texts(cfg: DetectScoreConfig) -> Path:
     """Energy (or zero-shot score), P(machine-generated) and the decision for each text."""
-    from textebm.inference import set_threads
-    from textebm.io import read_json_object
-    from textebm.options import check_config
-    from textebm.outputs import check_output_file, output_file
-    from textebm.detection import detect
 
     check_config(cfg)
     set_threads(cfg.threads)
@@ -210,11 +202,6 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
 def refit_threshold(cfg: ThresholdConfig) -> dict:
     """Re-fit the decision threshold on your own human-written texts for a target false-positive
     rate, and report the rate it reaches on a held-out part of them."""
-    from textebm.io import write_json
-    from textebm.inference import set_threads
-    from textebm.options import check_config
-    from textebm.outputs import check_output_file, mark_file
-    from textebm.detection import detect
 
     check_config(cfg)
     set_threads(cfg.threads)
@@ -234,11 +221,6 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
 def analyze(cfg: AnalyzeConfig) -> dict:
     """Accuracy per context length (figure 1) and, with --lm, the energy and generator NLL against
     the position of a single perturbation (figure 2)."""
-    from textebm.io import write_json
-    from textebm.inference import set_threads
-    from textebm.options import check_config
-    from textebm.outputs import check_output_dir, output_dir
-    from textebm.detection import analysis, detect
 
     check_config(cfg)
     set_threads(cfg.threads)

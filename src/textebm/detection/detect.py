@@ -26,8 +26,19 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from textebm.calibration.calibrators import TemperatureScaling
+from textebm.calibration.metrics import ece_toplabel
+from textebm.data.batching import right_pad
 from textebm.data.streams import chunks
-from textebm.errors import TextebmError
+from textebm.detection import metrics, zeroshot
+from textebm.detection.windows import window_seqs
+from textebm.errors import InputError, TextebmError
+from textebm.inference import batched
+from textebm.io import read_json_object, write_json
+from textebm.lm.scoring import next_token_targets
+from textebm.models.lm import special_ids
+from textebm.models.load import load_energy, load_lm, load_tokenizer
+from textebm.models.seq_energy import encode_windows
 from textebm.tokenizer import same_vocab
 
 ZEROSHOT = ("loglik", "fastdetectgpt", "binoculars")
@@ -41,8 +52,6 @@ class EnergyScorer:
     """E(x) of windows (shared-vocabulary ids) or texts, from a `residual train` model folder."""
 
     def __init__(self, path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
-        from textebm.models.load import load_energy
-
         self.model, self.spec, self.tokenizer, self.vocab = load_energy(path, dtype=dtype, device=device)
         self.device = device
 
@@ -54,8 +63,6 @@ class EnergyScorer:
 def energies(model, spec, tokenizer, vocab, seqs: Sequence[Sequence[int]], batch_size: int = 64) -> np.ndarray:
     """E(x) (N,) float64 of windows given as shared-vocabulary ids, in length-sorted batches, in the
     model's own precision even inside a training loop's autocast (metrics are computed in fp32)."""
-    from textebm.inference import batched
-    from textebm.models.seq_energy import encode_windows
 
     device = next(model.parameters()).device
     was_training = model.training
@@ -76,9 +83,6 @@ class ZeroShotScorer:
 
     def __init__(self, method: str, model_path, vocab, observer_path=None, device="cpu",
                  dtype: torch.dtype = torch.float32):
-        from textebm.models.load import load_lm
-        from textebm.models.lm import special_ids
-
         if method not in ZEROSHOT:
             raise TextebmError(f"unknown zero-shot detector {method!r}; choose one of {', '.join(ZEROSHOT)}")
         if (method == "binoculars") != bool(observer_path):
@@ -104,11 +108,6 @@ class ZeroShotScorer:
 
     @torch.no_grad()
     def score_ids(self, seqs: Sequence[Sequence[int]], batch_size: int = 32) -> np.ndarray:
-        from textebm.data.batching import right_pad
-        from textebm.inference import batched
-        from textebm.detection import zeroshot
-        from textebm.lm.scoring import next_token_targets
-
         def fn(batch):
             ids, mask = right_pad(batch, self.sp.pad)  # (B, T)
             ids, mask = ids.to(self.device), mask.to(self.device)
@@ -130,7 +129,6 @@ class ZeroShotScorer:
 def window_scores(score_ids, rows: list[dict], batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(scores of the real windows (N,), of their negatives (N, k)) of negatives-file rows, by
     `score_ids(seqs, batch_size)`."""
-    from textebm.detection.windows import window_seqs
 
     k = len(rows[0]["negatives"])
     s = np.asarray(score_ids(window_seqs(rows), batch_size)).reshape(len(rows), 1 + k)
@@ -188,9 +186,6 @@ def _two_class(z: np.ndarray) -> np.ndarray:
 
 def fit_rule(real_val, fake_val, fit_sign: bool = False, fpr: float = 0.01) -> Rule:
     """The decision rule from validation scores of real and generated windows (module doc)."""
-    from textebm.calibration.calibrators import TemperatureScaling
-    from textebm.calibration.metrics import ece_toplabel
-    from textebm.detection import metrics
 
     real, fake = np.asarray(real_val, dtype=np.float64), np.asarray(fake_val, dtype=np.float64)
     sign = metrics.fit_sign(real, fake) if fit_sign else 1
@@ -219,7 +214,6 @@ def evaluate(rule: Rule, real, fake, fake_by_window: np.ndarray | None = None) -
     """Test metrics at the stored rule: class-balanced accuracy at its threshold, AUROC, the
     true- and false-positive rates at its 1 % threshold, and P@1 when each real window's
     negatives are given as rows of `fake_by_window` (N, k)."""
-    from textebm.detection import metrics
 
     r, f = rule.oriented(real), rule.oriented(fake)
     out = {"accuracy": metrics.balanced_accuracy(r, f, rule.threshold), "auroc": metrics.auroc(r, f),
@@ -255,7 +249,6 @@ def detector_id(info: dict) -> str:
 def refit_threshold(human_scores, rule: Rule, fpr: float, seed: int = 0, held_out: float = 0.5) -> dict:
     """A threshold for `fpr` fitted on part of a user's human-written texts, and the false-positive
     rate it reaches on the held-out rest (seeded split)."""
-    from textebm.detection import metrics
 
     s = rule.oriented(human_scores)
     _, n_hold = split_sizes(s.size, held_out)
@@ -268,15 +261,10 @@ def refit_threshold(human_scores, rule: Rule, fpr: float, seed: int = 0, held_ou
 
 
 def write_rule(path, detector: dict, rule: Rule) -> None:
-    from textebm.io import write_json
-
     write_json(path, {**detector, "rule": rule.as_dict()})
 
 
 def read_rule(path) -> tuple[dict, Rule]:
-    from textebm.errors import InputError
-    from textebm.io import read_json_object
-
     raw = read_json_object(path, "detector description")
     try:
         rule = Rule(**raw["rule"])
@@ -292,8 +280,6 @@ def load_detector(path, device="cpu", dtype: torch.dtype = torch.float32, option
     `residual fit` folder of a zero-shot detector."""
     from pathlib import Path
 
-    from textebm.models.load import load_tokenizer
-
     folder = Path(path)
     if not (folder / RULE_FILE).is_file() and folder.name == "model" and (folder.parent / RULE_FILE).is_file():
         folder = folder.parent  # RUN/model of a `residual train` run: its rule lives in RUN
@@ -308,7 +294,6 @@ def load_detector(path, device="cpu", dtype: torch.dtype = torch.float32, option
         vocab = load_tokenizer(info["vocab"], f"{rule_file}: vocab")
         return ZeroShotScorer(info["detector"], info["model"], vocab, info.get("observer") or None, device,
                               dtype), rule, info
-    from textebm.errors import InputError
 
     raise InputError(rule_file, f"unknown detector {info.get('detector')!r}")
 

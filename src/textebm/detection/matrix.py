@@ -44,8 +44,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from textebm import grid
+from textebm.data.recipes import prepare
+from textebm.detection import detect
+from textebm.detection.commands import FitConfig, fit_zeroshot
+from textebm.detection.detect import ZEROSHOT
+from textebm.detection.negatives import NegativesConfig, generate_negatives
+from textebm.detection.report import plan_report, write_report
+from textebm.detection.steps import train_length
+from textebm.detection.train import ResidualTrainConfig, residual_train
+from textebm.detection.windows import read_window_files
 from textebm.errors import InputError, TextebmError
-from textebm.options import threads_field
+from textebm.inference import set_threads
+from textebm.io import read_json_object, write_json
+from textebm.lm.train import LMTrainConfig, lm_train
+from textebm.losses.residual import NEGATIVES
+from textebm.models.seq_energy import KINDS as ENERGIES
+from textebm.options import check_config, flag_of, refuse_unused, threads_field
+from textebm.outputs import (
+    check_output_dir,
+    output_dir,
+    own_entries,
+    read_marker,
+    remove,
+    write_marker,
+)
+from textebm.tokenizer import train_jsonl
+from textebm.train import run_completed
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +82,6 @@ DEFAULT_LM = {"context": 80, "chunk": 64, "batch_size": 32, "lr": 2e-3}
 DEFAULT_WINDOWS = {"length": 64, "contexts": [48, 56], "stride": 16, "k": 3, "top_k": 10,
                    "max_windows": {"train": 2000, "dev": 500, "test": 500}}
 DEFAULT_ENERGY = {"batch_size": 16, "lr": 1e-3}
-DEFAULT_STEPS = 300  # of a generator or energy that names neither `steps` nor `epochs`
 # The settings each section of the config may hold: key -> the option of `lm train` (generators,
 # lm), `negatives generate` (windows) or `residual train` (energies) it sets, whose type and bounds
 # it takes (None: not an option).
@@ -103,8 +126,6 @@ class MatrixConfig:
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def check(self) -> None:
-        from textebm.options import refuse_unused
-
         if self.shard:
             grid.parse_shard(self.shard)
         if self.backend != "dask":
@@ -117,8 +138,6 @@ class MatrixConfig:
 
 
 def read_config(path: str | Path) -> dict:
-    from textebm.io import read_json_object
-
     cfg = read_json_object(path, "matrix config")
     for key in ("corpora", "generators", "tables"):
         if key not in cfg:
@@ -140,9 +159,6 @@ def read_config(path: str | Path) -> dict:
     for name, g in cfg["generators"].items():
         if not isinstance(g, dict) or not ("pretrained" in g or g.get("arch") in ("transformer", "gcnn")):
             raise InputError(path, f"generator {name!r}: give `arch` (transformer / gcnn) or `pretrained`")
-    from textebm.losses.residual import NEGATIVES
-    from textebm.models.seq_energy import KINDS as ENERGIES
-    from textebm.detection.detect import ZEROSHOT
 
     for name, e in cfg["energies"].items():
         if not isinstance(e, dict) or e.get("energy") not in ENERGIES:
@@ -179,17 +195,6 @@ def read_config(path: str | Path) -> dict:
             if c is not None and c not in cfg["corpora"]:
                 raise InputError(path, f"table {i + 1}: corpus {c!r} is not in `corpora`")
     return cfg
-
-
-def train_length(spec: dict) -> dict:
-    """`epochs` and `max_steps` of the training command for a generator's or energy's settings:
-    `steps` N is exactly N optimiser steps (as many passes over the data as that takes: every pass
-    has at least one step, so N passes never end before step N); `epochs` E is E passes, cut at
-    `max_steps` when that is given."""
-    if "epochs" in spec:
-        return {"epochs": float(spec["epochs"]), "max_steps": spec.get("max_steps", 0)}
-    steps = spec.get("steps", DEFAULT_STEPS)
-    return {"epochs": float(steps), "max_steps": steps}
 
 
 def generator_options(spec: dict, lm: dict) -> dict:
@@ -234,8 +239,6 @@ def _check_section(path, where: str, spec: dict, cls, allowed: dict, probe) -> N
     rules, their messages naming the config's keys instead of the command's flags."""
     import dataclasses
 
-    from textebm.options import check_config, flag_of
-
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for k, v in spec.items():
         if k not in allowed:
@@ -265,9 +268,6 @@ def _check_section(path, where: str, spec: dict, cls, allowed: dict, probe) -> N
 def _check_settings(path, cfg: dict) -> None:
     """Types, bounds and rules of every generator's, energy's, window's and LM setting, named by
     their config keys (`energies.linear.steps`), before any work."""
-    from textebm.detection.negatives import NegativesConfig
-    from textebm.detection.train import ResidualTrainConfig
-    from textebm.lm.train import LMTrainConfig
 
     _check_section(path, "lm", cfg["lm"], LMTrainConfig, LM_KEYS, None)
     for name, g in cfg["generators"].items():
@@ -424,7 +424,6 @@ class Matrix:
         def build():
             if self.cfg["corpora"][corpus]:
                 raise TextebmError(f"corpus {corpus!r}: {path} has no train.jsonl")
-            from textebm.data.recipes import prepare
 
             log.info("preparing %s", corpus)
             prepare(corpus, path)
@@ -435,9 +434,6 @@ class Matrix:
         path = self.vocab()
 
         def build():
-            from textebm.outputs import output_dir
-            from textebm.tokenizer import train_jsonl
-
             files = [self.ensure_data(c) / "train.jsonl" for c in self.cfg["vocab_corpora"]]
             tok = train_jsonl(files, self.cfg["vocab_size"], "bpe")
             with output_dir(path, "tokenizer train", False) as tmp:
@@ -446,13 +442,9 @@ class Matrix:
         return grid.once(path, lambda: (path / "tokenizer.json").is_file(), build)
 
     def ensure_generator(self, corpus: str, g: str, d: str, seed: int) -> Path:
-        from textebm.train import run_completed
-
         path = self.gen(corpus, g, d, seed)
 
         def build():
-            from textebm.lm.train import LMTrainConfig, lm_train
-
             log.info("training generator %s", path.name)
             lm_train(LMTrainConfig(data=str(self.ensure_data(corpus)), tokenizer=str(self.ensure_vocab()),
                                    **generator_options(self.cfg["generators"][g], self.cfg["lm"]), direction=d,
@@ -465,8 +457,6 @@ class Matrix:
         path = self.negatives(corpus, g, d, split)
 
         def build():
-            from textebm.detection.negatives import NegativesConfig, generate_negatives
-
             gen = self.ensure_generator(corpus, g, d, TEST_SEED if split == "test" else 0)
             w = self.cfg["windows"]
             generate_negatives(NegativesConfig(
@@ -479,13 +469,9 @@ class Matrix:
         return grid.once(path, path.is_file, build)
 
     def ensure_energy(self, e: str, side: Side, neg: str) -> Path:
-        from textebm.train import run_completed
-
         path = self.energy_dir(e, side, neg)
 
         def build():
-            from textebm.detection.train import ResidualTrainConfig, residual_train
-
             spec = self.cfg["energies"][e]
             train = [str(self.ensure_negatives(c, side.generator, side.direction, "train")) for c in side.corpora]
             val = [str(self.ensure_negatives(c, side.generator, side.direction, "dev")) for c in side.corpora]
@@ -505,8 +491,6 @@ class Matrix:
         path = self.out / "zeroshot" / f"{method}-{side.corpora[0]}-{side.generator}-{side.direction}-{key}"
 
         def build():
-            from textebm.detection.commands import FitConfig, fit_zeroshot
-
             corpus = side.corpora[0]
             lm = self.ensure_generator(corpus, side.generator, side.direction, 0)  # the TRAINING generator
             observer = ""
@@ -521,9 +505,6 @@ class Matrix:
 
     def compute(self, gcell: grid.Cell) -> dict:
         """Evaluate a cell (training its detector first, unless cached): the grid runner's compute."""
-        from textebm.detection import detect
-        from textebm.detection.detect import ZEROSHOT
-        from textebm.detection.windows import read_window_files
 
         cell = gcell.task
         t0 = time.perf_counter()
@@ -545,7 +526,6 @@ def check_out(out: Path, overwrite: bool, plan: bool = False) -> None:
     `overwrite` starts again (only the entries the marker lists are removed: a user's notes stay);
     anything else (a folder textebm did not write, another command's output) is refused, with or
     without `overwrite`. Then --out is created and marked, so an interrupted matrix is recognised."""
-    from textebm.outputs import check_output_dir, own_entries, read_marker, remove
 
     marker = read_marker(out) if out.is_dir() else None
     if marker is None or marker["kind"] != KIND:
@@ -566,7 +546,6 @@ def check_out(out: Path, overwrite: bool, plan: bool = False) -> None:
 
 def _mark(out: Path, names) -> None:
     """Add `names` to the entries the marker of --out lists (written only when they change)."""
-    from textebm.outputs import own_entries, read_marker, write_marker
 
     old = own_entries(read_marker(out))
     if read_marker(out) is None or not set(names) <= set(old):
@@ -575,10 +554,6 @@ def _mark(out: Path, names) -> None:
 
 def run_matrix(cfg_: MatrixConfig) -> dict:
     """Every cell of the config (cached), then results.json, tables.md and heatmaps."""
-    from textebm.detection.report import plan_report, write_report
-    from textebm.io import write_json
-    from textebm.inference import set_threads
-    from textebm.options import check_config
 
     check_config(cfg_)
     threads = cfg_.threads

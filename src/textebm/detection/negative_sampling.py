@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from textebm.data.readers import load_split
+from textebm.data.streams import doc_streams
+from textebm.detection.windows import assemble, context_ids, make_windows
 from textebm.errors import TextebmError
+from textebm.lm.generate import Sampling, banned_ids, generate_groups
+from textebm.models.lm import special_ids
+from textebm.seeds import derive_seed
+from textebm.tokenizer import same_vocab
 
 
 def corpus_name(data: str | Path, corpus: str = "") -> str:
@@ -25,9 +32,6 @@ def windows_of(data: str | Path, split: str, vocab, length: int, contexts: list[
                seed: int = 0, max_windows: int = 0, corpus: str = "") -> list:
     """The windows of split `split` of dataset folder `data` in the vocabulary `vocab` (stride 0:
     L/4); for rows already in memory call `textebm.detection.windows.make_windows`."""
-    from textebm.data.readers import load_split
-    from textebm.data.streams import doc_streams
-    from textebm.detection.windows import make_windows
 
     rows = load_split(data, split)
     stride = stride or max(length // 4, 1)
@@ -65,10 +69,6 @@ class NegativeSampler:
     through its own (a foreign generator: suffixes only). `name` is how errors call it."""
 
     def __init__(self, model, tokenizer, meta, vocab, name: str = "--generator"):
-        from textebm.lm.generate import banned_ids
-        from textebm.models.lm import special_ids
-        from textebm.tokenizer import same_vocab
-
         self.model, self.tokenizer, self.vocab = model, tokenizer, vocab
         self.sp = special_ids(tokenizer, meta)
         self.direction = meta.direction
@@ -82,7 +82,6 @@ class NegativeSampler:
 
     def jobs(self, window) -> tuple[list[int], int]:
         """(model input, tokens to generate) of a window's negatives."""
-        from textebm.detection.windows import context_ids
 
         ctx = context_ids(window, self.direction)
         n = len(window.ids) - window.context_len
@@ -105,9 +104,6 @@ class NegativeSampler:
         rows), a row being {key, doc, start, context_len, positive, negatives, neg_logq} (log q
         under the sampling distribution; None for a foreign generator). A window whose foreign
         continuation re-tokenises into fewer than L − c tokens has no row."""
-        from textebm.detection.windows import assemble
-        from textebm.lm.generate import Sampling, generate_groups
-        from textebm.seeds import derive_seed
 
         by_key = {w.key: w for w in windows}
         jobs = [_NegJob(w.key, j, *self.jobs(w), derive_seed(spec.seed, w.key, j, "negative"))

@@ -30,10 +30,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from textebm.detection.negative_sampling import NegativeSampler, NegativesSpec, corpus_name, windows_of
+from textebm.detection.negative_sampling import (
+    NegativeSampler,
+    NegativesSpec,
+    corpus_name,
+    windows_of,
+)
 from textebm.errors import TextebmError
+from textebm.fingerprint import folder_sha256, json_sha256
+from textebm.inference import inference_setup, set_threads
+from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
+from textebm.options import check_config, threads_field
+from textebm.outputs import check_output_file
 from textebm.precision import CHOICES as PRECISIONS
-from textebm.options import threads_field
+from textebm.resumable import PartialFile
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +92,6 @@ class NegativesConfig:
 def generate_negatives(cfg: NegativesConfig) -> Path:
     """Write the windows of a split with `cfg.k` negatives each into `cfg.out` (resumable)."""
     from tqdm import tqdm
-
-    from textebm.fingerprint import folder_sha256, json_sha256
-    from textebm.inference import inference_setup, set_threads
-    from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
-    from textebm.options import check_config
-    from textebm.outputs import check_output_file
-    from textebm.resumable import PartialFile
 
     check_config(cfg)
     set_threads(cfg.threads)

@@ -8,7 +8,12 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from textebm.detection.detect import ZEROSHOT
+from textebm.detection.steps import train_length
+from textebm.figures import new_figure, save_png
+from textebm.io import atomic_write
 from textebm.markdown import table
+from textebm.train import run_completed
 
 # Seconds per unit on one CPU thread (AVX512 + avx512_bf16 EPYC, fp32 inference / bf16 training),
 # measured by bench/bench_residual.py (bench/results/residual/bench_residual.json); generator steps
@@ -27,12 +32,8 @@ def _fmt(r: dict | None) -> str:
 
 def _heatmap(title: str, rows: list[str], cols: list[str], values, path: Path) -> None:
     import numpy as np
-    from matplotlib.figure import Figure
-
-    from textebm.figures import save_png
-
     v = np.array(values, dtype=float)
-    fig = Figure(figsize=(1.6 + 1.1 * len(cols), 1.2 + 0.5 * len(rows)))
+    fig = new_figure(figsize=(1.6 + 1.1 * len(cols), 1.2 + 0.5 * len(rows)))
     ax = fig.add_subplot(1, 1, 1)
     im = ax.imshow(v, vmin=0.5, vmax=1.0, cmap="viridis")
     ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right")
@@ -75,7 +76,6 @@ def _unseen_line(cells: list[dict]) -> str:
 
 def write_report(summary: dict, out: Path) -> Path:
     """tables.md (accuracy % and AUROC per cell, grouped per slice) and a heatmap per matrix."""
-    from textebm.io import atomic_write
 
     by_table: dict[str, list[dict]] = defaultdict(list)
     for r in summary["cells"]:
@@ -128,7 +128,6 @@ def write_report(summary: dict, out: Path) -> Path:
 def _steps(spec: dict, per_epoch: float) -> float:
     """Optimiser steps of a generator's or energy's settings (`steps`, or `epochs` of `per_epoch`
     steps cut at `max_steps`)."""
-    from textebm.detection.matrix import train_length
 
     t = train_length(spec)
     steps = t["epochs"] * per_epoch if "epochs" in spec else t["max_steps"]
@@ -137,8 +136,6 @@ def _steps(spec: dict, per_epoch: float) -> float:
 
 def plan_report(matrix, cells, left) -> str:
     """The work a run would still do and its estimated CPU time."""
-    from textebm.detection.detect import ZEROSHOT
-    from textebm.train import run_completed
 
     cfg = matrix.cfg
     rates = {**DEFAULT_RATES, **cfg.get("rates", {})}

@@ -22,7 +22,29 @@ from typing import Any, ClassVar
 import torch
 
 from textebm.data.batching import Batch
-from textebm.train import Recipe, TrainOptions
+from textebm.detection import detect
+from textebm.detection.windows import read_window_files, window_seqs
+from textebm.errors import TextebmError
+from textebm.io import read_json
+from textebm.losses.residual import precision_at_1, ranking_loss, residual_bce
+from textebm.models.build import SmallLMConfig, build_causal_lm, build_encoder
+from textebm.models.load import load_encoder, load_lm, load_tokenizer
+from textebm.models.seq_energy import (
+    EnergySpec,
+    build_energy,
+    encode_windows,
+    save_energy,
+)
+from textebm.options import check_config, refuse_unused
+from textebm.tokenizer import same_vocab
+from textebm.train import (
+    Recipe,
+    TrainOptions,
+    check_run_dir,
+    options_dict,
+    seed_everything,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +81,6 @@ class ResidualTrainConfig(TrainOptions):
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
 
     def check(self) -> None:
-        from textebm.errors import TextebmError
-        from textebm.options import refuse_unused
-
         super().check()
         if self.loss != "ranking":
             refuse_unused(self, ["margin"], "with --loss bce")
@@ -93,10 +112,6 @@ class EnergyBuildSpec:
 
 def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
     """(module, EnergySpec, input tokenizer) of a fresh or initialised energy."""
-    from textebm.errors import TextebmError
-    from textebm.models.build import SmallLMConfig, build_causal_lm, build_encoder
-    from textebm.models.seq_energy import EnergySpec, build_energy
-    from textebm.tokenizer import same_vocab
 
     pad = vocab.pad_token_id if vocab.pad_token_id is not None else 0
     spec = EnergySpec(kind=want.energy, vocab_size=len(vocab), length=length, pad_id=pad, init=want.init)
@@ -105,8 +120,6 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
         spec.embed, spec.hidden, spec.layers = want.width, want.width, want.layers
     elif want.energy == "unitransf":
         if want.init:
-            from textebm.models.load import load_lm
-
             lm, tok, meta = load_lm(want.init, option="--init")
             if not hasattr(lm, "model") or not same_vocab(tok, vocab):
                 raise TextebmError(f"--init {want.init}: unitransf starts from a transformer LM in the shared "
@@ -120,8 +133,6 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
         body.config.architectures = [type(body).__name__]
     elif want.energy == "bitransf":
         if want.init:
-            from textebm.models.load import load_encoder
-
             body, tokenizer = load_encoder(want.init, option="--init")
             spec.retokenize = not same_vocab(tokenizer, vocab)
             spec.max_tokens = want.max_tokens
@@ -150,9 +161,6 @@ class WindowBatcher:
         self.spec, self.tokenizer, self.vocab = spec, tokenizer, vocab
 
     def __call__(self, rows: list[dict]) -> WindowBatch:
-        from textebm.models.seq_energy import encode_windows
-        from textebm.detection.windows import window_seqs
-
         batch = encode_windows(window_seqs(rows), self.spec, self.tokenizer, self.vocab)
         return WindowBatch(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                            k=len(rows[0]["negatives"]))
@@ -160,7 +168,6 @@ class WindowBatcher:
 
 def residual_step(model, batch: WindowBatch, loss: str, negatives: str, margin: float) -> tuple[torch.Tensor, dict]:
     """The loss of one batch and what to log (NCE accuracy, P@1)."""
-    from textebm.losses.residual import precision_at_1, ranking_loss, residual_bce
 
     k = batch.k
     e = model(batch.input_ids, batch.attention_mask).float().view(-1, 1 + k)  # (B, 1+k)
@@ -176,12 +183,6 @@ def residual_step(model, batch: WindowBatch, loss: str, negatives: str, margin: 
 
 def residual_train(cfg: ResidualTrainConfig) -> dict:
     """Train the energy, then fit and write its decision rule on the validation windows."""
-    from textebm.io import read_json
-    from textebm.models.load import load_tokenizer
-    from textebm.options import check_config
-    from textebm.detection import detect
-    from textebm.detection.windows import read_window_files
-    from textebm.train import check_run_dir, options_dict, seed_everything, train
 
     check_config(cfg)
     check_run_dir(cfg, None)
@@ -220,7 +221,6 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
 
 def rule_of(score_ids, val_rows: list[dict], batch_size: int):
     """(decision rule fitted on the validation windows, their P@1) under `score_ids`."""
-    from textebm.detection import detect
 
     real, fake = detect.window_scores(score_ids, val_rows, batch_size)
     return detect.fit_rule(real, fake.ravel()), float((real < fake.min(1)).mean())
@@ -250,14 +250,10 @@ class ResidualRecipe(Recipe):
         return residual_step(model, batch, self.loss_kind, self.negatives, self.margin)
 
     def evaluate(self):
-        from textebm.detection import detect
-
         score = lambda seqs, b: detect.energies(self.model, self.spec, self.tokenizer, self.vocab, seqs, b)
         self.rule, p_at_1 = rule_of(score, self.val_rows, self.eval_batch_size)
         val = self.rule.val  # threshold of best balanced accuracy, fitted on these very windows
         return {"val_balanced_accuracy": val["balanced_accuracy"], "val_auroc": val["auroc"], "val_p_at_1": p_at_1}
 
     def save(self, folder):
-        from textebm.models.seq_energy import save_energy
-
         save_energy(self.model, self.spec, self.tokenizer, folder, self.vocab)

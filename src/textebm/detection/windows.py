@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from textebm.data.streams import starts
+from textebm.errors import InputError, TextebmError
+from textebm.io import iter_jsonl
 from textebm.seeds import derive_seed
 
 DIRECTIONS = ("l2r", "r2l")
@@ -95,8 +97,6 @@ def read_window_file(path, length: int | None = None, vocab_size: int | None = N
     `direction` present (InputError naming the file and line otherwise). A token id is an integer
     of at least 0 and, with `vocab_size`, below it (`vocab_of` names that vocabulary); every window
     has `length` tokens (`length_of` says why; default: as many as the first one)."""
-    from textebm.errors import InputError
-    from textebm.io import iter_jsonl
 
     rows = []
     for lineno, row in iter_jsonl(path):
@@ -136,8 +136,6 @@ def read_window_files(paths, option: str, length: int | None = None, vocab_size:
     window must be as long as the first one (or `length`). A missing file is a TextebmError naming
     `option`."""
     from pathlib import Path
-
-    from textebm.errors import TextebmError
 
     rows = []
     for p in paths:

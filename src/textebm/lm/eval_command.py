@@ -15,11 +15,22 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from textebm.data.readers import example_id
+from textebm.data.readers import example_id, load_split, read_examples
 from textebm.errors import InputError, TextebmError
-from textebm.lm.scoring import ScoreResult, check_scorable, item_texts, perplexity_metrics, score_texts
+from textebm.inference import inference_setup, set_threads
+from textebm.io import read_json, write_json
+from textebm.lm.scoring import (
+    ScoreResult,
+    check_scorable,
+    item_texts,
+    perplexity_metrics,
+    score_texts,
+)
+from textebm.models.lm import read_meta
+from textebm.models.load import CAUSAL_LM, find_model, load_lm
+from textebm.options import check_config, refuse_unused, threads_field
+from textebm.outputs import check_file_target, check_output_file, output_file
 from textebm.precision import CHOICES as PRECISIONS
-from textebm.options import threads_field
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +41,6 @@ PRECISION_HELP = ("weights and matmuls in this precision; auto: bf16 where the h
 def scorable_folder(model_arg: str) -> Path:
     """The folder of `--model`, checked (before any weights are read) to be a causal LM trained
     with the causal objective."""
-    from textebm.models.lm import read_meta
-    from textebm.models.load import CAUSAL_LM, find_model
 
     folder = find_model(model_arg, CAUSAL_LM).path
     check_scorable(read_meta(folder))
@@ -40,8 +49,6 @@ def scorable_folder(model_arg: str) -> Path:
 
 def _load(folder: Path, precision: str):
     """(model, tokenizer, meta, PrecisionChoice) placed for inference."""
-    from textebm.inference import inference_setup
-    from textebm.models.load import load_lm
 
     device, choice = inference_setup(precision)
     model, tokenizer, meta = load_lm(folder, dtype=choice.dtype, device=device)
@@ -64,10 +71,6 @@ class LMScoreConfig:
 
 def score_file(cfg: LMScoreConfig) -> Path:
     """Score every item of a file: log P(x) in nats, per token and in total ([eos] included)."""
-    from textebm.inference import set_threads
-    from textebm.options import check_config
-    from textebm.data.readers import read_examples
-    from textebm.outputs import check_output_file, output_file
 
     check_config(cfg)
     set_threads(cfg.threads)
@@ -120,8 +123,6 @@ class LMEvalConfig:
         "help": "replace an eval_SPLIT result the metrics file already holds"})
 
     def check(self) -> None:
-        from textebm.options import refuse_unused
-
         if self.metrics:
             refuse_unused(self, ["out"], "with --metrics (the result goes into that file)")
         if not self.metrics and not self.out and not (Path(self.model).expanduser() / "model").is_dir():
@@ -144,8 +145,6 @@ def metrics_target(cfg: LMEvalConfig) -> tuple[Path, str] | None:
 def check_metrics_target(path: Path, key: str, overwrite: bool, option: str) -> None:
     """Before any work: `path` must be a file (or absent) holding a JSON object, and without
     --overwrite must not hold `key` yet (other keys are kept: the result is merged in)."""
-    from textebm.io import read_json
-    from textebm.outputs import check_file_target
 
     check_file_target(path, option)  # a folder, or a parent that is a file
     if not path.is_file():
@@ -160,7 +159,6 @@ def check_metrics_target(path: Path, key: str, overwrite: bool, option: str) -> 
 
 def merge_metrics(path: Path, key: str, value: dict) -> None:
     """Set `key` in the JSON object at `path` (created if absent), rewriting it atomically."""
-    from textebm.io import read_json, write_json
 
     current = read_json(path) if path.is_file() else {}
     if not isinstance(current, dict):
@@ -171,9 +169,6 @@ def merge_metrics(path: Path, key: str, value: dict) -> None:
 
 def eval_split(cfg: LMEvalConfig) -> dict:
     """Perplexity of an LM on a split (token level; also per whitespace word, the PTB convention)."""
-    from textebm.inference import set_threads
-    from textebm.options import check_config
-    from textebm.data.readers import load_split
 
     check_config(cfg)
     set_threads(cfg.threads)

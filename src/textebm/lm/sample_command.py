@@ -36,12 +36,19 @@ from pathlib import Path
 
 import torch
 
+from textebm.data.readers import example_id, load_split
 from textebm.errors import TextebmError
-from textebm.models.lm_format import SpecialIds, infill_context, mask_tokens
+from textebm.fingerprint import folder_sha256, json_sha256
+from textebm.inference import inference_setup, set_threads
 from textebm.lm.generate import Generation, Sampling, banned_ids, generate_groups
-from textebm.seeds import derive_seed
+from textebm.models.lm import special_ids
+from textebm.models.lm_format import SpecialIds, infill_context, mask_tokens
+from textebm.models.load import CAUSAL_LM, find_model, load_lm
+from textebm.options import check_config, refuse_unused, threads_field
+from textebm.outputs import check_output_file
 from textebm.precision import CHOICES as PRECISIONS
-from textebm.options import threads_field
+from textebm.resumable import PartialFile
+from textebm.seeds import derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +91,6 @@ class SampleConfig:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def check(self) -> None:
-        from textebm.options import refuse_unused
-
         if self.mode != "infill":
             refuse_unused(self, ["mask_ratio"], f"with --mode {self.mode} (it masks nothing)")
         if self.mode in ("infill", "free"):
@@ -203,8 +208,6 @@ def source_fields(row: dict) -> list[str]:
 
 
 def source_id(row: dict, index: int) -> str:
-    from textebm.data.readers import example_id
-
     return example_id(row, index)
 
 
@@ -225,16 +228,6 @@ def _check_ids(rows: list[dict], order: dict[str, tuple[int, int]], path: Path) 
 def sample_file(cfg: SampleConfig) -> Path:
     """Sample noise / generations for each example of a split into a JSONL file (resumable)."""
     from tqdm import tqdm
-
-    from textebm.inference import inference_setup, set_threads
-    from textebm.options import check_config
-    from textebm.data.readers import load_split
-    from textebm.fingerprint import folder_sha256, json_sha256
-    from textebm.inference import inference_setup
-    from textebm.models.lm import special_ids
-    from textebm.models.load import CAUSAL_LM, find_model, load_lm
-    from textebm.outputs import check_output_file
-    from textebm.resumable import PartialFile
 
     check_config(cfg)
     set_threads(cfg.threads)

@@ -23,6 +23,8 @@ import torch
 
 from textebm.data.batching import right_pad
 from textebm.errors import TextebmError, TextTooLong
+from textebm.inference import batched
+from textebm.models.lm import special_ids
 from textebm.models.lm_format import causal_example
 
 log = logging.getLogger(__name__)
@@ -76,7 +78,6 @@ def score_sequences(model, seqs: list[list[int]], pad: int, batch_size: int = 16
     With `bucket`, sequences are sorted by length (longest first) so each batch holds neighbours,
     which cuts padding (`textebm.inference.batched`); results are put back in input order.
     """
-    from textebm.inference import batched
 
     device = next(model.parameters()).device
 
@@ -94,7 +95,6 @@ def score_sequences(model, seqs: list[list[int]], pad: int, batch_size: int = 16
 def score_texts(model, tokenizer, meta, texts: list[str], batch_size: int = 16, bucket: bool = True,
                 progress: bool = False) -> list[ScoreResult]:
     """log P(x) of each text under the model's layout, per token and in total (input order)."""
-    from textebm.models.lm import special_ids
 
     check_scorable(meta)
     sp = special_ids(tokenizer, meta)

@@ -19,7 +19,29 @@ from typing import ClassVar
 
 import torch
 
-from textebm.train import Recipe, TrainOptions
+from textebm.data.batching import right_pad
+from textebm.data.readers import load_split
+from textebm.data.streams import chunks, doc_streams
+from textebm.errors import TextebmError
+from textebm.inference import batched
+from textebm.lm.scoring import item_texts, next_token_logprobs, next_token_targets
+from textebm.models.build import SmallLMConfig, build_causal_lm
+from textebm.models.gcnn import build_gcnn
+from textebm.models.lm import ensure_special_tokens, save_lm, special_ids
+from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_example
+from textebm.models.load import load_lm, load_tokenizer
+from textebm.options import check_config, refuse_unused
+from textebm.seeds import derive_seed
+from textebm.tokenizer import train_tokenizer
+from textebm.train import (
+    Recipe,
+    TrainOptions,
+    check_run_dir,
+    eval_split_of,
+    options_dict,
+    seed_everything,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +79,6 @@ class LMTrainConfig(TrainOptions):
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
 
     def check(self) -> None:
-        from textebm.options import refuse_unused
-        from textebm.errors import TextebmError
-
         super().check()
         if self.objective != "infill":
             refuse_unused(self, ["mask_ratio"], "with --objective causal")
@@ -82,7 +101,6 @@ class LMTrainConfig(TrainOptions):
 
 def _texts(rows: list[dict]) -> list[str]:
     """Every text and text_pair of the rows, in order (an LM learns each as its own sequence)."""
-    from textebm.lm.scoring import item_texts
 
     return [t for t in item_texts(rows)[0] if t.strip()]
 
@@ -114,29 +132,17 @@ class LMSpec:
 
 def build_lm(spec: LMSpec, train_texts: list[str]):
     """(model, tokenizer, meta) ready to train, special tokens added as the objective needs."""
-    from textebm.models.lm import ensure_special_tokens
 
     if spec.init:
-        from textebm.models.load import load_lm
-
         model, tokenizer, _ = load_lm(spec.init, dtype=torch.float32, option="--init")  # checks its kind
     else:
-        from textebm.models.build import SmallLMConfig, build_causal_lm
-
         if spec.tokenizer:
-            from textebm.models.load import load_tokenizer
-
             tokenizer = load_tokenizer(spec.tokenizer, "--tokenizer")
         else:
-            from textebm.tokenizer import train_tokenizer
-
             log.info("training a %d-token BPE tokenizer on %d texts", spec.vocab_size, len(train_texts))
             tokenizer = train_tokenizer(train_texts, vocab_size=spec.vocab_size, kind="bpe", lowercase=False)
         meta = ensure_special_tokens(tokenizer, None, infill=spec.objective == "infill")
         if spec.arch == "gcnn":
-            from textebm.models.gcnn import build_gcnn
-            from textebm.models.lm import special_ids
-
             sp = special_ids(tokenizer, meta)
             model = build_gcnn(len(tokenizer), spec.width, spec.layers, spec.kernel, spec.context, sp.pad, sp.bos,
                                sp.eos, seed=spec.seed)
@@ -168,10 +174,6 @@ class LMBatcher:
         self.epoch = epoch
 
     def __call__(self, items: list, generator: torch.Generator | None = None) -> dict:
-        from textebm.data.batching import right_pad
-        from textebm.seeds import derive_seed
-        from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_example
-
         seqs = []
         for item in items:
             index, ids = item if isinstance(item, tuple) else (None, item)
@@ -192,7 +194,6 @@ class LMBatcher:
 
 def lm_loss(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum of token NLLs over labelled positions and their count (next-token shift inside)."""
-    from textebm.lm.scoring import next_token_targets
 
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B, T, V)
     labels = batch["labels"]  # (B, T), -100 where not predicted
@@ -204,11 +205,6 @@ def lm_loss(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
 
 def lm_train(cfg: LMTrainConfig) -> dict:
     """Train a causal or infill LM (paper a's noise model; paper c/d's generators)."""
-    from textebm.data.readers import load_split
-    from textebm.errors import TextebmError
-    from textebm.models.lm import special_ids
-    from textebm.options import check_config
-    from textebm.train import check_run_dir, eval_split_of, options_dict, seed_everything, train
 
     check_config(cfg)  # bounds and rules between options, also when called from Python
     check_run_dir(cfg, None)  # a bad --out fails before the tokenizer and the model are built
@@ -228,8 +224,6 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     limit = min(cfg.max_len, model.config.max_position_embeddings // (2 if cfg.objective == "infill" else 1) - 3)
     encode = lambda texts: [ids[:limit] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     if cfg.chunk:
-        from textebm.data.streams import chunks, doc_streams
-
         room = model.config.max_position_embeddings - 3
         if cfg.chunk > room:
             raise TextebmError(f"--chunk {cfg.chunk} does not fit the model's {room} positions (--context)")
@@ -270,8 +264,6 @@ class LMRecipe(Recipe):
         return evaluate_lm(self.model, self.collate, self.eval_ids, self.batch_size, self.seed, self.eval_split)
 
     def save(self, folder):
-        from textebm.models.lm import save_lm
-
         save_lm(self.model, self.tokenizer, self.meta, folder)
 
 
@@ -280,8 +272,6 @@ def evaluate_lm(model, batcher: LMBatcher, ids: list[list[int]], batch_size: int
                 split: str) -> dict:
     """Token-level perplexity of the training objective on a split (infill masks from `seed`),
     in length-sorted batches (`textebm.inference.batched`)."""
-    from textebm.inference import batched
-    from textebm.lm.scoring import next_token_logprobs
 
     model.eval()
     g = torch.Generator().manual_seed(seed + 7919)

@@ -23,9 +23,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from textebm.energy import ENERGY_CHOICES, POOLINGS, energy_head, pool, sequence_energy
 from textebm import specs
+from textebm.energy import ENERGY_CHOICES, POOLINGS, energy_head, pool, sequence_energy
 from textebm.errors import InputError
+from textebm.io import write_json
 from textebm.models.kinds import ModelKind
 
 SPEC_FILE = "classifier.json"
@@ -105,8 +106,6 @@ class EBMClassifier(nn.Module):
 
 def save_classifier(model: EBMClassifier, tokenizer, path: str | Path) -> None:
     from safetensors.torch import save_model
-
-    from textebm.io import write_json
 
     path = Path(path)
     model.encoder.config.save_pretrained(path)

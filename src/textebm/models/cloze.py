@@ -32,7 +32,8 @@ from torch import Tensor, nn
 
 from textebm import specs
 from textebm.energy import fp32_linear
-from textebm.errors import InputError
+from textebm.errors import InputError, TextebmError
+from textebm.io import write_json
 from textebm.models.kinds import ModelKind
 
 SPEC_FILE = "cloze.json"
@@ -203,7 +204,6 @@ class ClozeModel(nn.Module):
 
 def frame_ids(tokenizer) -> tuple[int, int, int, int | None]:
     """(start, end, pad, mask) ids: [CLS] [SEP] of an encoder's tokenizer, else <s> </s>."""
-    from textebm.errors import TextebmError
 
     start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     end = tokenizer.sep_token_id if tokenizer.cls_token_id is not None else tokenizer.eos_token_id
@@ -222,8 +222,6 @@ def real_positions(input_ids: Tensor, attention_mask: Tensor) -> Tensor:
 
 def save_cloze(model: ClozeModel, tokenizer, path: str | Path) -> None:
     from safetensors.torch import save_model
-
-    from textebm.io import write_json
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from textebm.errors import InputError, TextebmError
+from textebm.io import read_json_object, write_json
 from textebm.models.lm_format import SpecialIds
 
 META_FILE = "textebm_lm.json"
@@ -39,7 +40,6 @@ def read_meta(path: str | Path) -> LMMeta:
     f = Path(path) / META_FILE
     if not f.is_file():
         return LMMeta()
-    from textebm.io import read_json_object
 
     raw = read_json_object(f, "LM description")
     known = {fl.name for fl in dataclasses.fields(LMMeta)}
@@ -94,7 +94,6 @@ def special_ids(tokenizer, meta: LMMeta) -> SpecialIds:
 
 def save_lm(model, tokenizer, meta: LMMeta, path: str | Path) -> None:
     """Write the HF folder (safetensors) and the meta file (callers write into a temporary folder)."""
-    from textebm.io import write_json
 
     path = Path(path)
     model.save_pretrained(path, safe_serialization=True)

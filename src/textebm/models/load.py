@@ -35,9 +35,17 @@ from typing import Iterator
 import torch
 from safetensors import SafetensorError
 
+from textebm.assets import resolve_model
+from textebm.checkpoint import tied_names
 from textebm.errors import TextebmError
+from textebm.io import read_json_object
 from textebm.models import classifier, cloze, seq_energy
+from textebm.models.classifier import EBMClassifier
+from textebm.models.cloze import ClozeModel
 from textebm.models.kinds import ModelKind
+from textebm.models.lm import ensure_special_tokens, read_meta
+from textebm.models.seq_energy import build_energy
+from textebm.outputs import read_marker
 
 # Folders textebm writes, recognised by their marker file (each kind declared beside its model).
 MARKED: dict[str, ModelKind] = {k.name: k for k in (classifier.KIND, cloze.KIND, seq_energy.KIND)}
@@ -83,15 +91,16 @@ class FolderInfo:
 
 def _model_families() -> tuple[set[str], set[str]]:
     """(model types with a causal-LM class, model types with a masked-LM class) in transformers."""
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     return set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES), set(MODEL_FOR_MASKED_LM_MAPPING_NAMES)
 
 
 def read_config(path: Path) -> dict:
     """config.json of a model folder as a dict (InputError naming the file when unreadable)."""
-    from textebm.io import read_json_object
 
     return read_json_object(path / "config.json", "model config")
 
@@ -130,7 +139,6 @@ def inspect_folder(path: str | Path) -> FolderInfo:
 
 def _is_run(folder: Path) -> bool:
     """A training run folder written by textebm (its output marker says a `... train` command)."""
-    from textebm.outputs import read_marker
 
     marker = read_marker(folder)
     return marker is not None and marker["kind"].endswith("train") and (folder / "config.json").is_file()
@@ -150,7 +158,6 @@ def find_model(name_or_path: str | Path, kind: str, option: str = "--model", ids
     if not path.is_dir():
         if not ids:
             raise TextebmError(f"{option} {name_or_path}: no such folder; expected {NEEDS[kind]}")
-        from textebm.assets import resolve_model
 
         try:
             path = resolve_model(name_or_path)
@@ -235,7 +242,6 @@ def load_lm(name_or_path: str | Path, dtype: torch.dtype = torch.float32,
     from transformers import AutoModelForCausalLM
 
     import textebm.models.gcnn  # noqa: F401  registers textebm's gated convolutional LM type
-    from textebm.models.lm import ensure_special_tokens, read_meta
 
     path = find_model(name_or_path, CAUSAL_LM, option).path
     meta = read_meta(path)
@@ -314,13 +320,10 @@ def load_classifier(name_or_path: str | Path, dtype: torch.dtype | None = None,
     RUN/model). Checks `classifier.json` field by field (InputError naming the file)."""
     from transformers import AutoConfig
 
-    from textebm.models.classifier import SPEC_FILE, EBMClassifier, spec_from_dict
-
     path = find_model(name_or_path, CLASSIFIER, option, ids=False).path
-    spec_file = path / SPEC_FILE
-    from textebm.io import read_json_object
+    spec_file = path / classifier.SPEC_FILE
 
-    spec = spec_from_dict(read_json_object(spec_file, "classifier description"), spec_file)
+    spec = classifier.spec_from_dict(read_json_object(spec_file, "classifier description"), spec_file)
     tokenizer = _tokenizer(option, path)
     weights = path / "model.safetensors"
     try:
@@ -330,7 +333,8 @@ def load_classifier(name_or_path: str | Path, dtype: torch.dtype | None = None,
     except LOAD_ERRORS as e:
         raise _load_error(option, path, e) from None
     # "encoder.pooler.": saved before poolers were dropped
-    return _with_weights(model, weights, option, SPEC_FILE, dtype, device, ignore=("encoder.pooler.",)), tokenizer
+    return (_with_weights(model, weights, option, classifier.SPEC_FILE, dtype, device, ignore=("encoder.pooler.",)),
+            tokenizer)
 
 
 def _with_weights(model: torch.nn.Module, weights: Path, option: str, spec_file: str, dtype, device,
@@ -338,8 +342,6 @@ def _with_weights(model: torch.nn.Module, weights: Path, option: str, spec_file:
     """`model` with the weights of `weights`, every tensor accounted for (tied ones aside), placed
     and in eval mode; a file that does not fit is a TextebmError naming it."""
     from safetensors.torch import load_model
-
-    from textebm.checkpoint import tied_names
 
     try:
         missing, unexpected = load_model(model, str(weights), strict=False)
@@ -358,7 +360,6 @@ def _with_weights(model: torch.nn.Module, weights: Path, option: str, spec_file:
 def build_classifier(encoder_path: str | Path, spec):
     """(EBMClassifier, tokenizer) for a `ClassifierSpec` from a pretrained encoder (HF folder or
     models-fetch id), its pooler dropped (`load_encoder`)."""
-    from textebm.models.classifier import EBMClassifier
 
     enc, tok = load_encoder(encoder_path)
     return EBMClassifier(enc, spec), tok
@@ -370,11 +371,9 @@ def load_cloze(name_or_path: str | Path, dtype: torch.dtype | None = None,
     RUN/model). Checks `cloze.json` field by field (InputError naming the file)."""
     from transformers import AutoConfig
 
-    from textebm.io import read_json_object
-    from textebm.models.cloze import SPEC_FILE, ClozeModel, spec_from_dict
-
     path = find_model(name_or_path, CLOZE, option, ids=False).path
-    spec = spec_from_dict(read_json_object(path / SPEC_FILE, "cloze model description"), path / SPEC_FILE)
+    spec_file = path / cloze.SPEC_FILE
+    spec = cloze.spec_from_dict(read_json_object(spec_file, "cloze model description"), spec_file)
     tokenizer = _tokenizer(option, path)
     weights = path / "model.safetensors"
     try:
@@ -385,7 +384,7 @@ def load_cloze(name_or_path: str | Path, dtype: torch.dtype | None = None,
             model = ClozeModel(encoder, spec)
     except LOAD_ERRORS as e:
         raise _load_error(option, path, e) from None
-    return _with_weights(model, weights, option, SPEC_FILE, dtype, device), tokenizer
+    return _with_weights(model, weights, option, cloze.SPEC_FILE, dtype, device), tokenizer
 
 
 def load_energy(name_or_path: str | Path, dtype: torch.dtype | None = None,
@@ -395,11 +394,9 @@ def load_energy(name_or_path: str | Path, dtype: torch.dtype | None = None,
     unless the energy re-tokenises (then vocab/)."""
     from transformers import AutoConfig, AutoModel
 
-    from textebm.io import read_json_object
-    from textebm.models.seq_energy import SPEC_FILE, build_energy, spec_from_dict
-
     path = find_model(name_or_path, ENERGY, option, ids=False).path
-    spec = spec_from_dict(read_json_object(path / SPEC_FILE, "energy description"), path / SPEC_FILE)
+    spec_file = path / seq_energy.SPEC_FILE
+    spec = seq_energy.spec_from_dict(read_json_object(spec_file, "energy description"), spec_file)
     tokenizer = _tokenizer(option, path)
     vocab = _tokenizer(option, path / "vocab") if spec.retokenize else tokenizer
     try:
@@ -412,4 +409,5 @@ def load_energy(name_or_path: str | Path, dtype: torch.dtype | None = None,
             model = build_energy(spec, body)
     except LOAD_ERRORS as e:
         raise _load_error(option, path, e) from None
-    return _with_weights(model, path / "model.safetensors", option, SPEC_FILE, dtype, device), spec, tokenizer, vocab
+    model = _with_weights(model, path / "model.safetensors", option, seq_energy.SPEC_FILE, dtype, device)
+    return model, spec, tokenizer, vocab

@@ -24,8 +24,10 @@ import torch
 from torch import Tensor, nn
 
 from textebm import specs
+from textebm.data.batching import right_pad
 from textebm.energy import fp32_linear, pool
 from textebm.errors import InputError
+from textebm.io import write_json
 from textebm.models.kinds import ModelKind
 
 KINDS = ("linear", "bilstm", "unitransf", "bitransf")
@@ -145,8 +147,6 @@ def save_energy(model: nn.Module, spec: EnergySpec, tokenizer, path, vocab=None)
 
     from safetensors.torch import save_model
 
-    from textebm.io import write_json
-
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     body = body_of(model)
@@ -163,7 +163,6 @@ def encode_windows(seqs, spec: EnergySpec, tokenizer, vocab) -> dict:
     """Energy inputs {input_ids (B, T), attention_mask (B, T)} of windows given as shared-vocabulary
     ids: padded as they are, or (`spec.retokenize`) decoded and re-tokenised by the energy's own
     tokenizer with its special tokens ([CLS] first), cut at `spec.max_tokens`."""
-    from textebm.data.batching import right_pad
 
     if spec.retokenize:
         enc = tokenizer(vocab.batch_decode([list(s) for s in seqs]), truncation=True, max_length=spec.max_tokens,

@@ -30,6 +30,10 @@ from typing import Callable
 import torch
 
 from textebm.data.batching import right_pad
+from textebm.errors import TextebmError, TextTooLong
+from textebm.inference import batched
+from textebm.lm.scoring import score_texts
+from textebm.losses.electric import electra_token_log_prob, num_replaced
 
 METHODS = ("electric", "electra", "twotower", "mlm", "causal")
 
@@ -53,7 +57,6 @@ def _encode(tokenizer, texts: list[str]) -> tuple[list[list[int]], list[list[tup
 def _framed_batches(model, ids: list[list[int]], batch_size: int, fn: Callable, device) -> list[list[float]]:
     """fn(input_ids, attention_mask) → (B, T) token scores over framed, right-padded batches;
     returns each text's scores at its token positions (1..n), in input order."""
-    from textebm.inference import batched
 
     spec = model.spec
     framed = [[spec.start_id, *x, spec.end_id] for x in ids]
@@ -75,8 +78,6 @@ def max_text_tokens(model) -> int:
 
 
 def check_length(model, ids: list[list[int]]) -> None:
-    from textebm.errors import TextTooLong
-
     limit = max_text_tokens(model)
     for i, x in enumerate(ids):
         if len(x) > limit:
@@ -87,7 +88,6 @@ def check_length(model, ids: list[list[int]]) -> None:
 def cloze_scores(model, tokenizer, texts: list[str], method: str, batch_size: int = 16,
                  token_budget: int = 4096) -> list[TextScores]:
     """Per-token scores of `texts` by a `ClozeModel` (textebm.models.cloze) with `method`."""
-    from textebm.losses.electric import electra_token_log_prob, num_replaced
 
     check_method(model.spec.objective, method)
     ids, offsets = _encode(tokenizer, texts)
@@ -112,7 +112,6 @@ def cloze_scores(model, tokenizer, texts: list[str], method: str, batch_size: in
 
 def check_method(objective: str, method: str) -> None:
     """A cloze model scores by its own objective, and (with a two-tower noise model) by q."""
-    from textebm.errors import TextebmError
 
     allowed = {"electric": ("electric", "twotower"), "electra": ("electra", "twotower"), "mlm": ("mlm",),
                "twotower": ("twotower",)}[objective]
@@ -165,7 +164,6 @@ def mlm_token_scores_reference(model, ids: list[int]) -> list[float]:
 @torch.inference_mode()
 def causal_scores(model, tokenizer, meta, texts: list[str], batch_size: int = 16) -> list[TextScores]:
     """log p of each token and [eos] under a causal LM (either direction), tokens in text order."""
-    from textebm.lm.scoring import score_texts
 
     _, offsets = _encode(tokenizer, texts)
     results = score_texts(model, tokenizer, meta, texts, batch_size)

@@ -33,9 +33,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from textebm.bootstrap import percentile_interval, resample_indices
 from textebm.data.nbest import Utterance, top_indices
 from textebm.data.normalize import PRESETS, normalizer
 from textebm.errors import InputError, TextebmError
+from textebm.figures import new_figure, save_png
+from textebm.io import iter_jsonl
 from textebm.markdown import table
 
 log = logging.getLogger(__name__)
@@ -165,7 +168,6 @@ def paired_wer_diff(edits_a: np.ndarray, edits_b: np.ndarray, words: np.ndarray,
 
     edits_a, edits_b, words: (U,) per utterance. Returns {"diff", "lo", "hi", "p_below_zero"}
     (fractions, like corpus_wer)."""
-    from textebm.bootstrap import percentile_interval, resample_indices
 
     a, b, w = (np.asarray(x, dtype=np.float64) for x in (edits_a, edits_b, words))
     if not (a.shape == b.shape == w.shape) or a.ndim != 1 or not len(a):
@@ -204,7 +206,6 @@ def read_score_file(path: str | Path) -> tuple[str | None, str, dict[str, float]
     """(the file's method, or None when its lines name none, its normalisation ("none" when its
     lines name none), {text: score}) from a JSONL file of `textebm score`. A text scored twice
     keeps its first score (a warning says when they differ)."""
-    from textebm.io import iter_jsonl
 
     path = Path(path)
     scores: dict[str, float] = {}
@@ -495,12 +496,8 @@ def render_report(metrics: dict[str, Any], plot_name: str, sources: dict[str, An
 
 def plot_curves(metrics: dict[str, Any], path: str | Path) -> Path:
     """One panel per subset: dev (solid) and test (dashed) WER in % against λ for each method."""
-    from matplotlib.figure import Figure
-
-    from textebm.figures import save_png
-
     subsets = metrics["subsets"]
-    fig = Figure(figsize=(4.6 * len(subsets) + 1.8, 3.8))  # + the legend, beside the panels
+    fig = new_figure(figsize=(4.6 * len(subsets) + 1.8, 3.8))  # + the legend, beside the panels
     axes = fig.subplots(1, len(subsets), squeeze=False)[0]
     grid = np.asarray(metrics["grid"], dtype=float)
     for ax, (s, e) in zip(axes, subsets.items()):

@@ -25,9 +25,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from textebm.data.normalize import PRESETS as NORMALIZE
-from textebm.options import threads_field
+from textebm.data.normalize import normalizer
+from textebm.data.readers import example_id, read_numbered_examples
+from textebm.errors import InputError, TextebmError
+from textebm.fingerprint import folder_sha256, json_sha256
+from textebm.inference import inference_setup, set_threads
+from textebm.lm.eval_command import scorable_folder
+from textebm.models.load import (
+    CAUSAL_LM,
+    CLOZE,
+    find_model,
+    inspect_folder,
+    load_cloze,
+    load_lm,
+)
+from textebm.options import check_config, threads_field
+from textebm.outputs import check_output_files, output_file
 from textebm.precision import CHOICES as PRECISIONS
-from textebm.scoring.pll import METHODS
+from textebm.resumable import PartialFile
+from textebm.scoring.html import render_html
+from textebm.scoring.pll import (
+    METHODS,
+    causal_scores,
+    check_method,
+    cloze_scores,
+    max_text_tokens,
+)
+from textebm.scoring.textcheck import check_texts
+from textebm.scoring.words import word_scores
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +87,6 @@ class ScoreTextsConfig:
 
 def _model_kind(model_arg: str) -> tuple[str, Path]:
     """("cloze" | "causal", folder), checked before any weights are read."""
-    from textebm.errors import TextebmError
-    from textebm.models.load import CAUSAL_LM, CLOZE, find_model, inspect_folder
 
     p = Path(model_arg).expanduser()
     if p.is_dir():
@@ -73,7 +96,6 @@ def _model_kind(model_arg: str) -> tuple[str, Path]:
         if info.kind != CAUSAL_LM:
             raise TextebmError(f"--model {info.path}: {info.describe()}; expected a cloze model (`textebm cloze "
                                "train`) or a causal LM (`textebm lm train`, `smollm2-135m`)")
-    from textebm.lm.eval_command import scorable_folder
 
     return "causal", scorable_folder(model_arg)
 
@@ -83,16 +105,6 @@ KIND = "score"
 
 def score_command(cfg: ScoreTextsConfig) -> Path:
     """Score every text of a file; write JSONL (and, with --html, the page)."""
-    from textebm.data.readers import example_id, read_numbered_examples
-    from textebm.errors import TextebmError
-    from textebm.data.normalize import normalizer
-    from textebm.fingerprint import folder_sha256, json_sha256
-    from textebm.inference import inference_setup, set_threads
-    from textebm.options import check_config
-    from textebm.outputs import check_output_files
-    from textebm.resumable import PartialFile
-    from textebm.scoring.pll import causal_scores, check_method, cloze_scores, max_text_tokens
-    from textebm.scoring.words import word_scores
 
     check_config(cfg)
     set_threads(cfg.threads)
@@ -113,16 +125,12 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
                            f"the form of --normalize {cfg.normalize}; nothing is left to score")
     device, choice = inference_setup(cfg.precision)
     if kind == "cloze":
-        from textebm.models.load import load_cloze
-
         model, tokenizer = load_cloze(folder, dtype=choice.dtype, device=device)
         method = model.spec.objective if cfg.method == "auto" else cfg.method
         check_method(model.spec.objective, method)
         fn = lambda texts: cloze_scores(model, tokenizer, texts, method, cfg.batch_size, cfg.token_budget)  # noqa: E731
         limit = max_text_tokens(model)
     else:
-        from textebm.models.load import load_lm
-
         if cfg.method not in ("auto", "causal"):
             raise TextebmError(f"--method {cfg.method}: {folder} is a causal LM, which scores with causal")
         model, tokenizer, meta = load_lm(folder, dtype=choice.dtype, device=device)
@@ -158,7 +166,6 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
 
 def _check_lengths(path: str, numbered: list[tuple[int, dict]], tokenizer, limit: int | None) -> None:
     """InputError naming the file and line of the first text longer than the model takes."""
-    from textebm.errors import InputError
 
     if limit is None:
         return
@@ -196,16 +203,12 @@ def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_toke
 def warn_mismatch(texts: list[str], tokenizer, folder: Path, source: str, normalize: str) -> None:
     """A log warning, with its figures, for each sign that the texts are unlike the model's
     training text (`textebm.scoring.textcheck`)."""
-    from textebm.scoring.textcheck import check_texts
 
     for msg in check_texts(texts, tokenizer, folder):
         log.warning("%s (--normalize %s): %s", source, normalize, msg)
 
 
 def write_html(records: list[dict], page: Path, method: str, folder: Path) -> None:
-    from textebm.outputs import output_file
-    from textebm.scoring.html import render_html
-
     value = "−E(x)_t (unnormalised log p̂)" if method == "electric" else f"log p ({method})"
     with output_file(page, KIND) as f:
         f.write(render_html(records, title=f"textebm score: {method}, {folder}", value_name=value))
