@@ -528,6 +528,17 @@ CASES = [
     ("residual-matrix --workers without --backend dask",
      lambda w: ["residual", "matrix", "--config", _res(w)["matrix"], "--out", w["root"] / "mx", "--workers", "4"],
      "--workers"),
+    ("score --normalize a preset that does not exist",
+     lambda w: _set(_score_texts(w), "--normalize", "nfkc"), "--normalize"),
+    ("score --threads -1", lambda w: _set(_score_texts(w), "--threads", "-1"), "--threads"),
+    ("rerank --top -1", lambda w: [*_rerank(w), "--top", "-1"], "--top"),
+    ("rerank --normalize a preset that does not exist", lambda w: [*_rerank(w), "--normalize", "nfkc"], "--normalize"),
+    ("negatives-generate --threads -1", lambda w: [*_neg(w), "--threads", "-1"], "--threads"),
+    ("residual-fit --threads -1", lambda w: [*_fit(w), "--threads", "-1"], "--threads"),
+    ("residual-eval --threads -1", lambda w: [*_res_eval(w), "--threads", "-1"], "--threads"),
+    ("residual-score --threads -1", lambda w: [*_res_score(w), "--threads", "-1"], "--threads"),
+    ("residual-threshold --threads -1", lambda w: [*_res_threshold(w), "--threads", "-1"], "--threads"),
+    ("residual-analyze --threads -1", lambda w: [*_analyze(w), "--threads", "-1"], "--threads"),
     ("residual-matrix --address without --backend dask",
      lambda w: ["residual", "matrix", "--config", _res(w)["matrix-ok"], "--out", w["root"] / "mx", "--address",
                 "tcp://127.0.0.1:1"], "--address"),
@@ -769,7 +780,7 @@ def test_an_interrupted_run_says_that_resume_continues_it(world, tmp_path, capsy
     monkeypatch.setattr(textebm.train, "_check_finite", interrupt_at(2))  # after the checkpoint of step 2
     assert main(argv) == 130
     err = capsys.readouterr().err
-    assert f"interrupted; {run} keeps its last checkpoint" in err and "--resume" in err, err[-1000:]
+    assert f"interrupted: --out {run}: the checkpoint of step" in err and "--resume" in err, err[-1000:]
     monkeypatch.setattr(textebm.train, "_check_finite", check)
     assert main([*argv, "--resume"]) == 0
     assert json.loads((run / "metrics.json").read_text())["train"]["steps"] == 3

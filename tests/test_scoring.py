@@ -163,7 +163,7 @@ def test_score_command_writes_scores_and_resumes(tmp_path, capsys, monkeypatch):
 
 def _interrupted(monkeypatch, argv: list[str], chunks: int) -> None:
     """Run `argv` and interrupt it (as Ctrl-C) after `chunks` chunks are scored."""
-    import textebm.scoring.pll as pll
+    import textebm.scoring.score_command as pll  # where the command looks the scorers up
 
     calls = []
     for name in ("cloze_scores", "causal_scores"):
