@@ -174,3 +174,19 @@ def test_eval_refuses_out_with_metrics(setup, capsys, monkeypatch):
     assert main(["lm", "eval", "--model", str(setup["run"]), "--data", str(setup["data"]), "--out", "x",
                  "--metrics", "y.json"]) == 2
     assert "--out has no effect with --metrics" in capsys.readouterr().err
+
+
+def test_lm_score_and_eval_name_a_too_long_text_by_file_and_line(tmp_path, capsys):
+    """Like `score`: a text longer than the model takes is FILE:LINE, exit 2, nothing written."""
+    make_tiny_lm(tmp_path / "lm")
+    inp = tmp_path / "in.txt"
+    inp.write_text("w1 w2\n\nw3\n" + " ".join(["w5"] * 10_000) + "\nw4\n")  # the long text on line 4
+    out = tmp_path / "s.jsonl"
+    assert main(["lm", "score", "--model", str(tmp_path / "lm"), "--input", str(inp), "--out", str(out)]) == 2
+    assert f"{inp}:4: this text has 10000 tokens" in capsys.readouterr().err and not out.exists()
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"text": "w1 w2", "text_pair": "w3"}, {"text": "w4", "text_pair": " ".join(["w5"] * 10_000)}]
+    (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["lm", "eval", "--model", str(tmp_path / "lm"), "--data", str(data), "--split", "test"]) == 2
+    assert f"{data / 'test.jsonl'}:2: its text_pair has 10000 tokens" in capsys.readouterr().err

@@ -15,8 +15,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from textebm.data.readers import example_id, load_split, read_examples
-from textebm.errors import InputError, TextebmError
+from textebm.data.readers import example_id, load_split, read_examples, read_numbered_examples
+from textebm.errors import InputError, TextebmError, TextTooLong
 from textebm.inference import inference_setup, set_threads
 from textebm.io import read_json, write_json
 from textebm.lm.scoring import (
@@ -79,13 +79,26 @@ def score_file(cfg: LMScoreConfig) -> Path:
     rows = read_examples(cfg.input)
     model, tokenizer, meta, _ = _load(folder, cfg.precision)
     texts, pair_at = item_texts(rows)
-    results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
+    try:
+        results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
+    except TextTooLong as e:
+        raise _too_long(e, Path(cfg.input), pair_at) from None
     with output_file(cfg.out, "lm score") as f:
         for i, row in enumerate(rows):
             f.write(json.dumps(_score_row(row, i, results[i], results[pair_at[i]] if pair_at[i] is not None
                                           else None, tokenizer), ensure_ascii=False) + "\n")
     log.info("scored %d items with %s into %s", len(rows), folder.resolve(), cfg.out)
     return Path(cfg.out)
+
+
+def _too_long(e: TextTooLong, path: Path, pair_at: list[int | None]) -> InputError:
+    """The too-long text of `path` named by its file and line (its index in `item_texts` order:
+    every text first, then the text_pairs)."""
+    lines = [line for line, _ in read_numbered_examples(path)]
+    pair = e.index >= len(lines)
+    i = pair_at.index(e.index) if pair else e.index
+    return InputError(path, f"{'its text_pair' if pair else 'this text'} has {e.tokens} tokens; the model takes "
+                            f"at most {e.limit}", lines[i])
 
 
 def _score_row(row: dict, index: int, res: ScoreResult, pair: ScoreResult | None, tokenizer) -> dict:
@@ -177,9 +190,13 @@ def eval_split(cfg: LMEvalConfig) -> dict:
     if target is not None:
         check_metrics_target(target[0], key, cfg.overwrite, target[1])
     folder = scorable_folder(cfg.model)
-    texts, _ = item_texts(load_split(cfg.data, cfg.split))
+    texts, pair_at = item_texts(load_split(cfg.data, cfg.split))
     model, tokenizer, meta, choice = _load(folder, cfg.precision)
-    results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
+    try:
+        results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
+    except TextTooLong as e:
+        data = Path(cfg.data)
+        raise _too_long(e, data / f"{cfg.split}.jsonl" if data.is_dir() else data, pair_at) from None
     metrics = {"split": cfg.split, **perplexity_metrics(results, texts), "model": str(folder.resolve()),
                "precision": choice.precision, "precision_choice": choice.as_dict()}
     if target is not None:
