@@ -241,3 +241,28 @@ def test_a_model_folder_is_named_by_content_not_by_path(tmp_path):
     assert folder_sha256(model) != h
     (tmp_path / "copy" / "vocab" / "vocab.txt").write_text("a\nc\n")
     assert folder_sha256(tmp_path / "copy") != h
+
+
+def test_an_output_may_not_name_the_files_kept_beside_another(tmp_path):
+    """`score --out t.jsonl --html t.jsonl.partial` would write the page where the rows of the
+    unfinished run go (and then into t.jsonl): refused, as is another output's marker."""
+    from textebm.outputs import check_output_files
+
+    out = tmp_path / "t.jsonl"
+    for other in (tmp_path / "t.jsonl.partial", tmp_path / ".t.jsonl.textebm.json"):
+        with pytest.raises(TextebmError, match="names the same file as the (unfinished rows|marker) of --out"):
+            check_output_files([("--out", out), ("--html", other)], False, kind="score")
+    check_output_files([("--out", out), ("--html", tmp_path / "t.html")], False, kind="score")
+
+
+def test_a_users_file_named_like_a_partial_is_never_cut(tmp_path):
+    """A file at OUT.partial that textebm did not write (no header) is refused as it is: not even a
+    torn last line is dropped."""
+    from textebm.resumable import PartialFile
+
+    out = tmp_path / "s.jsonl"
+    mine = tmp_path / "s.jsonl.partial"
+    mine.write_bytes(b'{"my": "notes 1"}\n{"my": "notes 2"}')  # no final newline
+    with pytest.raises(TextebmError, match="no textebm header"):
+        PartialFile(out, "score").start({"model": "x"})
+    assert mine.read_bytes() == b'{"my": "notes 1"}\n{"my": "notes 2"}'

@@ -741,3 +741,26 @@ def test_overwrite_replaces_the_decision_rule_with_the_run(corpus, trained, tmp_
     real, fake = detect.window_scores(detect.EnergyScorer(run / "model").score_ids, read_window_file(trained["dev"]), 64)
     assert rule.threshold == pytest.approx(detect.fit_rule(real, fake.ravel()).threshold, abs=1e-9)
     assert not (run / ".textebm-replaced").exists()
+
+
+def test_matrix_out_continues_only_from_the_same_vocabulary_and_corpora(corpus, tmp_path, capsys):
+    """Every artifact's key holds its own settings, not the shared vocabulary's or the corpora's:
+    an --out built from other ones is refused (exit 2, naming what differs) instead of reused."""
+    from textebm.detection.matrix import ENTRIES, KIND, matrix_inputs, read_config
+    from textebm.outputs import write_marker
+
+    cfg_path = _small_matrix(corpus, tmp_path)
+    out = tmp_path / "mx"
+    out.mkdir()
+    write_marker(out, KIND, list(ENTRIES))
+    inputs = matrix_inputs(read_config(cfg_path))
+    (out / "inputs.json").write_text(json.dumps(inputs))
+    args = ["residual", "matrix", "--config", str(cfg_path), "--out", str(out), "--plan"]
+    assert main(args) == 0  # the same inputs: the plan continues
+    for change in ({"vocab_size": inputs["vocab_size"] + 1}, {"corpora": {"a": {"folder_sha256": "0" * 64}}}):
+        (out / "inputs.json").write_text(json.dumps({**inputs, **change}))
+        capsys.readouterr()
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "another vocabulary or other corpora" in err and next(iter(change)) in err
+        assert main([*args, "--overwrite"]) == 0  # starting again is allowed

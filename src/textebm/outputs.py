@@ -186,8 +186,15 @@ def check_output_files(outputs: Iterable[tuple[str, str | Path]], overwrite: boo
     named = [(option, Path(p)) for option, p in outputs if p]
     inputs = list(inputs)
     seen: dict[str, str] = {}
+
+    def real(p: Path) -> str:
+        return os.path.normcase(os.path.realpath(p))
+
+    for option, path in named:  # each output, and the files textebm keeps beside it
+        seen.update({real(path.with_name(path.name + ".partial")): f"the unfinished rows of {option}",
+                     real(file_marker(path)): f"the marker of {option}"})
     for option, path in named:
-        where = os.path.normcase(os.path.realpath(path))
+        where = real(path)
         if where in seen:
             raise TextebmError(f"{option} {path}: names the same file as {seen[where]}; give each output its "
                                "own file")

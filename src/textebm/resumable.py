@@ -42,6 +42,18 @@ def differences(was: dict, now: dict) -> list[str]:
             if was.get(k) != now.get(k)]
 
 
+def _header(path: Path) -> dict | None:
+    """The textebm header on the first line of `path`, read without changing the file (None: the
+    file is not a partial textebm wrote)."""
+    with open(path, "rb") as f:
+        first = f.readline()
+    try:
+        obj = json.loads(first)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return obj.get(HEADER) if isinstance(obj, dict) else None
+
+
 class PartialFile:
     """OUT.partial of one run of command `kind` (recorded in OUT's marker): `check()` before any
     work, `start(identity)` (the rows already written), `append(rows)` inside `with`, then
@@ -68,13 +80,12 @@ class PartialFile:
         self.check()
         self.identity = json.loads(json.dumps(identity))  # as it reads back (tuples become lists)
         if self.path.is_file():
-            rows = read_partial(self.path)
-            header = rows[0].get(HEADER) if rows else None
-            if not isinstance(header, dict):
+            if not isinstance(_header(self.path), dict):  # checked before anything (a torn line) is cut
                 raise TextebmError(f"{self.path}: does not say which run wrote it (no textebm header on its first "
                                    f"line: an older textebm's file, or not textebm's); delete {self.path} to start "
                                    "over")
-            diff = differences(header, self.identity)
+            rows = read_partial(self.path)  # ours: a torn last line may be dropped
+            diff = differences(rows[0][HEADER], self.identity)
             if diff:
                 raise TextebmError(f"{self.path}: was written with other settings than this run's "
                                    f"({'; '.join(diff)}); its rows cannot be mixed with this run's: delete "

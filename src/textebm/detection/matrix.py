@@ -37,6 +37,7 @@ output rule for a cache (`check_out`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -54,8 +55,9 @@ from textebm.detection.steps import train_length
 from textebm.detection.train import ResidualTrainConfig, residual_train
 from textebm.detection.windows import read_window_files
 from textebm.errors import InputError, TextebmError
+from textebm.fingerprint import folder_sha256
 from textebm.inference import set_threads
-from textebm.io import read_json_object, write_json
+from textebm.io import read_json, read_json_object, write_json
 from textebm.lm.train import LMTrainConfig, lm_train
 from textebm.losses.residual import NEGATIVES
 from textebm.models.seq_energy import KINDS as ENERGIES
@@ -68,6 +70,7 @@ from textebm.outputs import (
     remove,
     write_marker,
 )
+from textebm.resumable import differences
 from textebm.tokenizer import train_jsonl
 from textebm.train import run_completed
 
@@ -98,7 +101,7 @@ TEST_SEED = 1  # the test negatives' generator: another seed of the training one
 
 KIND = "residual matrix"  # the kind in the marker of an --out folder the matrix wrote
 # The entries of --out that the matrix writes (and `--overwrite` removes), besides its heatmaps.
-ENTRIES = ("data", "vocab", "gen", "neg", "energy", "zeroshot", "cells", "results.json", "tables.md")
+ENTRIES = ("data", "vocab", "gen", "neg", "energy", "zeroshot", "cells", "results.json", "tables.md", "inputs.json")
 
 
 @dataclass(kw_only=True)
@@ -544,6 +547,28 @@ def check_out(out: Path, overwrite: bool, plan: bool = False) -> None:
         raise TextebmError(f"--out {out}: cannot write there ({e.strerror or e})") from None
 
 
+def matrix_inputs(cfg: dict) -> dict:
+    """What every artifact of --out depends on besides its own settings: the shared vocabulary's
+    settings and the corpora (a named dataset by name, your own folder by content)."""
+    return {"vocab_size": cfg["vocab_size"], "vocab_corpora": list(cfg["vocab_corpora"]),
+            "corpora": {name: ({"folder_sha256": folder_sha256(folder)} if folder else name)
+                        for name, folder in cfg["corpora"].items()}}
+
+
+def check_inputs(out: Path, inputs: dict, plan: bool, overwrite: bool) -> None:
+    """--out continues only from work made of the same vocabulary and corpora (OUT/inputs.json);
+    the first run records them (`overwrite`: the earlier work is, or is planned to be, removed)."""
+    f = out / "inputs.json"
+    if f.is_file() and not overwrite:
+        diff = differences(read_json(f), json.loads(json.dumps(inputs)))
+        if diff:
+            raise TextebmError(f"--out {out}: was built from another vocabulary or other corpora ({'; '.join(diff)}); "
+                               "its generators, negatives and cells would not fit this config: choose a new --out, "
+                               "or pass --overwrite to start it again")
+    if not plan and (overwrite or not f.is_file()):
+        write_json(f, inputs)
+
+
 def _mark(out: Path, names) -> None:
     """Add `names` to the entries the marker of --out lists (written only when they change)."""
 
@@ -564,6 +589,7 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     cfg = read_config(cfg_.config)
     out = Path(cfg_.out)
     check_out(out, cfg_.overwrite, cfg_.plan)
+    check_inputs(out, matrix_inputs(cfg), cfg_.plan, cfg_.overwrite)
     m = Matrix(cfg, out, threads, cfg_.progress and cfg_.backend == "local")
     cells = [m.grid_cell(c) for c in plan_cells(cfg)]
     runner = m.runner()
