@@ -66,3 +66,14 @@ def classify_fixture(tmp_path_factory) -> Path:
     enc.save_pretrained(root / "encoder")
     tok.save_pretrained(root / "encoder")
     return root
+
+
+def patch_everywhere(monkeypatch, module, name: str, value) -> None:
+    """Set `module.name` to `value` in `module` and in every textebm module that imported it by name
+    (modules import what they use at the top, so a patch of the source alone would not be seen)."""
+    import sys
+
+    real = getattr(module, name)
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("textebm") and getattr(mod, name, None) is real:
+            monkeypatch.setattr(mod, name, value)

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import patch_everywhere
 
 from textebm.cli import main
 
@@ -40,9 +41,8 @@ def _no_work(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("work started before --out was checked")
 
-    monkeypatch.setattr(load, "find_model", boom)
-    monkeypatch.setattr(load, "load_classifier", boom)
-    monkeypatch.setattr(evaluate, "run_predictions", boom)
+    for module, name in ((load, "find_model"), (load, "load_classifier"), (evaluate, "run_predictions")):
+        patch_everywhere(monkeypatch, module, name, boom)
 
 
 def test_a_training_run_given_as_out_is_refused_and_intact(run, classify_fixture, capsys, monkeypatch):

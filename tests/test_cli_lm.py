@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from conftest import patch_everywhere
 
 from test_lm_sampling import make_tiny_lm, sentence, write_data
 from textebm.cli import main
@@ -97,7 +98,7 @@ def _no_work(monkeypatch):
         raise AssertionError("work started before the output target was checked")
 
     for module, name in ((load, "find_model"), (load, "load_lm"), (readers, "read_examples"), (readers, "load_split")):
-        monkeypatch.setattr(module, name, boom)
+        patch_everywhere(monkeypatch, module, name, boom)
 
 
 @pytest.mark.parametrize("command", ["score", "sample", "eval"])

@@ -74,8 +74,9 @@ def _unseen_line(cells: list[dict]) -> str:
     return "Drop from the seen to the unseen generator (points): " + ", ".join(drops) + "." if drops else ""
 
 
-def write_report(summary: dict, out: Path) -> Path:
-    """tables.md (accuracy % and AUROC per cell, grouped per slice) and a heatmap per matrix."""
+def write_report(summary: dict, out: Path) -> list[str]:
+    """tables.md (accuracy % and AUROC per cell, grouped per slice) and a heatmap per matrix;
+    returns the names of the files written."""
 
     by_table: dict[str, list[dict]] = defaultdict(list)
     for r in summary["cells"]:
@@ -84,6 +85,7 @@ def write_report(summary: dict, out: Path) -> Path:
     parts = ["# Real vs generated: the matrix\n",
              "Class-balanced accuracy % at the threshold fitted on validation (AUROC in brackets); "
              "test negatives come from another seed of the generator (or another generator).\n"]
+    written = ["tables.md"]
     for name, cells in by_table.items():
         kind = kinds.get(name, name)
         parts.append(f"\n## {name} ({kind})\n")
@@ -98,6 +100,7 @@ def write_report(summary: dict, out: Path) -> Path:
             _heatmap(f"{name}: accuracy %", trains, tests,
                      [[get[(tr, te)]["accuracy"] if (tr, te) in get else float("nan") for te in tests] for tr in trains],
                      out / f"heatmap-{safe}.png")
+            written.append(f"heatmap-{safe}.png")
             parts.append(f"\n![{name}](heatmap-{safe}.png)\n")
         else:
             cols = list(dict.fromkeys(c["test"] for c in cells))
@@ -119,10 +122,9 @@ def write_report(summary: dict, out: Path) -> Path:
                     f"{100 * g[key]:.1f} ({100 * g['fpr_reached']:.1f})" if (g := get.get((*r, col))) else "–"
                     for col in cols)] for r in rows]))
         parts.append("\n")
-    path = out / "tables.md"
-    with atomic_write(path) as f:
+    with atomic_write(out / "tables.md") as f:
         f.write("\n".join(parts))
-    return path
+    return written
 
 
 def _steps(spec: dict, per_epoch: float) -> float:
