@@ -157,7 +157,7 @@ def _killed(code: str) -> None:
 
 
 def test_temporaries_left_by_a_killed_run_are_removed_by_the_next_write(tmp_path):
-    """A kill in mid-write leaves `.metrics.json.XXXXXXXX.tmp` (and a `.report.XXXXXXXX.tmp` folder);
+    """A kill in mid-write leaves `.metrics.json.textebm-XXXXXXXX.tmp` (and a `.report.textebm-XXXXXXXX.tmp` folder);
     the next write of the same target removes them, but never a live writer's temporary (it holds
     a lock) nor a file of another pattern."""
     import os
@@ -176,16 +176,19 @@ def test_temporaries_left_by_a_killed_run_are_removed_by_the_next_write(tmp_path
     for name in stale:
         os.utime(tmp_path / name, (ago, ago))
     (tmp_path / ".metrics.json.my-notes.tmp").write_text("mine")
+    (tmp_path / ".metrics.json.backup01.tmp").write_text("mine too")  # 8 letters, as mkstemp's: still a user's
+    os.utime(tmp_path / ".metrics.json.backup01.tmp", (ago, ago))
     with atomic_write(target) as live:
-        live_tmp = next(p for p in tmp_path.iterdir() if p.name.startswith(".metrics.json.") and p.name not in stale
-                        and "notes" not in p.name)
+        live_tmp = next(p for p in tmp_path.iterdir() if p.name.startswith(".metrics.json.textebm-")
+                        and p.name not in stale)
         os.utime(live_tmp, (ago, ago))
         write_json(target, {"other": 1})  # a second writer of the same target meanwhile
         assert live_tmp.exists() and not (tmp_path / stale[0]).exists()
         live.write("{}")
     with output_dir(report, "x", False) as d:
         (d / "a.json").write_text("2")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".metrics.json.my-notes.tmp", "metrics.json", "report"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".metrics.json.backup01.tmp", ".metrics.json.my-notes.tmp",
+                                                          "metrics.json", "report"]
     assert target.read_text() == "{}" and (report / "a.json").read_text() == "2"
 
 

@@ -45,12 +45,12 @@ def _hold(fd: int) -> None:
 
 def remove_stale_temporaries(path: str | Path) -> list[Path]:
     """Remove the temporaries of `path` that a killed textebm process left beside it: only names
-    of textebm's pattern (`.NAME.XXXXXXXX.tmp`, made by `atomic_write`, `atomic_dir` and
+    of textebm's pattern (`.NAME.textebm-XXXXXXXX.tmp`, made by `atomic_write`, `atomic_dir` and
     `textebm.outputs.output_dir`) that no live process holds locked. Returns what was removed."""
     path = Path(path)
     if fcntl is None or not path.parent.is_dir():
         return []
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.textebm-[a-z0-9_]{{8}}\.tmp")
     removed = []
     for cand in path.parent.iterdir():
         if not pattern.fullmatch(cand.name) or cand.is_symlink():
@@ -85,7 +85,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.textebm-", suffix=".tmp", dir=path.parent)
     try:
         _hold(fd)
         os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes it private; an output is an ordinary file
@@ -119,11 +119,11 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def temporary_dir(path: str | Path) -> Iterator[Path]:
-    """An empty folder `.NAME.XXXXXXXX.tmp` beside `path`, held locked while in use and removed
+    """An empty folder `.NAME.textebm-XXXXXXXX.tmp` beside `path`, held locked while in use and removed
     afterwards unless moved away; stale ones of `path` are removed first."""
     path = Path(path)
     remove_stale_temporaries(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.textebm-", suffix=".tmp", dir=path.parent))
     fd = os.open(tmp, os.O_RDONLY)
     try:
         _hold(fd)
