@@ -23,6 +23,15 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
+
 from textebm.errors import InputError, TextebmError
 from textebm.io import iter_jsonl
 
@@ -67,15 +76,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, kind: str = "bpe",
 
 def _train_bpe(texts: Iterable[str], vocab_size: int, lowercase: bool):
     """Byte-level BPE as in GPT-2; its trainer sorts its alphabet, so it is deterministic."""
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        trainers,
-    )
-
     tok = Tokenizer(models.BPE())
     tok.normalizer = (normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
                       if lowercase else normalizers.NFC())
@@ -102,15 +102,6 @@ def _train_wordpiece(texts: Iterable[str], vocab_size: int, lowercase: bool):
     vocabulary, as WordPieceTrainer does internally.
     """
     from collections import Counter
-
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        trainers,
-    )
 
     normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                             strip_accents=None, lowercase=lowercase)
