@@ -15,7 +15,12 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from textebm.data.readers import example_id, load_split, read_examples, read_numbered_examples
+from textebm.data.readers import (
+    example_id,
+    load_split,
+    read_examples,
+    read_numbered_examples,
+)
 from textebm.errors import InputError, TextebmError, TextTooLong
 from textebm.inference import inference_setup, set_threads
 from textebm.io import read_json, write_json
