@@ -26,7 +26,6 @@ from textebm.errors import TextebmError
 from textebm.inference import batched
 from textebm.lm.scoring import item_texts, next_token_logprobs, next_token_targets
 from textebm.models.build import SmallLMConfig, build_causal_lm
-from textebm.models.gcnn import build_gcnn
 from textebm.models.lm import ensure_special_tokens, save_lm, special_ids
 from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_example
 from textebm.models.load import load_lm, load_tokenizer
@@ -144,6 +143,8 @@ def build_lm(spec: LMSpec, train_texts: list[str]):
         meta = ensure_special_tokens(tokenizer, None, infill=spec.objective == "infill")
         if spec.arch == "gcnn":
             sp = special_ids(tokenizer, meta)
+            from textebm.models.gcnn import build_gcnn  # transformers' model classes: only when a GCNN is built
+
             model = build_gcnn(len(tokenizer), spec.width, spec.layers, spec.kernel, spec.context, sp.pad, sp.bos,
                                sp.eos, seed=spec.seed)
         else:
