@@ -59,17 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _interrupted(ns: argparse.Namespace) -> str:
-    """The message after Ctrl-C: a training run that has a checkpoint says how to continue it."""
-    from pathlib import Path
-
-    run = Path(getattr(ns, "out", "") or "")
-    if hasattr(ns._cls, "resume") and run.name and (run / "checkpoint" / "state.json").is_file():
-        return (f"interrupted; {run} keeps its last checkpoint: rerun the same command with --resume to "
-                "continue the run from it")
-    return "interrupted"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -85,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"textebm: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a training run says how to continue (TrainingInterrupted)
-        print(f"textebm: interrupted: {e}" if str(e) else f"textebm: {_interrupted(ns)}", file=sys.stderr)
+        print(f"textebm: interrupted: {e}" if str(e) else "textebm: interrupted", file=sys.stderr)
         return 130
     return 0
 

@@ -57,21 +57,13 @@ def spec_from_dict(raw, path: str | Path) -> ClassifierSpec:
     rules = [("energy", spec.energy in ENERGY_CHOICES, f"one of {', '.join(ENERGY_CHOICES)}"),
              ("head", spec.head in HEADS, f"one of {', '.join(HEADS)}"),
              ("pooling", spec.pooling in POOLINGS, f"one of {', '.join(POOLINGS)}"),
-             ("dropout", _number(spec.dropout) and 0 <= spec.dropout < 1, "a number in [0, 1)"),
-             ("max_len", _integer(spec.max_len) and spec.max_len >= 1, "an integer >= 1"),
-             ("poscal_bins", _integer(spec.poscal_bins) and spec.poscal_bins >= 0, "an integer >= 0")]
+             ("dropout", 0 <= spec.dropout < 1, "a number in [0, 1)"),
+             ("max_len", spec.max_len >= 1, "an integer >= 1"),
+             ("poscal_bins", spec.poscal_bins >= 0, "an integer >= 0")]
     for name, ok, expected in rules:
         if not ok:
             raise InputError(path, f"'{name}' must be {expected}, got {getattr(spec, name)!r}")
     return spec
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _integer(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class EBMClassifier(nn.Module):
