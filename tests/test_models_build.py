@@ -42,16 +42,16 @@ def test_causal_lm_shapes_and_config(tok):
 def test_causal_lm_kv_cache_matches_full_forward(tok):
     from transformers import DynamicCache
 
-    from textebm.lm.generate import _cache_arg
+    from textebm.lm.generate import cache_arg
 
     lm = build_causal_lm(TINY, tok).eval()
     ids = _ids(tok, "the fox big sat on the log.")
     with torch.no_grad():
         full = lm(ids).logits  # (1, T, V)
         cache = DynamicCache(config=lm.config)  # filled in place, as textebm's sampler uses it
-        steps = [lm(ids[:, :3], use_cache=True, **_cache_arg(lm, cache)).logits]
+        steps = [lm(ids[:, :3], use_cache=True, **cache_arg(lm, cache)).logits]
         for t in range(3, ids.shape[1]):
-            steps.append(lm(ids[:, t:t + 1], use_cache=True, **_cache_arg(lm, cache)).logits)
+            steps.append(lm(ids[:, t:t + 1], use_cache=True, **cache_arg(lm, cache)).logits)
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
     gen = lm.generate(ids[:, :2], max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
     assert gen.shape[0] == 1 and 2 < gen.shape[1] <= 7

@@ -43,10 +43,12 @@ class ScalarEnergyHead(nn.Module):
 
 
 def fp32_linear(h: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """The output layer of every energy and score head: h W^T + b in fp32, so a model whose body
-    runs in bf16 still gives fp32 energies (under training's autocast the multiply runs in the
-    autocast precision, as every other). h (..., H), weight (O, H), bias (O,) -> (..., O)."""
-    return nn.functional.linear(h.float(), weight.float(), bias.float())  # (..., O)
+    """The output layer of every energy and score head: h W^T + b in fp32 or better (fp64 stays
+    fp64), so a model whose body runs in bf16 still gives fp32 energies (under training's autocast
+    the multiply runs in the autocast precision, as every other). h (..., H), weight (O, H), bias
+    (O,) -> (..., O)."""
+    dt = torch.promote_types(h.dtype, torch.float32)
+    return nn.functional.linear(h.to(dt), weight.to(dt), bias.to(dt))  # (..., O)
 
 
 def hidden_energy(logits: Tensor) -> Tensor:
@@ -107,13 +109,14 @@ def sequence_energy(variant: str, logits: Tensor, pooled: Tensor, head: ScalarEn
 def pool(hidden: Tensor, mask: Tensor, how: str = "mean") -> Tensor:
     """One vector per sequence from hidden states (B, T, H) and the attention mask (B, T).
 
-    mean: average over the real (mask 1) tokens, accumulated in fp32; cls: the first token.
+    mean: average over the real (mask 1) tokens, accumulated in fp32 (fp64 stays fp64); cls: the first token.
     Returns (B, H) in the hidden states' dtype.
     """
     if how == "cls":
         return hidden[:, 0]  # (B, H)
     if how != "mean":
         raise ValueError(f"unknown pooling {how!r}; expected one of {', '.join(POOLINGS)}")
-    m = mask.unsqueeze(-1).to(torch.float32)  # (B, T, 1)
-    summed = (hidden.float() * m).sum(1)  # (B, H)
+    acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 or better
+    m = mask.unsqueeze(-1).to(acc)  # (B, T, 1)
+    summed = (hidden.to(acc) * m).sum(1)  # (B, H)
     return (summed / m.sum(1).clamp(min=1)).to(hidden.dtype)  # (B, H)

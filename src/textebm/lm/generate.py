@@ -149,7 +149,7 @@ def _next_logits(output, banned: list[int]) -> torch.Tensor:
     return logits
 
 
-def _cache_arg(model, cache) -> dict:
+def cache_arg(model, cache) -> dict:
     """The key-value cache argument: `cache` from transformers 5.24 on, `past_key_values` before."""
     import inspect
 
@@ -164,7 +164,7 @@ def _generate_cached(model, contexts, max_new, gens, out, eos, pad, top_k, tempe
     ids, mask = ids.to(device), mask.to(device)
     pos = positions(mask)  # (B, P)
     cache = DynamicCache(config=model.config)
-    output = model(input_ids=ids, attention_mask=mask, position_ids=pos, **_cache_arg(model, cache),
+    output = model(input_ids=ids, attention_mask=mask, position_ids=pos, **cache_arg(model, cache),
                    use_cache=True, logits_to_keep=1)
     logits = _next_logits(output, banned)  # (B, V)
     next_pos = pos[:, -1] + 1  # (B,)
@@ -187,7 +187,7 @@ def _generate_cached(model, contexts, max_new, gens, out, eos, pad, top_k, tempe
         feed = torch.where(alive.to(device), tok, pad).unsqueeze(-1)  # (B, 1)
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # (B, T+1)
         output = model(input_ids=feed, attention_mask=mask, position_ids=next_pos.unsqueeze(-1),
-                       **_cache_arg(model, cache), use_cache=True)
+                       **cache_arg(model, cache), use_cache=True)
         logits = _next_logits(output, banned)  # (B, V)
         next_pos = next_pos + 1
 

@@ -1,0 +1,163 @@
+"""Perplexity of the joint model, bounded (Deng et al. 2020, sec. 3.2, eq. 4 and 5).
+
+For a test window x = x_{1..p} x_{p+1..T} the joint model gives
+
+    log P(x_{p+1..T} | x_{1..p}) = log P_LM(x_{p+1..T} | x_{1..p}) − E(x) − log Z(x_{1..p})
+
+and log Z(x_{1..p}) = log E_{x' ~ P_LM(·|x_{1..p})} exp(−E(x_{1..p} x')) is estimated from n samples
+of the base LM (`textebm.residual.joint.BaseLM`: untruncated, fixed length) by T_n (below log Z
+for large n) and U_n (above): U_n gives the upper perplexity, T_n the lower
+(`textebm.residual.partition`). The samples of a prefix are drawn in chunks and only their
+energies kept, so n = 10,000 costs memory for 10,000 floats, not 10,000 windows.
+
+Per position (eq. 5): with Z_j the expectation of exp(−E) over the rest of the window given x_{1..j}
+(Z_p = Z(x_{1..p}); Z_T = exp(−E(x)), exact),
+
+    log P(x_t | x_<t) = log P_LM(x_t | x_<t) + log Z_t − log Z_{t−1}
+
+The lower bound pairs the numerator's lower estimate with the denominator's upper one (and the
+other way round); one set of samples per j serves position j (numerator) and j + 1
+(denominator). The last position is exact: Z_{T−1} = Σ_v P_LM(v | x_<T) exp(−E(x_<T v)) over every
+token the base LM can write, scored in one batch (a causal energy runs x_<T once).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from textebm.residual.joint import BaseLM, JointEnergy
+from textebm.residual.partition import log_partition_estimates
+from textebm.seeds import derive_seed
+
+
+def sample_energies(base: BaseLM, energy: JointEnergy, prefix: Sequence[int], length: int, n: int, seed: int,
+                    chunk: int = 256, batch_size: int = 64, tick: Callable[[int], None] | None = None) -> np.ndarray:
+    """E(prefix + x') of n untruncated samples x' of `length` tokens (n,) float64, sample i seeded
+    by (seed, i); drawn and scored `chunk` at a time, only the energies kept. `tick(k)` after
+    each chunk of k samples (progress)."""
+    ctx = base.context(prefix)
+    out = np.empty(n, dtype=np.float64)
+    for s in range(0, n, chunk):
+        k = min(chunk, n - s)
+        gens = base.sample([ctx] * k, length, [derive_seed(seed, i) for i in range(s, s + k)], 0, batch_size)
+        out[s:s + k] = energy.continuation_energies(prefix, [g.tokens for g in gens], batch_size)
+        if tick:
+            tick(k)
+    if not np.all(np.isfinite(out)):
+        raise FloatingPointError("the energy of a sample is NaN or infinite")
+    return out
+
+
+def ladder(n: int) -> list[int]:
+    """Sample sizes at which the bound gap is reported: 2, 4, 8, ... and n itself."""
+    sizes, k = [], 2
+    while k < n:
+        sizes.append(k)
+        k *= 2
+    return sizes + [n]
+
+
+def estimates_by_size(energies: np.ndarray, sizes: Sequence[int]) -> dict[int, tuple[float, float]]:
+    """(T_k, U_k) from the first k samples, for each k in `sizes`."""
+    return {k: log_partition_estimates(energies[:k]) for k in sizes}
+
+
+@dataclass
+class WindowBounds:
+    """One test window's terms: the base LM's log-probabilities of its continuation tokens, its
+    energy, and log Z's estimates (T_k, U_k) at each sample size k of the ladder."""
+
+    key: str
+    lp_lm: list[float]  # (m,) log P_LM of each continuation token
+    energy: float  # E(x)
+    estimates: dict[int, tuple[float, float]]  # k -> (T_k, U_k)
+
+    def as_row(self) -> dict:
+        return {"key": self.key, "lp_lm": self.lp_lm, "energy": self.energy,
+                "estimates": {str(k): list(v) for k, v in self.estimates.items()}}
+
+    @classmethod
+    def from_row(cls, row: dict) -> "WindowBounds":
+        return cls(row["key"], row["lp_lm"], row["energy"],
+                   {int(k): (float(v[0]), float(v[1])) for k, v in row["estimates"].items()})
+
+
+def window_bounds(base: BaseLM, energy: JointEnergy, key: str, window: Sequence[int], prefix_len: int, n: int,
+                  seed: int, chunk: int = 256, batch_size: int = 64, tick=None) -> WindowBounds:
+    """The terms of one test window (see `WindowBounds`); samples seeded by (seed, key)."""
+    prefix, cont = list(window[:prefix_len]), list(window[prefix_len:])
+    lp = base.continuation_logprobs([prefix], [cont])[0]  # (m,)
+    e = float(energy.energies([list(window)])[0])
+    if not math.isfinite(e):
+        raise FloatingPointError(f"the energy of window {key} is NaN or infinite")
+    z = sample_energies(base, energy, prefix, len(cont), n, derive_seed(seed, key, prefix_len, "z"), chunk,
+                        batch_size, tick)
+    return WindowBounds(key, [float(x) for x in lp], e, estimates_by_size(z, ladder(n)))
+
+
+def perplexities(rows: Sequence[WindowBounds], n: int | None = None) -> dict:
+    """Token perplexities over every continuation token of `rows`: the base LM's, and the joint
+    model's upper (from U_n) and lower (from T_n) estimates at n samples (default: the most)."""
+    tokens = sum(len(r.lp_lm) for r in rows)
+    lp = math.fsum(math.fsum(r.lp_lm) for r in rows)
+    e = math.fsum(r.energy for r in rows)
+    n = n or min(max(r.estimates) for r in rows)
+    t = math.fsum(r.estimates[n][0] for r in rows)
+    u = math.fsum(r.estimates[n][1] for r in rows)
+    return {"windows": len(rows), "tokens": tokens, "samples": n,
+            "base_ppl": math.exp(-lp / tokens),
+            "joint_ppl_lower": math.exp(-(lp - e - t) / tokens),
+            "joint_ppl_upper": math.exp(-(lp - e - u) / tokens)}
+
+
+def gap_by_size(rows: Sequence[WindowBounds]) -> list[dict]:
+    """The perplexity bounds and their gap at every sample size of the ladder (figure 2 left)."""
+    sizes = sorted(set.intersection(*(set(r.estimates) for r in rows)))
+    out = []
+    for k in sizes:
+        p = perplexities(rows, k)
+        out.append({"samples": k, "lower": p["joint_ppl_lower"], "upper": p["joint_ppl_upper"],
+                    "gap": p["joint_ppl_upper"] - p["joint_ppl_lower"]})
+    return out
+
+
+# ---------------------------------------------------------------- per position (eq. 5)
+
+
+def exact_last_log_z(base: BaseLM, energy: JointEnergy, head: Sequence[int], batch_size: int = 256) -> float:
+    """log Z_{T−1} = log Σ_v P_LM(v | head) exp(−E(head v)) over every token v the base LM can write,
+    `head` = x_{1..T−1} (the window without its last token). Exact, in float64."""
+    lp = base.next_logprobs([base.context(head)])[0].numpy()  # (V,)
+    allowed = np.flatnonzero(np.isfinite(lp))  # (V',)
+    e = energy.continuation_energies(list(head), [[int(v)] for v in allowed], batch_size)  # (V',)
+    terms = lp[allowed] - e
+    return float(np.logaddexp.reduce(terms))
+
+
+def position_bounds(base: BaseLM, energy: JointEnergy, key: str, window: Sequence[int], prefix_len: int, n: int,
+                    seed: int, chunk: int = 256, batch_size: int = 64, exact: bool = True, tick=None) -> dict:
+    """Eq. 5 at every continuation position t = p+1..T of one window: log P_LM(x_t | x_<t), and the
+    joint model's lower and upper estimates (n samples per conditioning length j = p..T−1, each
+    set shared by positions j and j + 1); `exact` adds the last position's exact value."""
+    window = list(window)
+    big_t = len(window)
+    lp = base.continuation_logprobs([window[:prefix_len]], [window[prefix_len:]])[0]  # (m,)
+    e_x = float(energy.energies([window])[0])
+    tu = {}  # j -> (T_n, U_n) of log Z_j
+    for j in range(prefix_len, big_t):
+        z = sample_energies(base, energy, window[:j], big_t - j, n, derive_seed(seed, key, j, "z"), chunk,
+                            batch_size, tick)
+        tu[j] = log_partition_estimates(z)
+    tu[big_t] = (-e_x, -e_x)  # Z_T = exp(−E(x)), exact
+    rows = []
+    for i, t in enumerate(range(prefix_len + 1, big_t + 1)):
+        num, den = tu[t], tu[t - 1]
+        rows.append({"position": i + 1, "lp_lm": float(lp[i]),
+                     "lower": float(lp[i] + num[0] - den[1]), "upper": float(lp[i] + num[1] - den[0])})
+    if exact:
+        rows[-1]["exact"] = float(lp[-1] - e_x - exact_last_log_z(base, energy, window[:-1], batch_size))
+    return {"key": key, "positions": rows}

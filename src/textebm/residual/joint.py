@@ -1,0 +1,174 @@
+"""The joint model of Deng et al. (2020), eq. 2, over a frozen base LM and a sequence energy:
+
+    P(x_{p+1..T} | x_{1..p}) = P_LM(x_{p+1..T} | x_{1..p}) exp(−E(x_{1..T})) / Z(x_{1..p})
+
+`BaseLM` is the base LM as every part of paper d uses it, ONE distribution everywhere (the
+training negatives of `negatives generate --top-k 0`, the samples behind log Z, the test tokens'
+log P_LM, the baselines' perplexities): a causal LM in the shared vocabulary read left to right,
+given `[bos] x_1..x_p`, writing exactly T − p tokens with [eos] and the layout symbols banned
+and the other tokens renormalised (a continuation of fixed length never ends early). Its
+samples come from textebm's one sampler (`textebm.lm.generate.generate`), each seeded by its own
+generator, so a sample never depends on the batch it was drawn in.
+
+`JointEnergy` is E(x_{1..T}) over whole windows (prefix and continuation together, as
+`residual train` scored them). For a causal energy (UniT) the prefix's states are the same for
+every continuation of a prefix: `continuation_energies` runs the prefix once and only the
+continuations after it (the key-value cache), which is what makes joint sampling cheap. Its
+equivalence to the full pass is tested.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from textebm.detection.detect import energies as window_energies
+from textebm.energy import fp32_linear
+from textebm.errors import TextebmError
+from textebm.lm.generate import Generation, banned_ids, cache_arg, generate
+from textebm.models.lm import special_ids
+from textebm.tokenizer import same_vocab
+
+
+class BaseLM:
+    """P_LM of paper d (see the module doc). `name` is how errors call the model (an option)."""
+
+    def __init__(self, model, tokenizer, meta, vocab=None, name: str = "--base"):
+        if meta.objective != "causal":
+            raise TextebmError(f"{name}: the base LM must be a causal LM, not an {meta.objective} one")
+        if meta.direction != "l2r":
+            raise TextebmError(f"{name}: the base LM must read left to right; this one was trained r2l")
+        if vocab is not None and not same_vocab(tokenizer, vocab):
+            raise TextebmError(f"{name}: the base LM's vocabulary differs from the energy's; the joint model "
+                               "needs both in one vocabulary (train the LM with `lm train --tokenizer VOCAB`)")
+        self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.sp = special_ids(tokenizer, meta)
+        self.banned = tuple(sorted(set(banned_ids(self.sp)) | {self.sp.eos}))
+        self.vocab_size = int(model.config.vocab_size)
+        self.max_positions = getattr(model.config, "max_position_embeddings", None)
+        self.device = next(model.parameters()).device
+
+    def context(self, prefix: Sequence[int]) -> list[int]:
+        """The model input that precedes the continuation: [bos] x_1..x_p."""
+        return [self.sp.bos, *prefix]
+
+    def check_length(self, prefix_len: int, cont_len: int, option: str = "--prefix") -> None:
+        """A window of [bos] + prefix + continuation must fit the base LM's positions."""
+        if self.max_positions and 1 + prefix_len + cont_len > self.max_positions:
+            raise TextebmError(f"{option} {prefix_len} + {cont_len} generated tokens (and [bos]) exceed the "
+                               f"{self.max_positions} positions of {self.name}")
+
+    def sample(self, contexts: Sequence[Sequence[int]], length: int, seeds: Sequence[int], top_k: int = 0,
+               batch_size: int = 64, temperature: float = 1.0) -> list[Generation]:
+        """One continuation of exactly `length` tokens per context (the module doc's P_LM; `top_k` 0:
+        untruncated), row i drawn from a generator seeded by `seeds[i]`; `batch_size` rows at a time."""
+        out: list[Generation] = []
+        k = top_k or self.vocab_size
+        for s in range(0, len(contexts), batch_size):
+            ctx = [list(c) for c in contexts[s:s + batch_size]]
+            gens = [torch.Generator().manual_seed(int(x)) for x in seeds[s:s + batch_size]]
+            out.extend(generate(self.model, ctx, [length] * len(ctx), gens, self.sp.eos, self.sp.pad, k,
+                                temperature, self.banned))
+        return out
+
+    @torch.inference_mode()
+    def next_logprobs(self, contexts: Sequence[Sequence[int]], batch_size: int = 64) -> torch.Tensor:
+        """log P_LM(v | context) for every token v, banned tokens at −inf: (N, V) float64, rows in
+        input order (contexts of one length per call keep it simple: they are right-aligned)."""
+        rows = []
+        for s in range(0, len(contexts), batch_size):
+            ids = torch.tensor([list(c) for c in contexts[s:s + batch_size]], device=self.device)  # (B, P)
+            logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False,
+                                logits_to_keep=1).logits[:, -1]  # (B, V)
+            rows.append(self._log_softmax(logits))
+        return torch.cat(rows)  # (N, V)
+
+    def _log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        lg = logits.double()  # (..., V)
+        lg[..., list(self.banned)] = float("-inf")
+        return lg.log_softmax(-1).cpu()
+
+    @torch.inference_mode()
+    def continuation_logprobs(self, prefixes: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
+                              batch_size: int = 32) -> np.ndarray:
+        """log P_LM(x_t | x_<t) of each continuation token (N, m) float64, under the module doc's P_LM.
+        Prefixes share one length, continuations another. A banned token in a continuation is an
+        error (its probability is 0 under P_LM)."""
+        out = []
+        for s in range(0, len(prefixes), batch_size):
+            seqs = [self.context(p) + list(c) for p, c in zip(prefixes[s:s + batch_size], continuations[s:s + batch_size])]
+            m = len(continuations[s])
+            ids = torch.tensor(seqs, device=self.device)  # (B, 1+p+m)
+            logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+            lp = self._log_softmax(logits[:, -m - 1:-1])  # (B, m, V) predicting the continuation
+            tgt = ids[:, -m:].cpu()  # (B, m)
+            out.append(lp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1).numpy())  # (B, m)
+        res = np.concatenate(out) if out else np.zeros((0, 0))
+        if not np.all(np.isfinite(res)):
+            raise TextebmError(f"a continuation holds a token that {self.name} never writes ([eos] or a layout "
+                               "symbol); windows of running text have none")
+        return res
+
+
+@dataclass
+class JointEnergy:
+    """E(x_{1..T}) of whole windows in the shared vocabulary (a `residual train` energy)."""
+
+    model: torch.nn.Module
+    spec: object  # EnergySpec
+    tokenizer: object
+    vocab: object
+
+    @property
+    def cached(self) -> bool:
+        """Whether continuations of one prefix share the prefix's pass (a causal energy, UniT)."""
+        return self.spec.kind == "unitransf" and not self.spec.retokenize
+
+    def energies(self, windows: Sequence[Sequence[int]], batch_size: int = 64) -> np.ndarray:
+        """E of each window (N,) float64 (the slow path: every window read in full)."""
+        return window_energies(self.model, self.spec, self.tokenizer, self.vocab, windows, batch_size)
+
+    def continuation_energies(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]],
+                              batch_size: int = 64) -> np.ndarray:
+        """E(prefix + c) for each continuation c (N,) float64; UniT runs the prefix once."""
+        if not self.cached or not prefix:
+            return self.energies([[*prefix, *c] for c in continuations], batch_size)
+        return _unit_energies(self.model, list(prefix), [list(c) for c in continuations], batch_size)
+
+
+@torch.inference_mode()
+def _unit_energies(model, prefix: list[int], conts: list[list[int]], batch_size: int) -> np.ndarray:
+    """UniTransfEnergy (a causal body, mean-pooled over the window, linear to a scalar) with the
+    prefix's keys, values and summed states computed once. Continuations share one length."""
+    from transformers import DynamicCache
+
+    body = model.body
+    device = next(model.parameters()).device
+    p = len(prefix)
+    was_training = model.training
+    model.eval()
+    with torch.autocast(device.type, enabled=False):
+        ids = torch.tensor([prefix], device=device)  # (1, p)
+        cache = DynamicCache(config=body.config)
+        out = body(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **cache_arg(body, cache))
+        h_prefix = out.last_hidden_state  # (1, p, H)
+        acc = torch.promote_types(h_prefix.dtype, torch.float32)  # fp32 or better, as energy.pool
+        prefix_sum = h_prefix.to(acc).sum(1)  # (1, H)
+        res = []
+        for s in range(0, len(conts), batch_size):
+            batch = torch.tensor(conts[s:s + batch_size], device=device)  # (B, m)
+            b, m = batch.shape
+            c = copy.deepcopy(cache)
+            c.batch_repeat_interleave(b)
+            pos = torch.arange(p, p + m, device=device).expand(b, m)  # (B, m)
+            mask = torch.ones(b, p + m, dtype=torch.long, device=device)  # (B, p+m)
+            h = body(input_ids=batch, attention_mask=mask, position_ids=pos, use_cache=True,
+                     **cache_arg(body, c)).last_hidden_state  # (B, m, H)
+            mean = ((prefix_sum + h.to(acc).sum(1)) / (p + m)).to(h.dtype)  # (B, H), as energy.pool
+            res.append(fp32_linear(mean, model.out.weight, model.out.bias).squeeze(-1).double().cpu())  # (B,)
+    model.train(was_training)
+    return torch.cat(res).numpy() if res else np.zeros(0)
