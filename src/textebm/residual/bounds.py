@@ -34,22 +34,32 @@ from textebm.residual.partition import log_partition_estimates
 from textebm.seeds import derive_seed
 
 
-def sample_energies(base: BaseLM, energy: JointEnergy, prefix: Sequence[int], length: int, n: int, seed: int,
-                    chunk: int = 256, batch_size: int = 64, tick: Callable[[int], None] | None = None) -> np.ndarray:
-    """E(prefix + x') of n untruncated samples x' of `length` tokens (n,) float64, sample i seeded
-    by (seed, i); drawn and scored `chunk` at a time, only the energies kept. `tick(k)` after
-    each chunk of k samples (progress)."""
+def sample_energies_many(base: BaseLM, energies: Sequence[JointEnergy], prefix: Sequence[int], length: int,
+                        n: int, seed: int, chunk: int = 256, batch_size: int = 64,
+                        tick: Callable[[int], None] | None = None) -> np.ndarray:
+    """E(prefix + x') under each energy of n untruncated samples x' of `length` tokens, (k, n)
+    float64 for k energies: the samples are drawn once and scored by every energy. Sample i is
+    seeded by (seed, i); they are drawn and scored `chunk` at a time and only the energies kept.
+    `tick(c)` after each chunk of c samples (progress)."""
     ctx = base.context(prefix)
-    out = np.empty(n, dtype=np.float64)
+    out = np.empty((len(energies), n), dtype=np.float64)
     for s in range(0, n, chunk):
-        k = min(chunk, n - s)
-        gens = base.sample([ctx] * k, length, [derive_seed(seed, i) for i in range(s, s + k)], 0, batch_size)
-        out[s:s + k] = energy.continuation_energies(prefix, [g.tokens for g in gens], batch_size)
+        c = min(chunk, n - s)
+        conts = [g.tokens for g in base.sample([ctx] * c, length, [derive_seed(seed, i) for i in range(s, s + c)],
+                                               0, batch_size)]
+        for k, energy in enumerate(energies):
+            out[k, s:s + c] = energy.continuation_energies(prefix, conts, batch_size)
         if tick:
-            tick(k)
+            tick(c)
     if not np.all(np.isfinite(out)):
         raise FloatingPointError("the energy of a sample is NaN or infinite")
     return out
+
+
+def sample_energies(base: BaseLM, energy: JointEnergy, prefix: Sequence[int], length: int, n: int, seed: int,
+                    chunk: int = 256, batch_size: int = 64, tick: Callable[[int], None] | None = None) -> np.ndarray:
+    """`sample_energies_many` with one energy: (n,) float64."""
+    return sample_energies_many(base, [energy], prefix, length, n, seed, chunk, batch_size, tick)[0]
 
 
 def ladder(n: int) -> list[int]:
@@ -86,17 +96,25 @@ class WindowBounds:
                    {int(k): (float(v[0]), float(v[1])) for k, v in row["estimates"].items()})
 
 
+def window_bounds_many(base: BaseLM, energies: Sequence[JointEnergy], key: str, window: Sequence[int],
+                       prefix_len: int, n: int, seed: int, chunk: int = 256, batch_size: int = 64,
+                       tick=None) -> list[WindowBounds]:
+    """The terms of one test window under each energy (one `WindowBounds` each; the base LM's
+    samples drawn once, seeded by (seed, key), and scored by every energy)."""
+    prefix, cont = list(window[:prefix_len]), list(window[prefix_len:])
+    lp = [float(x) for x in base.continuation_logprobs([prefix], [cont])[0]]  # (m,)
+    e = [float(en.energies([list(window)])[0]) for en in energies]
+    if not all(math.isfinite(x) for x in e):
+        raise FloatingPointError(f"the energy of window {key} is NaN or infinite")
+    z = sample_energies_many(base, energies, prefix, len(cont), n, derive_seed(seed, key, prefix_len, "z"), chunk,
+                             batch_size, tick)  # (k, n)
+    return [WindowBounds(key, lp, e[k], estimates_by_size(z[k], ladder(n))) for k in range(len(energies))]
+
+
 def window_bounds(base: BaseLM, energy: JointEnergy, key: str, window: Sequence[int], prefix_len: int, n: int,
                   seed: int, chunk: int = 256, batch_size: int = 64, tick=None) -> WindowBounds:
     """The terms of one test window (see `WindowBounds`); samples seeded by (seed, key)."""
-    prefix, cont = list(window[:prefix_len]), list(window[prefix_len:])
-    lp = base.continuation_logprobs([prefix], [cont])[0]  # (m,)
-    e = float(energy.energies([list(window)])[0])
-    if not math.isfinite(e):
-        raise FloatingPointError(f"the energy of window {key} is NaN or infinite")
-    z = sample_energies(base, energy, prefix, len(cont), n, derive_seed(seed, key, prefix_len, "z"), chunk,
-                        batch_size, tick)
-    return WindowBounds(key, [float(x) for x in lp], e, estimates_by_size(z, ladder(n)))
+    return window_bounds_many(base, [energy], key, window, prefix_len, n, seed, chunk, batch_size, tick)[0]
 
 
 def perplexities(rows: Sequence[WindowBounds], n: int | None = None) -> dict:
@@ -138,26 +156,38 @@ def exact_last_log_z(base: BaseLM, energy: JointEnergy, head: Sequence[int], bat
     return float(np.logaddexp.reduce(terms))
 
 
-def position_bounds(base: BaseLM, energy: JointEnergy, key: str, window: Sequence[int], prefix_len: int, n: int,
-                    seed: int, chunk: int = 256, batch_size: int = 64, exact: bool = True, tick=None) -> dict:
-    """Eq. 5 at every continuation position t = p+1..T of one window: log P_LM(x_t | x_<t), and the
-    joint model's lower and upper estimates (n samples per conditioning length j = p..T−1, each
-    set shared by positions j and j + 1); `exact` adds the last position's exact value."""
+def position_bounds_many(base: BaseLM, energies: Sequence[JointEnergy], key: str, window: Sequence[int],
+                         prefix_len: int, n: int, seed: int, chunk: int = 256, batch_size: int = 64,
+                         exact: bool = True, tick=None) -> list[dict]:
+    """Eq. 5 at every continuation position t = p+1..T of one window under each energy: log
+    P_LM(x_t | x_<t), and the joint model's lower and upper estimates (n samples per conditioning
+    length j = p..T−1, drawn once for all energies, each set shared by positions j and j + 1);
+    `exact` adds the last position's exact value."""
     window = list(window)
     big_t = len(window)
     lp = base.continuation_logprobs([window[:prefix_len]], [window[prefix_len:]])[0]  # (m,)
-    e_x = float(energy.energies([window])[0])
-    tu = {}  # j -> (T_n, U_n) of log Z_j
+    e_x = [float(en.energies([window])[0]) for en in energies]
+    tu = [{} for _ in energies]  # per energy: j -> (T_n, U_n) of log Z_j
     for j in range(prefix_len, big_t):
-        z = sample_energies(base, energy, window[:j], big_t - j, n, derive_seed(seed, key, j, "z"), chunk,
-                            batch_size, tick)
-        tu[j] = log_partition_estimates(z)
-    tu[big_t] = (-e_x, -e_x)  # Z_T = exp(−E(x)), exact
-    rows = []
-    for i, t in enumerate(range(prefix_len + 1, big_t + 1)):
-        num, den = tu[t], tu[t - 1]
-        rows.append({"position": i + 1, "lp_lm": float(lp[i]),
-                     "lower": float(lp[i] + num[0] - den[1]), "upper": float(lp[i] + num[1] - den[0])})
-    if exact:
-        rows[-1]["exact"] = float(lp[-1] - e_x - exact_last_log_z(base, energy, window[:-1], batch_size))
-    return {"key": key, "positions": rows}
+        z = sample_energies_many(base, energies, window[:j], big_t - j, n, derive_seed(seed, key, j, "z"), chunk,
+                                 batch_size, tick)  # (k, n)
+        for k in range(len(energies)):
+            tu[k][j] = log_partition_estimates(z[k])
+    out = []
+    for k, en in enumerate(energies):
+        tu[k][big_t] = (-e_x[k], -e_x[k])  # Z_T = exp(−E(x)), exact
+        rows = []
+        for i, t in enumerate(range(prefix_len + 1, big_t + 1)):
+            num, den = tu[k][t], tu[k][t - 1]
+            rows.append({"position": i + 1, "lp_lm": float(lp[i]),
+                         "lower": float(lp[i] + num[0] - den[1]), "upper": float(lp[i] + num[1] - den[0])})
+        if exact:
+            rows[-1]["exact"] = float(lp[-1] - e_x[k] - exact_last_log_z(base, en, window[:-1], batch_size))
+        out.append({"key": key, "positions": rows})
+    return out
+
+
+def position_bounds(base: BaseLM, energy: JointEnergy, key: str, window: Sequence[int], prefix_len: int, n: int,
+                    seed: int, chunk: int = 256, batch_size: int = 64, exact: bool = True, tick=None) -> dict:
+    """`position_bounds_many` with one energy."""
+    return position_bounds_many(base, [energy], key, window, prefix_len, n, seed, chunk, batch_size, exact, tick)[0]
