@@ -27,7 +27,8 @@ GROUPS = {
               "masked-LM PLL, two-tower, causal LM"),
     "negatives": ("textebm.cli.negatives", "windows of real text and LM-generated negatives (Bakhtin et al. 2019)"),
     "residual": ("textebm.cli.residual", "real-vs-generated detectors: sequence energies and zero-shot baselines, "
-                 "train, fit, eval, score, threshold, generalisation matrix"),
+                 "train, fit, eval, score, threshold, generalisation matrix; residual EBM generation (Deng et al. 2020): "
+                 "generate, ppl"),
     "classify": ("textebm.cli.classify", "calibrated classifiers by joint EBM training: train, eval"),
     "quickstart": ("textebm.cli.quickstart", "the main job: the calibration comparison of He et al. (2021), "
                    "end to end on rt-polarity (or --data)"),

@@ -8,6 +8,11 @@
   textebm residual analyze --model RUN --test TEST.jsonl --lm GENERATOR --out DIR
   textebm residual matrix --config bench/residual/cpu.json --out runs/residual
 
+Residual EBMs for generation (Deng et al. 2020): the joint model P_LM(x) exp(-E(x)).
+
+  textebm residual generate --base LM --energy RUN --data DIR --split test --n 100 --top-k 10 --out GEN
+  textebm residual ppl --base LM --energy RUN [RUN ...] --data DIR --split test --samples 1000 --out PPL
+
 Negatives files come from `textebm negatives generate`. A detector (RUN of `residual train`, or
 DET of `residual fit` for a zero-shot one) carries its decision rule in detector.json: the
 threshold and the temperature fitted on validation windows, never on test.
@@ -16,6 +21,7 @@ threshold and the temperature fitted on validation windows, never on test.
 from textebm.detection.commands import AnalyzeConfig, DetectEvalConfig, FitConfig, DetectScoreConfig, ThresholdConfig
 from textebm.detection.matrix import MatrixConfig
 from textebm.detection.train import ResidualTrainConfig
+from textebm.residual.commands import ResidualGenerateConfig, ResidualPPLConfig
 
 
 def train(cfg: ResidualTrainConfig) -> None:
@@ -75,6 +81,26 @@ def matrix(cfg: MatrixConfig) -> None:
         print(f"{len(summary['cells'])} cells; tables in {cfg.out}/tables.md")
 
 
+def generate(cfg: ResidualGenerateConfig) -> None:
+    """Top-k joint sampling (Algorithm 1): n base-LM candidates per prefix, one resampled by exp(-E)."""
+    from textebm.residual.commands import residual_generate
+
+    m = residual_generate(cfg)
+    g = m["groups"]
+    print(f"{cfg.out}: {m['prefixes']} prefixes, ESS mean {m['ess_mean']:.1f} of {m['n']}; unique 4-grams "
+          + ", ".join(f"{k} {v['unique_4gram']:.3f}" for k, v in g.items()) + f"; report in {cfg.out}/report.md")
+
+
+def ppl(cfg: ResidualPPLConfig) -> None:
+    """Perplexity bounds of the joint model (T_n / U_n), the base LM's and others' on the same tokens."""
+    from textebm.residual.commands import residual_ppl
+
+    m = residual_ppl(cfg)
+    parts = [f"base LM {m['base_ppl']:.2f}"] + [f"{c['model']} {c['ppl']:.2f}" for c in m["compare"]]
+    parts += [f"joint {x['kind']} {x['joint_ppl_lower']:.2f}-{x['joint_ppl_upper']:.2f}" for x in m["models"]]
+    print(f"{cfg.out}: perplexity over {m['tokens']} tokens: " + "; ".join(parts))
+
+
 COMMANDS: dict = {
     "train": (ResidualTrainConfig, train),
     "fit": (FitConfig, fit),
@@ -83,4 +109,6 @@ COMMANDS: dict = {
     "threshold": (ThresholdConfig, threshold),
     "matrix": (MatrixConfig, matrix),
     "analyze": (AnalyzeConfig, analyze),
+    "generate": (ResidualGenerateConfig, generate),
+    "ppl": (ResidualPPLConfig, ppl),
 }

@@ -195,6 +195,7 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     model, spec, tokenizer = build_energy_model(EnergyBuildSpec(
         energy=cfg.energy, init=cfg.init, layers=cfg.layers, width=cfg.width, heads=cfg.heads,
         max_tokens=cfg.max_tokens, seed=cfg.seed), vocab, length)
+    spec.contexts = sorted({int(r["context_len"]) for r in train_rows})
     batcher = WindowBatcher(spec, tokenizer, vocab)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("%s energy: %.2fM parameters, %d training windows x (1 + %d negatives), %d validation windows",

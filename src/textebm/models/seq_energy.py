@@ -115,6 +115,8 @@ class EnergySpec:
     #                           vocabulary (saved in vocab/) and re-tokenised (e.g. MiniLM WordPiece)
     max_tokens: int = 0  # retokenize: cap on the re-tokenised length
     init: str = ""  # what the body started from (provenance)
+    contexts: list[int] = dataclasses.field(default_factory=list)  # context lengths c of its training
+    #                                                                 windows (paper d: the prefix p)
 
 
 def spec_from_dict(raw: dict, where) -> EnergySpec:

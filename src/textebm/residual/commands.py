@@ -1,0 +1,401 @@
+"""`residual generate` and `residual ppl`: the joint model of Deng et al. (2020) from the command
+line (files, options, resume); the library is `joint`, `generate`, `bounds`, `partition`.
+
+Both read test windows of a dataset split in the shared vocabulary (`textebm.detection
+.negative_sampling.windows_of`: split by document, non-overlapping windows of p + m tokens,
+a seeded subset), or for `generate` a file of prefixes. Both write a folder (`--out`) whose rows
+are kept, while the run lasts, in OUT.partial beside it: an interrupted run continues from the
+rows there when the models (by content), the windows and every option that changes a row are the
+same, and stops with exit status 2 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from textebm.data.readers import read_examples
+from textebm.detection import detect
+from textebm.detection.negative_sampling import corpus_name, windows_of
+from textebm.errors import InputError, TextebmError
+from textebm.fingerprint import folder_sha256, json_sha256
+from textebm.inference import inference_setup, set_threads
+from textebm.io import atomic_write, write_json
+from textebm.models.load import CAUSAL_LM, ENERGY, find_model, load_energy, load_lm
+from textebm.options import check_config, refuse_unused, threads_field
+from textebm.outputs import check_output_dir, output_dir
+from textebm.precision import resolve_precision
+from textebm.residual import bounds, report
+from textebm.residual.diversity import ngram_ratios
+from textebm.residual.generate import joint_sample
+from textebm.residual.joint import BaseLM, JointEnergy
+from textebm.resumable import PartialFile
+from textebm.seeds import derive_seed
+
+log = logging.getLogger(__name__)
+
+GENERATE_KIND = "residual generate"
+PPL_KIND = "residual ppl"
+
+
+@dataclass(kw_only=True)
+class _JointOptions:
+    """What `generate` and `ppl` share: the models, the windows and how they run."""
+
+    base: str = field(metadata={"help": "the base LM P_LM: a causal LM in the energy's vocabulary (RUN of "
+                                        "`lm train`; frozen)"})
+    out: str = field(metadata={"help": "output folder (its rows wait in OUT.partial while it runs; resumable)"})
+    data: str = field(default="", metadata={"help": "dataset folder whose --split gives the test windows "
+                                                    "(prefix and real continuation)"})
+    split: str = field(default="test", metadata={"help": "split of --data"})
+    windows: int = field(default=200, metadata={"help": "test windows (a seeded subset; 0: all)", "min": 0})
+    prefix_len: int = field(default=0, metadata={"help": "prefix p in tokens (0: the one the energy was "
+                                                         "trained on; paper: 120)", "min": 0})
+    length: int = field(default=0, metadata={"help": "generated tokens T - p (0: the energy's window length "
+                                                     "minus p; paper: 40)", "min": 0})
+    seed: int = field(default=0, metadata={"help": "seed of the windows' subset and of every sample"})
+    batch_size: int = field(default=64, metadata={"help": "sequences per forward pass (changes no number)",
+                                                  "min": 1})
+    precision: str = field(default="fp32", metadata={"help": "precision of both models (auto: bf16 where the "
+                                                             "CPU multiplies it natively)",
+                                                     "choices": ["auto", "fp32", "bf16", "fp16"]})
+    threads: int = threads_field()
+    overwrite: bool = field(default=False, metadata={"help": "replace an earlier output of the same command in --out"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar with the time left"})
+
+
+@dataclass(kw_only=True)
+class ResidualGenerateConfig(_JointOptions):
+    COMMAND: ClassVar[str] = GENERATE_KIND
+    energy: str = field(metadata={"help": "the residual energy E (RUN of `residual train`)"})
+    prefixes: str = field(default="", metadata={"help": "instead of --data: prefixes to continue (JSONL `text`, "
+                                                        "CSV/TSV or one per line); each keeps its last p tokens"})
+    n: int = field(default=100, metadata={"help": "candidates per prefix drawn from the base LM (paper: 10,000)",
+                                          "min": 1})
+    top_k: int = field(default=10, metadata={"help": "the base LM samples its candidates from the k most likely "
+                                                     "tokens (paper: 10; 0: untruncated)", "min": 0})
+    judge: str = field(default="", metadata={"help": "a detector (RUN of `residual train`, trained on negatives "
+                                                     "of ANOTHER base LM) that scores the joint and the base "
+                                                     "continuations: less detectable is better"})
+
+    def check(self) -> None:
+        if bool(self.data) == bool(self.prefixes):
+            raise TextebmError("give the prefixes either as --data DIR (test windows) or as --prefixes FILE")
+        if self.prefixes:
+            refuse_unused(self, ["windows"], "with --prefixes (every prefix of the file is continued)")
+
+
+@dataclass(kw_only=True)
+class ResidualPPLConfig(_JointOptions):
+    COMMAND: ClassVar[str] = PPL_KIND
+    energy: list[str] = field(metadata={"help": "residual energies E (RUNs of `residual train`); the base LM's "
+                                                "samples are drawn once and scored by each"})
+    samples: int = field(default=1000, metadata={"help": "base-LM samples per prefix behind log Z (n >= 2; "
+                                                         "paper: 100,000)", "min": 2})
+    compare: list[str] = field(default_factory=list, metadata={
+        "help": "other causal LMs scored on the same tokens (RALM, BALM: RUNs of `lm train`)"})
+    positions: int = field(default=0, metadata={"help": "windows (the first of the test windows) whose "
+                                                        "per-position perplexity (eq. 5) is estimated; 0: none",
+                                                "min": 0})
+    position_samples: int = field(default=0, metadata={"help": "samples per position and prefix length "
+                                                               "(0: --samples)", "min": 0})
+    exact_last: bool = field(default=True, metadata={"help": "score every token of the vocabulary at the last "
+                                                             "position: its exact value"})
+    chunk: int = field(default=256, metadata={"help": "samples drawn and scored at a time (memory; changes no "
+                                                      "number)", "min": 1})
+
+    def check(self) -> None:
+        if not self.data:
+            raise TextebmError("--data is required: the test windows whose continuations are scored")
+        if not self.positions:
+            refuse_unused(self, ["position_samples"], "without --positions")
+
+
+# ---------------------------------------------------------------- shared set-up
+
+
+@dataclass
+class _Setup:
+    base: BaseLM
+    energies: list[JointEnergy]
+    energy_paths: list[Path]
+    base_path: Path
+    prefix_len: int
+    length: int
+    precision: str
+
+
+def _energy_shape(spec, energy_opt: str, prefix_len: int, length: int) -> tuple[int, int]:
+    """(p, m) from the options and what the energy was trained on; TextebmError naming the option
+    when they disagree."""
+    trained = list(spec.contexts or [])
+    if prefix_len == 0:
+        if len(trained) != 1:
+            raise TextebmError(f"--energy {energy_opt}: trained on prefixes of {trained or 'unrecorded'} tokens; "
+                               "give --prefix-len")
+        prefix_len = trained[0]
+    elif trained and prefix_len not in trained:
+        raise TextebmError(f"--prefix-len {prefix_len}: the energy {energy_opt} was trained on prefixes of "
+                           f"{', '.join(map(str, trained))} tokens")
+    length = length or spec.length - prefix_len
+    if prefix_len + length != spec.length:
+        raise TextebmError(f"--prefix-len {prefix_len} + --length {length} = {prefix_len + length} tokens, but the "
+                           f"energy {energy_opt} was trained on windows of {spec.length}")
+    if length < 1:
+        raise TextebmError(f"--prefix-len {prefix_len} leaves nothing to generate in the energy's windows of "
+                           f"{spec.length} tokens")
+    return prefix_len, length
+
+
+def _setup(cfg, energy_opts: list[str]) -> _Setup:
+    set_threads(cfg.threads)
+    base_path = find_model(cfg.base, CAUSAL_LM, "--base").path.resolve()
+    energy_paths = [find_model(e, ENERGY, "--energy", ids=False).path.resolve() for e in energy_opts]
+    device, choice = inference_setup(cfg.precision)
+    energies, shape = [], None
+    for opt, path in zip(energy_opts, energy_paths):
+        model, spec, tokenizer, vocab = load_energy(path, dtype=choice.dtype, device=device, option="--energy")
+        s = _energy_shape(spec, opt, cfg.prefix_len, cfg.length)
+        if shape is not None and s != shape:
+            raise TextebmError(f"--energy {opt}: windows of {s[0]} + {s[1]} tokens, the first energy's "
+                               f"{shape[0]} + {shape[1]}")
+        shape = s
+        energies.append(JointEnergy(model, spec, tokenizer, vocab))
+    lm, tok, meta = load_lm(base_path, dtype=choice.dtype, device=device, option="--base")
+    base = BaseLM(lm, tok, meta, energies[0].vocab, name=f"--base {cfg.base}")
+    base.check_length(*shape)
+    return _Setup(base, energies, energy_paths, base_path, shape[0], shape[1], choice.precision)
+
+
+def _test_windows(cfg, vocab, length: int, prefix_len: int) -> list:
+    """Non-overlapping windows of p + m tokens of --data's --split, a seeded subset of --windows."""
+    return windows_of(cfg.data, cfg.split, vocab, length + prefix_len, [prefix_len], stride=length + prefix_len,
+                      seed=cfg.seed, max_windows=cfg.windows)
+
+
+def _progress(total: int, enabled: bool, unit: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, desc="samples", disable=not enabled, smoothing=0.1)
+
+
+def _finish(out: Path, kind: str, overwrite: bool, partial: PartialFile, write) -> None:
+    """Write the folder (`write(tmp)`) and only then remove OUT.partial."""
+    with output_dir(out, kind, overwrite) as tmp:
+        write(tmp)
+    partial.path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- residual ppl
+
+
+def residual_ppl(cfg: ResidualPPLConfig) -> dict:
+    """Perplexity bounds of the joint model(s) on the continuation tokens of test windows, the base
+    LM's and the --compare LMs' on the same tokens, the bound gap against n, and eq. 5 per position."""
+    check_config(cfg)
+    out = Path(cfg.out)
+    check_output_dir(out, PPL_KIND, cfg.overwrite)
+    partial = PartialFile(out, PPL_KIND)
+    partial.check()
+    compare_paths = [find_model(c, CAUSAL_LM, "--compare").path.resolve() for c in cfg.compare]
+    st = _setup(cfg, cfg.energy)
+    wins = _test_windows(cfg, st.energies[0].vocab, st.length, st.prefix_len)
+    n_pos = min(cfg.positions, len(wins))
+    pos_n = cfg.position_samples or cfg.samples
+    identity = {"command": PPL_KIND, "base_sha256": folder_sha256(st.base_path),
+                "energy_sha256": [folder_sha256(p) for p in st.energy_paths],
+                "windows_sha256": json_sha256([[w.key, w.ids] for w in wins]), "prefix_len": st.prefix_len,
+                "length": st.length, "samples": cfg.samples, "positions": n_pos, "position_samples": pos_n,
+                "exact_last": cfg.exact_last, "seed": cfg.seed, "precision": st.precision}
+    done = {(r["part"], r["key"]) for r in partial.start(identity)}
+    todo = [w for w in wins if ("window", w.key) not in done]
+    todo_pos = [w for w in wins[:n_pos] if ("position", w.key) not in done]
+    if done:
+        log.info("resuming %s: %d rows already written", partial.path, len(done))
+    total = len(todo) * cfg.samples + len(todo_pos) * st.length * pos_n
+    t0 = time.perf_counter()
+    with partial, _progress(total, cfg.progress, "sample") as bar:
+        for w in todo:
+            try:
+                per = bounds.window_bounds_many(st.base, st.energies, w.key, w.ids, st.prefix_len, cfg.samples,
+                                                cfg.seed, cfg.chunk, cfg.batch_size, bar.update)
+            except FloatingPointError as e:
+                raise TextebmError(f"--energy: {e} (window {w.key}); nothing was written for it") from None
+            partial.append([{"part": "window", "key": w.key, "terms": [b.as_row() for b in per]}])
+        for w in todo_pos:
+            try:
+                per = bounds.position_bounds_many(st.base, st.energies, w.key, w.ids, st.prefix_len, pos_n, cfg.seed,
+                                                  cfg.chunk, cfg.batch_size, cfg.exact_last, bar.update)
+            except FloatingPointError as e:
+                raise TextebmError(f"--energy: {e} (window {w.key}); nothing was written for it") from None
+            partial.append([{"part": "position", "key": w.key, "per_energy": per}])
+    elapsed = time.perf_counter() - t0
+    rows = partial.rows()
+    order = {w.key: i for i, w in enumerate(wins)}
+    win_rows = sorted((r for r in rows if r["part"] == "window"), key=lambda r: order[r["key"]])
+    pos_rows = sorted((r for r in rows if r["part"] == "position"), key=lambda r: order[r["key"]])
+    metrics = {"corpus": corpus_name(cfg.data), "split": cfg.split, "prefix_len": st.prefix_len,
+               "length": st.length, "precision": st.precision, "seconds": round(elapsed, 1),
+               "samples_per_second": round(total / elapsed, 1) if elapsed > 0 and total else None,
+               "base": str(st.base_path), "models": []}
+    for k, path in enumerate(st.energy_paths):
+        wb = [bounds.WindowBounds.from_row(r["terms"][k]) for r in win_rows]
+        p = bounds.perplexities(wb)
+        metrics["models"].append({"energy": str(path), "kind": st.energies[k].spec.kind,
+                                  "init": st.energies[k].spec.init, **p, "gap_by_samples": bounds.gap_by_size(wb)})
+        metrics["base_ppl"] = p["base_ppl"]
+        metrics["tokens"] = p["tokens"]
+        metrics["windows"] = p["windows"]
+    metrics["compare"] = _compare(cfg, compare_paths, st, wins)
+    if pos_rows:
+        metrics["positions"] = [report.position_summary([r["per_energy"][k] for r in pos_rows])
+                                for k in range(len(st.energies))]
+
+    def write(tmp: Path) -> None:
+        with atomic_write(tmp / "windows.jsonl") as f:
+            for r in win_rows + pos_rows:
+                f.write(json.dumps(r) + "\n")
+        write_json(tmp / "metrics.json", metrics)
+        report.write_ppl_report(tmp, metrics)
+
+    _finish(out, PPL_KIND, cfg.overwrite, partial, write)
+    return metrics
+
+
+def _compare(cfg, paths: list[Path], st: _Setup, wins) -> list[dict]:
+    """Perplexity of each --compare LM on the continuation tokens of the windows, under the same
+    rule as the base LM (fixed length: [eos] and layout symbols banned, renormalised)."""
+    out = []
+    device = st.base.device
+    for opt, path in zip(cfg.compare, paths):
+        dtype = resolve_precision(st.precision, device.type).dtype
+        lm, tok, meta = load_lm(path, dtype=dtype, device=device, option="--compare")
+        other = BaseLM(lm, tok, meta, st.energies[0].vocab, name=f"--compare {opt}")
+        other.check_length(st.prefix_len, st.length, "--compare")
+        lp = other.continuation_logprobs([list(w.ids[:st.prefix_len]) for w in wins],
+                                         [list(w.ids[st.prefix_len:]) for w in wins], cfg.batch_size)
+        n_params = sum(p.numel() for p in lm.parameters())
+        out.append({"model": str(path), "parameters": n_params, "ppl": math.exp(-float(lp.sum()) / lp.size),
+                    "tokens": int(lp.size)})
+        del lm
+    return out
+
+
+# ---------------------------------------------------------------- residual generate
+
+
+def _prefixes_from_file(path: str, vocab, prefix_len: int) -> list[tuple[str, list[int], list[int]]]:
+    """(key, last p tokens, no real continuation) of each text of --prefixes."""
+    rows = read_examples(path)
+    out = []
+    for i, row in enumerate(rows):
+        ids = vocab(str(row.get("text", "")), add_special_tokens=False)["input_ids"]
+        if len(ids) < prefix_len:
+            raise InputError(path, f"a prefix of {len(ids)} tokens where the energy needs {prefix_len} "
+                                   "(--prefix-len)", i + 1)
+        out.append((str(row.get("id", i)), ids[-prefix_len:], []))
+    if not out:
+        raise InputError(path, "no prefixes in the file")
+    return out
+
+
+def residual_generate(cfg: ResidualGenerateConfig) -> dict:
+    """Algorithm 1 for every prefix; rows with the joint and the base continuation, the
+    candidates' energies and the weights' ESS; diversity, log-probability densities and the judge."""
+    check_config(cfg)
+    out = Path(cfg.out)
+    check_output_dir(out, GENERATE_KIND, cfg.overwrite)
+    partial = PartialFile(out, GENERATE_KIND)
+    partial.check()
+    judge = detect.load_detector(cfg.judge, option="--judge") if cfg.judge else None  # bad input before work
+    st = _setup(cfg, [cfg.energy])
+    energy, vocab = st.energies[0], st.energies[0].vocab
+    if cfg.data:
+        items = [(w.key, list(w.ids[:st.prefix_len]), list(w.ids[st.prefix_len:]))
+                 for w in _test_windows(cfg, vocab, st.length, st.prefix_len)]
+    else:
+        items = _prefixes_from_file(cfg.prefixes, vocab, st.prefix_len)
+    identity = {"command": GENERATE_KIND, "base_sha256": folder_sha256(st.base_path),
+                "energy_sha256": folder_sha256(st.energy_paths[0]), "prefixes_sha256": json_sha256(items),
+                "prefix_len": st.prefix_len, "length": st.length, "n": cfg.n, "top_k": cfg.top_k,
+                "seed": cfg.seed, "precision": st.precision}
+    done = {r["key"] for r in partial.start(identity)}
+    todo = [it for it in items if it[0] not in done]
+    t0 = time.perf_counter()
+    with partial, _progress(len(todo) * cfg.n, cfg.progress, "candidate") as bar:
+        for key, prefix, real in todo:
+            js = joint_sample(st.base, energy, prefix, st.length, cfg.n, cfg.top_k, derive_seed(cfg.seed, key),
+                              cfg.batch_size)
+            if not np.all(np.isfinite(js.energies)):
+                raise TextebmError(f"--energy {cfg.energy}: a NaN or infinite energy (prefix {key})")
+            partial.append([{"key": key, "prefix": prefix, "real": real, "joint": js.tokens, "base": js.candidates[0],
+                             "index": js.index, "ess": js.ess, "energies": js.energies.tolist(),
+                             "logq": js.logq.tolist()}])
+            bar.update(cfg.n)
+    elapsed = time.perf_counter() - t0
+    order = {it[0]: i for i, it in enumerate(items)}
+    rows = sorted(partial.rows(), key=lambda r: order[r["key"]])
+    metrics = _generation_metrics(rows, st, cfg, elapsed)
+    if judge is not None:
+        metrics["judge"] = _judge(judge, cfg.judge, rows, st)
+
+    def write(tmp: Path) -> None:
+        with atomic_write(tmp / "generations.jsonl") as f:
+            for r in rows:
+                f.write(json.dumps({"key": r["key"], "prefix": vocab.decode(r["prefix"]),
+                                    "joint": vocab.decode(r["joint"]), "base": vocab.decode(r["base"]),
+                                    **({"real": vocab.decode(r["real"])} if r["real"] else {}),
+                                    "ess": r["ess"], "energy_joint": r["energies"][r["index"]],
+                                    "energy_base": r["energies"][0], "ids": {k: r[k] for k in
+                                                                            ("prefix", "joint", "base", "real")}},
+                                   ensure_ascii=False) + "\n")
+        write_json(tmp / "metrics.json", metrics)
+        report.write_generate_report(tmp, metrics, rows, st.base, vocab)
+
+    _finish(out, GENERATE_KIND, cfg.overwrite, partial, write)
+    return metrics
+
+
+def _generation_metrics(rows: list[dict], st: _Setup, cfg, elapsed: float) -> dict:
+    """Diversity, the base LM's untruncated log-probability and the energy of the joint, the base
+    and (with --data) the real continuations; the weights' effective sample size."""
+    groups = {"joint": [r["joint"] for r in rows], "base": [r["base"] for r in rows]}
+    if rows and rows[0]["real"]:
+        groups["real"] = [r["real"] for r in rows]
+    out = {"prefixes": len(rows), "n": cfg.n, "top_k": cfg.top_k, "prefix_len": st.prefix_len,
+           "length": st.length, "precision": st.precision, "seconds": round(elapsed, 1),
+           "ess_mean": float(np.mean([r["ess"] for r in rows])), "ess_median": float(np.median([r["ess"] for r in rows])),
+           "groups": {}}
+    prefixes = [r["prefix"] for r in rows]
+    for name, seqs in groups.items():
+        lp = st.base.continuation_logprobs(prefixes, seqs, cfg.batch_size).sum(1)  # (N,)
+        e = st.energies[0].energies([p + s for p, s in zip(prefixes, seqs)], cfg.batch_size)
+        out["groups"][name] = {**ngram_ratios(seqs), "lm_logprob_mean": float(lp.mean()),
+                               "energy_mean": float(e.mean()), "lm_logprob": lp.tolist()}
+    return out
+
+
+def _judge(judge, path: str, rows: list[dict], st: _Setup) -> dict:
+    """A paper-c detector's view of the base and the joint continuations (and the real ones)."""
+    scorer, rule, info = judge
+    length = detect.scorer_length(scorer, info)
+    if length != st.prefix_len + st.length:
+        raise TextebmError(f"--judge {path}: scores windows of {length} tokens, these are "
+                           f"{st.prefix_len + st.length}")
+    out = {"detector": str(path)}
+    scores = {name: scorer.score_ids([r["prefix"] + r[name] for r in rows])
+              for name in ("base", "joint", "real") if rows and rows[0][name]}
+    for name in ("base", "joint"):
+        s = scores[name]
+        out[name] = {"p_generated_mean": float(rule.prob_generated(s).mean()),
+                     "flagged": float((rule.oriented(s) > rule.threshold).mean())}
+        if "real" in scores:
+            out[name].update(detect.evaluate(rule, scores["real"], s))
+    return out

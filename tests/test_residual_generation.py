@@ -1,0 +1,169 @@
+"""Paper d from the command line on a tiny corpus: `residual ppl` and `residual generate` over a
+base LM trained by `lm train` and a UniT energy trained by conditional NCE on untruncated
+negatives (`negatives generate --top-k 0`, `residual train --loss bce --negatives random`), their
+resume, and their errors (exit 2, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+from textebm.cli import main
+
+WORDS = ("the nation shall build roads and schools for every citizen while congress votes on the "
+         "budget of war and peace in our time").split()
+
+
+def _doc(rng: random.Random, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        s = rng.randrange(len(WORDS))
+        out.append(" ".join(WORDS[(s + i) % len(WORDS)] for i in range(rng.randint(6, 12))) + ".")
+    return out
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from textebm.data.layout import write_dataset
+    from textebm.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("gen")
+    rng = random.Random(0)
+    splits = {split: [{"text": t, "doc": f"{split}-doc{d}"} for d in range(n) for t in _doc(rng, 12)]
+              for split, n in (("train", 12), ("dev", 4), ("test", 4))}
+    write_dataset(root / "data", splits, {"name": "toy"})
+    tok = train_tokenizer([r["text"] for rows in splits.values() for r in rows], vocab_size=300)
+    tok.save_pretrained(root / "vocab")
+    base = root / "base"
+    assert main(["lm", "train", "--data", str(root / "data"), "--tokenizer", str(root / "vocab"), "--layers", "1",
+                 "--width", "32", "--heads", "2", "--context", "48", "--chunk", "32", "--max-steps", "20",
+                 "--batch-size", "8", "--lr", "3e-3", "--out", str(base), "--no-progress", "--eval-split", ""]) == 0
+    for split in ("train", "dev"):
+        assert main(["negatives", "generate", "--data", str(root / "data"), "--generator", str(base), "--vocab",
+                     str(root / "vocab"), "--split", split, "--length", "20", "--contexts", "14", "--stride", "10",
+                     "--k", "2", "--top-k", "0", "--max-windows", "48", "--out", str(root / f"{split}.jsonl"), "--no-progress"]) == 0
+    energy = root / "unit"
+    assert main(["residual", "train", "--train", str(root / "train.jsonl"), "--val", str(root / "dev.jsonl"),
+                 "--vocab", str(root / "vocab"), "--energy", "unitransf", "--init", str(base), "--loss", "bce",
+                 "--negatives", "random", "--max-steps", "6", "--batch-size", "8", "--out", str(energy),
+                 "--no-progress"]) == 0
+    return {"root": root, "data": root / "data", "vocab": root / "vocab", "base": base, "energy": energy}
+
+
+def _ppl(world, out, *extra):
+    return main(["residual", "ppl", "--base", str(world["base"]), "--energy", str(world["energy"]), "--data",
+                 str(world["data"]), "--windows", "3", "--samples", "6", "--out", str(out), "--no-progress", *extra])
+
+
+def test_ppl_bounds_equal_the_library_and_bracket_the_base_lm_terms(world, tmp_path):
+    from textebm.models.load import load_energy, load_lm
+    from textebm.residual import bounds
+    from textebm.residual.joint import BaseLM, JointEnergy
+
+    out = tmp_path / "ppl"
+    assert _ppl(world, out, "--positions", "1", "--position-samples", "4") == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["windows"] == 3 and m["tokens"] == 3 * 6 and m["prefix_len"] == 14 and m["length"] == 6
+    model = m["models"][0]
+    assert model["joint_ppl_lower"] <= model["joint_ppl_upper"]
+    assert [g["samples"] for g in model["gap_by_samples"]] == [2, 4, 6]
+    # the command's numbers are the library's on the same windows and seeds
+    rows = [json.loads(x) for x in (out / "windows.jsonl").read_text().splitlines()]
+    wins = [r for r in rows if r["part"] == "window"]
+    e_model, spec, tok, vocab = load_energy(world["energy"])
+    lm, ltok, meta = load_lm(world["base"])
+    base, en = BaseLM(lm, ltok, meta, vocab), JointEnergy(e_model, spec, tok, vocab)
+    from textebm.detection.negative_sampling import windows_of
+
+    w = windows_of(world["data"], "test", vocab, 20, [14], stride=20, seed=0, max_windows=3)[0]
+    direct = bounds.window_bounds(base, en, w.key, w.ids, 14, 6, 0)
+    assert wins[0]["key"] == w.key
+    got = bounds.WindowBounds.from_row(wins[0]["terms"][0])
+    assert got.estimates[6] == pytest.approx(direct.estimates[6], abs=1e-9)
+    assert math.isclose(m["base_ppl"], math.exp(-sum(sum(r["terms"][0]["lp_lm"]) for r in wins) / 18), rel_tol=1e-12)
+    pos = [r for r in rows if r["part"] == "position"][0]["per_energy"][0]["positions"]
+    assert len(pos) == 6 and "exact" in pos[-1]
+    assert (out / "report.md").is_file() and (out / "gap.png").is_file() and (out / "positions.png").is_file()
+    assert not (tmp_path / "ppl.partial").exists()
+
+
+def test_ppl_resumes_from_its_partial_rows_with_the_same_numbers(world, tmp_path, monkeypatch):
+    from textebm.residual import bounds
+
+    full = tmp_path / "full"
+    assert _ppl(world, full) == 0
+    calls = {"n": 0}
+    real = bounds.window_bounds_many
+
+    def dies_on_the_second(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(bounds, "window_bounds_many", dies_on_the_second)
+    out = tmp_path / "resumed"
+    assert _ppl(world, out) == 130  # interrupted
+    assert not out.exists() and (tmp_path / "resumed.partial").is_file()
+    monkeypatch.setattr(bounds, "window_bounds_many", real)
+    assert _ppl(world, out, "--batch-size", "5", "--chunk", "4") == 0  # neither changes a number
+    a = json.loads((full / "metrics.json").read_text())["models"][0]
+    b = json.loads((out / "metrics.json").read_text())["models"][0]
+    assert a["joint_ppl_lower"] == pytest.approx(b["joint_ppl_lower"], rel=1e-9)
+    assert a["joint_ppl_upper"] == pytest.approx(b["joint_ppl_upper"], rel=1e-9)
+
+
+def test_generate_resamples_by_energy_and_reports(world, tmp_path):
+    out = tmp_path / "gen"
+    args = ["residual", "generate", "--base", str(world["base"]), "--energy", str(world["energy"]), "--data",
+            str(world["data"]), "--windows", "3", "--n", "5", "--top-k", "4", "--no-progress"]
+    assert main([*args, "--out", str(out), "--judge", str(world["energy"])]) == 0
+    rows = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(len(r["ids"]["joint"]) == 6 and len(r["ids"]["base"]) == 6 for r in rows)
+    assert all(1.0 <= r["ess"] <= 5.0 for r in rows)
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m["groups"]) == {"joint", "base", "real"} and "judge" in m
+    assert (out / "report.md").read_text().startswith("# Joint sampling") and (out / "density.png").is_file()
+    again = tmp_path / "again"
+    assert main([*args, "--out", str(again), "--batch-size", "2"]) == 0
+    rows2 = [json.loads(x) for x in (again / "generations.jsonl").read_text().splitlines()]
+    assert [r["ids"] for r in rows2] == [r["ids"] for r in rows]  # seeded per prefix, not per batch
+
+
+@pytest.mark.parametrize("extra, names", [
+    (["--samples", "1"], "--samples"),
+    (["--prefix-len", "12"], "--prefix-len 12"),
+    (["--length", "4"], "--length"),
+    (["--position-samples", "3"], "--position-samples"),
+])
+def test_ppl_bad_options_exit_2_and_write_nothing(world, tmp_path, capsys, extra, names):
+    out = tmp_path / "o"
+    assert _ppl(world, out, *extra) == 2
+    assert names in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "o.partial").exists()
+
+
+def test_a_base_lm_of_another_vocabulary_is_refused(world, tmp_path, capsys):
+    other = tmp_path / "other"
+    assert main(["lm", "train", "--data", str(world["data"]), "--vocab-size", "280", "--layers", "1", "--width", "16",
+                 "--heads", "2", "--context", "48", "--chunk", "32", "--max-steps", "1", "--batch-size", "4",
+                 "--out", str(other), "--no-progress", "--eval-split", ""]) == 0
+    out = tmp_path / "o"
+    assert main(["residual", "ppl", "--base", str(other), "--energy", str(world["energy"]), "--data",
+                 str(world["data"]), "--samples", "2", "--out", str(out), "--no-progress"]) == 2
+    assert "vocabulary" in capsys.readouterr().err and not out.exists()
+
+
+def test_nan_energies_stop_with_exit_2_and_nothing_written(world, tmp_path, capsys, monkeypatch):
+    from textebm.residual.joint import JointEnergy
+
+    real = JointEnergy.continuation_energies
+    monkeypatch.setattr(JointEnergy, "continuation_energies",
+                        lambda self, *a, **k: np.full_like(real(self, *a, **k), np.nan))
+    out = tmp_path / "o"
+    assert _ppl(world, out) == 2
+    assert "NaN" in capsys.readouterr().err and not out.exists() and not (tmp_path / "o.partial").exists()
