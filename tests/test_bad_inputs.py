@@ -265,7 +265,7 @@ CASES = [
       for flag, val in [("--batch-size", "0"), ("--grad-accum", "0"), ("--log-every", "0"),
                         ("--checkpoint-every", "0"), ("--threads", "-1"), ("--lr", "nan"), ("--lr", "-1"),
                         ("--lr", "inf"), ("--max-len", "0"), ("--seed", "-1"), ("--epochs", "0"),
-                        ("--warmup", "1.5"), ("--weight-decay", "-0.1"), ("--grad-clip", "-1"),
+                        ("--warmup", "1.5"), ("--schedule", "step"), ("--weight-decay", "-0.1"), ("--grad-clip", "-1"),
                         ("--max-steps", "-3"), ("--precision", "fp17"), ("--vocab-size", "0"),
                         ("--layers", "0"), ("--objective", "mlm"), ("--direction", "up")]],
     ("lm-train --mask-ratio 1.5", lambda w: _lm_train(w, "--objective", "infill", "--mask-ratio", "1.5"),
@@ -570,7 +570,7 @@ CASES = [
     *[(f"residual-train {flag} {val}", lambda w, f=flag, v=val: _res_train(w, f, v), flag)
       for flag, val in [("--seed", "-1"), ("--epochs", "0"), ("--max-steps", "-3"), ("--batch-size", "0"),
                         ("--grad-accum", "0"), ("--weight-decay", "-0.1"), ("--warmup", "1.5"), ("--grad-clip", "-1"),
-                        ("--precision", "fp17"), ("--checkpoint-every", "0"), ("--log-every", "0"),
+                        ("--schedule", "step"), ("--precision", "fp17"), ("--checkpoint-every", "0"), ("--log-every", "0"),
                         ("--threads", "-1"), ("--lr", "nan"), ("--layers", "0"), ("--width", "4"), ("--heads", "0")]],
     ("residual-train --val windows of another length", lambda w: _res_train(w, val=_res(w)["short"]),
      "short.jsonl:1: a window of 3 tokens where 4 are expected (the --train windows"),
@@ -624,7 +624,7 @@ CASES = [
     *[(f"cloze-train {flag} {val}", lambda w, f=flag, v=val: _cloze_train(w, f, v), flag)
       for flag, val in [("--seed", "-1"), ("--epochs", "0"), ("--max-steps", "-3"), ("--batch-size", "0"),
                         ("--grad-accum", "0"), ("--weight-decay", "-0.1"), ("--warmup", "1.5"), ("--grad-clip", "-1"),
-                        ("--precision", "fp17"), ("--checkpoint-every", "0"), ("--log-every", "0"),
+                        ("--schedule", "step"), ("--precision", "fp17"), ("--checkpoint-every", "0"), ("--log-every", "0"),
                         ("--threads", "-1"), ("--lr", "nan"), ("--vocab-size", "10"), ("--layers", "0"),
                         ("--width", "4"), ("--heads", "0"), ("--ffn", "-1"), ("--twotower-scale", "2"), ("--mle-weight", "0"),
                         ("--noise-lr", "0")]],
