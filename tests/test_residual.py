@@ -323,6 +323,50 @@ def test_every_energy_trains_saves_and_loads_back(corpus, trained, tmp_path, ene
     assert s.shape == (3,) and np.isfinite(s).all()
 
 
+def test_bitransf_mean_pooled_trains_saves_and_loads_back(corpus, trained, tmp_path):
+    """Paper d's BiT: `--pool mean` trains, energy.json records it, and the loaded energy projects
+    the mean of its encoder's top states over the real tokens. Saved and loaded back in process,
+    either pooling gives the very same energies; a first-position energy's energy.json has no
+    "pool" (as before the field existed) and loads as first."""
+    from textebm.detection.detect import EnergyScorer
+    from textebm.detection.train import EnergyBuildSpec, build_energy_model
+    from textebm.energy import pool
+    from textebm.models.load import load_energy
+    from textebm.models.seq_energy import encode_windows, save_energy
+
+    rows = [json.loads(x) for x in trained["dev"].read_text().splitlines()][:3]
+    run = tmp_path / "bit-mean"
+    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+                 str(corpus["vocab"]), "--energy", "bitransf", "--pool", "mean", "--layers", "1", "--width", "32",
+                 "--heads", "2", "--max-steps", "2", "--batch-size", "4", "--out", str(run), "--no-progress"]) == 0
+    assert json.loads((run / "model" / "energy.json").read_text())["pool"] == "mean"
+    assert json.loads((run / "config.json").read_text())["spec"]["pool"] == "mean"
+    sc = EnergyScorer(run)
+    assert sc.model.pool == "mean"
+    batch = encode_windows([r["positive"] for r in rows], sc.spec, sc.tokenizer, sc.vocab)
+    with torch.no_grad():
+        h = sc.model.encoder(**batch).last_hidden_state.float()  # (B, T, H)
+        m = batch["attention_mask"].unsqueeze(-1).float()  # (B, T, 1)
+        by_hand = ((h * m).sum(1) / m.sum(1)) @ sc.model.out.weight.float().T + sc.model.out.bias.float()  # (B, 1)
+        torch.testing.assert_close(sc.model(**batch), by_hand.squeeze(-1), atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(sc.model(**batch), sc.model.out(h[:, 0]).squeeze(-1))
+
+    vocab = corpus_vocab(corpus)
+    for how in ("first", "mean"):
+        model, spec, tok = build_energy_model(EnergyBuildSpec(energy="bitransf", pool=how, layers=1, width=16,
+                                                              heads=2, seed=3), vocab, 24)
+        save_energy(model.eval(), spec, tok, tmp_path / how)
+        loaded, spec2, _, _ = load_energy(tmp_path / how)
+        assert spec2.pool == loaded.pool == how
+        assert ("pool" in json.loads((tmp_path / how / "energy.json").read_text())) == (how == "mean")
+        batch = encode_windows([r["positive"] for r in rows], spec, tok, vocab)
+        with torch.no_grad():
+            assert torch.equal(model(**batch), loaded(**batch))
+            h = loaded.encoder(**batch).last_hidden_state
+            want = h[:, 0] if how == "first" else pool(h, batch["attention_mask"], "mean")
+            torch.testing.assert_close(loaded(**batch), loaded.out(want).squeeze(-1))
+
+
 def test_unitransf_starts_from_the_lm_and_bitransf_from_an_encoder(corpus, trained, tmp_path, classify_fixture):
     from textebm.detection.detect import EnergyScorer
 

@@ -6,6 +6,7 @@ their own epochs, a parameter group at lr 0 does not move."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -17,7 +18,8 @@ from safetensors.torch import load_file
 import toy_train as toy
 from textebm.checkpoint import optimizer_from_files, optimizer_to_files
 from textebm.errors import TextebmError
-from textebm.train import (BucketBatchSampler, CycleBatchSampler, ParamGroup, Stream, TrainOptions, linear_schedule,
+from textebm.train import (BucketBatchSampler, CycleBatchSampler, ParamGroup, Stream, TrainOptions, cosine_schedule,
+                           linear_schedule,
                            make_optimizer, stream_sampler)
 
 HERE = Path(__file__).parent
@@ -123,6 +125,50 @@ def test_bucket_sampler_is_a_seeded_permutation_of_similar_lengths():
 def test_linear_schedule():
     f = linear_schedule(4, 20)
     assert [round(f(s), 3) for s in (0, 3, 4, 12, 20)] == [0.25, 1.0, 1.0, 0.5, 0.0]
+
+
+def test_cosine_schedule():
+    """Warm-up as the linear one, then 0.5 (1 + cos(pi d)) with d the decay's fraction done (16
+    steps): 1 at its start, (1 + cos(pi/4)) / 2 = 0.8536 a quarter in, 0.5 halfway, 0 at the end."""
+    f = cosine_schedule(4, 20)
+    assert [round(f(s), 4) for s in (0, 3, 4, 8, 12, 16, 20)] == [0.25, 1.0, 1.0, 0.8536, 0.5, 0.1464, 0.0]
+    assert f(25) == 0.0  # past the end it stays at 0, as the linear one does
+    g = cosine_schedule(0, 10)  # no warm-up
+    assert g(0) == 1.0 and g(5) == pytest.approx(0.5) and g(10) == 0.0
+
+
+def test_cosine_run_follows_its_schedule_and_resumes_exactly(tmp_path):
+    """--schedule cosine: the logged learning rate is lr x cosine_schedule at each step (36 steps,
+    2 of warm-up), and a run killed at step 17 resumes to bitwise the uninterrupted weights."""
+    assert run_toy(tmp_path / "full", "--schedule", "cosine").returncode == 0
+    assert run_toy(tmp_path / "cut", "--schedule", "cosine", "--kill-at", "17").returncode == 137
+    resumed = run_toy(tmp_path / "cut", "--schedule", "cosine", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = weights(tmp_path / "full"), weights(tmp_path / "cut")
+    assert all((a[k] == b[k]).all() for k in a)
+    history = json.loads((tmp_path / "full" / "metrics.json").read_text())["train"]["history"]
+    f = cosine_schedule(2, 36)
+    assert [h["lr"] for h in history] == pytest.approx([1e-2 * f(h["step"]) for h in history], abs=1e-12)
+    assert history[4]["step"] == 20 and history[4]["lr"] == pytest.approx(1e-2 * 0.5 * (1 + math.cos(math.pi * 18 / 34)))
+    assert json.loads((tmp_path / "full" / "config.json").read_text())["schedule"] == "cosine"
+
+
+def test_a_run_recorded_before_an_option_existed_resumes_as_its_default(tmp_path):
+    """A config.json written before --schedule existed has no "schedule" key: --resume reads it as
+    the default (linear, what that run trained with) and continues it bitwise; asking for another
+    value than the default is still refused, naming the option."""
+    assert run_toy(tmp_path / "full").returncode == 0
+    assert run_toy(tmp_path / "cut", "--kill-at", "17").returncode == 137
+    cfg_file = tmp_path / "cut" / "config.json"
+    old = json.loads(cfg_file.read_text())
+    del old["schedule"]
+    cfg_file.write_text(json.dumps(old))
+    other = run_toy(tmp_path / "cut", "--resume", "--schedule", "cosine")
+    assert other.returncode == 2 and "schedule='linear'->'cosine'" in other.stderr, other.stderr
+    resumed = run_toy(tmp_path / "cut", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = weights(tmp_path / "full"), weights(tmp_path / "cut")
+    assert all((a[k] == b[k]).all() for k in a)
 
 
 def test_optimizer_state_roundtrip_through_files():

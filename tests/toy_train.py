@@ -3,7 +3,7 @@
 usage: python toy_train.py OUT [--resume] [--overwrite] [--nan-at STEP] [--kill-at STEP] [--precision P]
                            [--epochs E] [--lr LR] [--keep-checkpoint] [--save-log FILE]
                            [--streams] [--batch-log FILE] [--group PREFIX=LR ...] [--buffer]
-                           [--interrupt-at STEP]
+                           [--interrupt-at STEP] [--schedule linear|cosine]
 
 Also run under `accelerate launch` by tests/test_distributed.py. --save-log FILE appends one line
 "RANK WORLD_SIZE BACKEND" to FILE each time the final model is saved. --kill-at STEP ends the
@@ -195,9 +195,10 @@ def main(argv=None):
     p.add_argument("--batch-log", default=None)
     p.add_argument("--group", action="append", default=[])
     p.add_argument("--buffer", action="store_true")
+    p.add_argument("--schedule", default="linear")
     a = p.parse_args(argv)
     opts = options(a.out, epochs=a.epochs, lr=a.lr, resume=a.resume, precision=a.precision,
-                   keep_checkpoint=a.keep_checkpoint, overwrite=a.overwrite)
+                   keep_checkpoint=a.keep_checkpoint, overwrite=a.overwrite, schedule=a.schedule)
     torch.manual_seed(0)
     recipe = ToyRecipe(a, Toy(), data())
     try:

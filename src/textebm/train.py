@@ -3,7 +3,7 @@
 A command builds a `Recipe` (its model, data, loss, outputs and any state of its own) and calls
 `train(opts, config, recipe)`. The loop owns what is common: device placement, mixed precision
 (fp32 / bf16 / fp16; bf16 works on CPU too), several processes (`accelerate launch`),
-length-bucketed batches, AdamW with warm-up and linear decay, gradient clipping, progress, NaN
+length-bucketed batches, AdamW with warm-up and linear (or cosine) decay, gradient clipping, progress, NaN
 checks, atomic checkpoints and exact resume. Two parts: `train` keeps the run folder (the policy:
 what is written where, --resume, --overwrite, failures), `optimise` is the loop itself.
 
@@ -75,7 +75,7 @@ from textebm.checkpoint import (
 from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
 from textebm.inference import set_threads
 from textebm.io import atomic_dir, read_json, write_json
-from textebm.options import threads_field
+from textebm.options import field_default, threads_field
 from textebm.outputs import (
     MARKER,
     check_output_dir,
@@ -102,6 +102,9 @@ class TrainOptions:
     lr: float = field(default=5e-5, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay", "min": 0})
     warmup: float = field(default=0.06, metadata={"help": "warm-up fraction of all steps", "min": 0, "lt": 1})
+    schedule: str = field(default="linear", metadata={
+        "help": "learning-rate decay after the warm-up, to 0 at the last step: linear, or cosine (half a cosine)",
+        "choices": ["linear", "cosine"]})
     grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm (0: off)", "min": 0})
     precision: str = field(default="auto", metadata={
         "help": "auto: bf16 where the hardware multiplies it natively (CUDA with bf16; a CPU with "
@@ -366,6 +369,23 @@ def linear_schedule(warmup_steps: int, total_steps: int) -> Callable[[int], floa
     return f
 
 
+def cosine_schedule(warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """The learning-rate factor at a step: linear warm-up as `linear_schedule`, then half a cosine
+    from 1 after the warm-up to 0 at `total_steps` (Deng et al. 2020, appendix A.3)."""
+    def f(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        done = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))  # decay's fraction done
+        return 0.5 * (1.0 + math.cos(math.pi * done))
+    return f
+
+
+def lr_schedule(opts: TrainOptions, total_steps: int) -> Callable[[int], float]:
+    """The learning-rate factor of --schedule over a run of `total_steps` optimizer steps."""
+    make = cosine_schedule if opts.schedule == "cosine" else linear_schedule
+    return make(int(opts.warmup * total_steps), total_steps)
+
+
 def make_optimizer(model: torch.nn.Module, opts: TrainOptions,
                    param_groups: Sequence[ParamGroup] = ()) -> torch.optim.Optimizer:
     """AdamW, no decay on biases and norms; fused where supported (about 10x cheaper on CPU).
@@ -437,7 +457,7 @@ def check_run_dir(opts: TrainOptions, config: dict | None) -> None:
             raise TextebmError(f"--out {run}: nothing to resume (no config.json)")
         if config is None:
             return
-        old = read_json(cfg_file)
+        old = {**option_defaults(opts, config), **read_json(cfg_file)}
         diff = sorted(k for k in set(old) | set(config)
                       if k not in RESUME_FREE and old.get(k) != config.get(k))
         if diff:
@@ -598,7 +618,7 @@ def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder)
         total = min(total, opts.max_steps)
     if total <= 0:
         raise TextebmError("no training steps: the training data is empty or --epochs is 0")
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(int(opts.warmup * total), total))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule(opts, total))
 
     step, epoch, batch_in_epoch, history, wall = 0, 0, 0, [], 0.0
     running: dict[str, list[float]] = {}  # losses since the last history entry
@@ -823,3 +843,16 @@ def _progress(opts: TrainOptions, accelerator, total: int, initial: int):
 def options_dict(cfg: Any) -> dict:
     """A config dataclass as plain JSON (for RUN/config.json)."""
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
+
+
+def option_defaults(cfg: Any, config: dict) -> dict:
+    """The defaults, as plain JSON, of the options of `cfg` (a config dataclass) that `config`
+    records. A run's config.json written before an option existed lacks its key, and ran as its
+    default does (an option added later defaults to the earlier behaviour), so --resume reads a
+    missing key as the default: such a run resumes, unless the option is now given another value."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = field_default(f)
+        if f.name in config and value is not dataclasses.MISSING:
+            out[f.name] = str(value) if isinstance(value, Path) else value
+    return out

@@ -34,6 +34,7 @@ from textebm.models.seq_energy import (
     build_energy,
     encode_windows,
     save_energy,
+    spec_dict,
 )
 from textebm.options import check_config, refuse_unused
 from textebm.tokenizer import same_vocab
@@ -77,6 +78,9 @@ class ResidualTrainConfig(TrainOptions):
     heads: int = field(default=4, metadata={"help": "from scratch transformers: attention heads", "min": 1})
     max_tokens: int = field(default=160, metadata={"help": "bitransf from an encoder: cap on re-tokenised "
                                                            "window length", "min": 8})
+    pool: str = field(default="first", metadata={
+        "help": "bitransf: what the scalar projects, the first position (Bakhtin et al.) or the top "
+                "states mean-pooled over the window (Deng et al.'s BiT)", "choices": ["first", "mean"]})
     eval_batch_size: int = field(default=128, metadata={"help": "windows per evaluation batch", "min": 1})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
 
@@ -92,6 +96,8 @@ class ResidualTrainConfig(TrainOptions):
             refuse_unused(self, ["layers", "width", "heads"], "with --init (the model's own size is used)")
         if not (self.energy == "bitransf" and self.init):
             refuse_unused(self, ["max_tokens"], "unless --energy bitransf starts from an encoder (--init)")
+        if self.energy != "bitransf":
+            refuse_unused(self, ["pool"], f"with --energy {self.energy} (it pools as its kind does)")
         if self.energy in ("unitransf", "bitransf") and not self.init and self.width % self.heads:
             raise TextebmError(f"--width {self.width} must be divisible by --heads {self.heads}")
 
@@ -107,6 +113,7 @@ class EnergyBuildSpec:
     width: int = 128
     heads: int = 4
     max_tokens: int = 160  # bitransf from an encoder: cap on the re-tokenised window
+    pool: str = "first"  # bitransf: its first position or the mean of its top states
     seed: int = 0  # of the initial weights
 
 
@@ -114,7 +121,8 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
     """(module, EnergySpec, input tokenizer) of a fresh or initialised energy."""
 
     pad = vocab.pad_token_id if vocab.pad_token_id is not None else 0
-    spec = EnergySpec(kind=want.energy, vocab_size=len(vocab), length=length, pad_id=pad, init=want.init)
+    spec = EnergySpec(kind=want.energy, vocab_size=len(vocab), length=length, pad_id=pad, init=want.init,
+                      pool=want.pool if want.energy == "bitransf" else "first")
     tokenizer, body = vocab, None
     if want.energy == "bilstm":
         spec.embed, spec.hidden, spec.layers = want.width, want.width, want.layers
@@ -141,7 +149,7 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
         else:
             body = build_encoder(SmallLMConfig(want.layers, want.width, want.heads, context=length + 8), vocab,
                                  seed=want.seed)
-            body.pooler = None  # the first position is pooled by the energy; an unused pooler breaks DDP
+            body.pooler = None  # the energy pools (--pool); an unused pooler breaks DDP
     return build_energy(spec, body), spec, tokenizer
 
 
@@ -194,14 +202,16 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     seed_everything(cfg.seed)
     model, spec, tokenizer = build_energy_model(EnergyBuildSpec(
         energy=cfg.energy, init=cfg.init, layers=cfg.layers, width=cfg.width, heads=cfg.heads,
-        max_tokens=cfg.max_tokens, seed=cfg.seed), vocab, length)
-    spec.contexts = sorted({int(r["context_len"]) for r in train_rows})
+        max_tokens=cfg.max_tokens, pool=cfg.pool, seed=cfg.seed), vocab, length)
     batcher = WindowBatcher(spec, tokenizer, vocab)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("%s energy: %.2fM parameters, %d training windows x (1 + %d negatives), %d validation windows",
              cfg.energy, n_params / 1e6, len(train_rows), len(train_rows[0]["negatives"]), len(val_rows))
 
-    config = {**options_dict(cfg), "parameters": n_params, "spec": spec.__dict__}
+    config = {**options_dict(cfg), "parameters": n_params, "spec": spec_dict(spec)}
+    # The prefixes it learnt from (paper d's p): recorded in energy.json for the joint model's
+    # checks, not in config.json's spec, which is the architecture (the --train files are there).
+    spec.contexts = sorted({int(r["context_len"]) for r in train_rows})
     recipe = ResidualRecipe(model=model, spec=spec, tokenizer=tokenizer, vocab=vocab, dataset=train_rows,
                             lengths=[len(r["positive"]) for r in train_rows], collate=batcher, loss_kind=cfg.loss,
                             negatives=cfg.negatives, margin=cfg.margin, val_rows=val_rows,

@@ -9,7 +9,8 @@ holds the context and the continuation together, as the paper scores them.
     unitransf  a causal transformer (Llama blocks; started from a causal LM in the shared
                vocabulary, as the paper starts from its LM), mean-pooled, linear to a scalar
     bitransf   a bidirectional transformer (BERT blocks, or a pretrained encoder such as MiniLM),
-               its first position, linear to a scalar
+               its first position (paper c), or its top states mean-pooled (pool="mean": Deng et
+               al.'s BiT, sec. 4.1), linear to a scalar
 
 Deng et al. (2020) train the same energies as the residual of a language model; these modules
 are shared by both systems.
@@ -80,17 +81,23 @@ class UniTransfEnergy(nn.Module):
         return _head(pool(h, attention_mask, "mean"), self.out)
 
 
-class BiTransfEnergy(nn.Module):
-    """A bidirectional encoder (BERT-like), its first position ([CLS] / <s>)."""
+BITRANSF_POOLS = ("first", "mean")
 
-    def __init__(self, encoder: nn.Module):
+
+class BiTransfEnergy(nn.Module):
+    """A bidirectional encoder (BERT-like): its first position ([CLS] / <s>; Bakhtin et al.), or
+    the mean of its top states over the real tokens (`pool="mean"`; Deng et al.'s BiT)."""
+
+    def __init__(self, encoder: nn.Module, pool: str = "first"):
         super().__init__()
-        self.encoder = encoder
+        if pool not in BITRANSF_POOLS:
+            raise ValueError(f"unknown pooling {pool!r}; expected one of {', '.join(BITRANSF_POOLS)}")
+        self.encoder, self.pool = encoder, pool
         self.out = nn.Linear(encoder.config.hidden_size, 1)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
-        return _head(h[:, 0], self.out)
+        return _head(h[:, 0] if self.pool == "first" else pool(h, attention_mask, "mean"), self.out)  # (B,)
 
 
 # ---------------------------------------------------------------- a saved energy: spec, build, save
@@ -115,8 +122,21 @@ class EnergySpec:
     #                           vocabulary (saved in vocab/) and re-tokenised (e.g. MiniLM WordPiece)
     max_tokens: int = 0  # retokenize: cap on the re-tokenised length
     init: str = ""  # what the body started from (provenance)
+    pool: str = "first"  # bitransf: its first position or the mean of its top states (BITRANSF_POOLS)
     contexts: list[int] = dataclasses.field(default_factory=list)  # context lengths c of its training
     #                                                                 windows (paper d: the prefix p)
+
+
+def spec_dict(spec: EnergySpec) -> dict:
+    """`spec` as energy.json records it: `pool` only where it is not "first" (the only pooling
+    before the field existed) and `contexts` only where known, so the energies trained before,
+    and their runs' config.json, read the same."""
+    out = dataclasses.asdict(spec)
+    if out["pool"] == "first":
+        del out["pool"]
+    if not out["contexts"]:
+        del out["contexts"]
+    return out
 
 
 def spec_from_dict(raw: dict, where) -> EnergySpec:
@@ -124,6 +144,10 @@ def spec_from_dict(raw: dict, where) -> EnergySpec:
     spec = specs.spec_from_dict(EnergySpec, raw, where)
     if spec.kind not in KINDS:
         raise InputError(where, f"kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
+    if spec.pool not in BITRANSF_POOLS:
+        raise InputError(where, f"pool must be one of {', '.join(BITRANSF_POOLS)}, got {spec.pool!r}")
+    if spec.pool != "first" and spec.kind != "bitransf":
+        raise InputError(where, f"pool {spec.pool!r} is for a bitransf energy only, not {spec.kind}")
     return spec
 
 
@@ -135,7 +159,7 @@ def build_energy(spec: EnergySpec, body: nn.Module | None = None) -> nn.Module:
         return BiLSTMEnergy(spec.vocab_size, spec.embed, spec.hidden, spec.layers, spec.pad_id)
     if body is None:
         raise ValueError(f"a {spec.kind} energy needs its transformer body")
-    return UniTransfEnergy(body) if spec.kind == "unitransf" else BiTransfEnergy(body)
+    return UniTransfEnergy(body) if spec.kind == "unitransf" else BiTransfEnergy(body, spec.pool)
 
 
 def body_of(model: nn.Module) -> nn.Module | None:
@@ -158,7 +182,7 @@ def save_energy(model: nn.Module, spec: EnergySpec, tokenizer, path, vocab=None)
     if spec.retokenize:
         vocab.save_pretrained(path / "vocab")
     save_model(model, str(path / "model.safetensors"))
-    write_json(path / SPEC_FILE, dataclasses.asdict(spec))
+    write_json(path / SPEC_FILE, spec_dict(spec))
 
 
 def encode_windows(seqs, spec: EnergySpec, tokenizer, vocab) -> dict:
