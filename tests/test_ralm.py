@@ -1,0 +1,146 @@
+"""RALM, the residual LM baseline of paper d (sec. 4.1, eq. 6): P_RALM ∝ exp(logits_LM + logits_phi)
+with the base LM frozen. Checked against the sum of logits by hand, against the base alone when phi
+says nothing, the sampler's cached path against its slow path, `lm train --residual-of` end to end
+(it learns, the base's files stay as they were) and the folder's round trip and its refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_lm_sampling import make_tiny_lm
+from test_lm_train import TINY, data  # noqa: F401  (data: the toy corpus fixture)
+from textebm.cli import main
+from textebm.fingerprint import folder_sha256
+from textebm.lm.generate import generate
+from textebm.lm.scoring import score_sequences
+from textebm.models.load import load_lm
+from textebm.models.ralm import BaseRef, ResidualLM, save_residual_lm
+
+SEQS = [[2, 5, 6, 7, 8, 3], [2, 9, 10, 3], [2, 11, 5, 12, 6, 7, 9, 3]]  # [bos] words [eos] of make_tiny_lm
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("ralm")
+    return make_tiny_lm(root / "base", seed=0), make_tiny_lm(root / "phi", seed=1)
+
+
+def _ralm(pair) -> tuple[ResidualLM, object, object]:
+    base, tok, meta = load_lm(pair[0])
+    phi, _, _ = load_lm(pair[1])
+    ref = BaseRef(path=str(pair[0].resolve()), sha256=folder_sha256(pair[0]), parameters=0)
+    return ResidualLM(base, phi, ref), tok, meta
+
+
+def _by_hand(base_logits: torch.Tensor, phi_logits: torch.Tensor, seq: list[int]) -> list[float]:
+    lp = torch.log_softmax(base_logits[0].double() + phi_logits[0].double(), -1)  # (T, V)
+    return [float(lp[t, seq[t + 1]]) for t in range(len(seq) - 1)]
+
+
+def test_ralm_logprobs_are_the_log_softmax_of_the_summed_logits(pair):
+    model, _, _ = _ralm(pair)
+    got = score_sequences(model, SEQS, pad=0, batch_size=2)  # padded batches through textebm's scorer
+    for seq, lps in zip(SEQS, got):
+        ids = torch.tensor([seq])
+        with torch.no_grad():
+            want = _by_hand(model.base(ids).logits, model.phi(ids).logits, seq)
+        assert lps == pytest.approx(want, abs=1e-5)
+    # and it is not the base alone: phi moves the probabilities
+    assert got != score_sequences(model.base, SEQS, pad=0, batch_size=2)
+
+
+def test_with_phi_silent_the_ralm_is_the_base(pair):
+    model, _, _ = _ralm(pair)
+    with torch.no_grad():
+        model.phi.lm_head.weight.zero_()  # phi's logits are 0 everywhere: P_RALM = P_LM
+    got = score_sequences(model, SEQS, pad=0, batch_size=3)
+    want = score_sequences(model.base, SEQS, pad=0, batch_size=3)
+    for a, b in zip(got, want):
+        assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_generate_with_the_cache_equals_generate_without(pair):
+    model, _, _ = _ralm(pair)
+    contexts = [[2, 5, 6], [2], [2, 7, 8, 9, 10]]  # left-padded to one batch, rows ending at different times
+
+    def run(use_cache: bool):
+        gens = [torch.Generator().manual_seed(s) for s in (1, 2, 3)]
+        return generate(model, contexts, [6, 9, 4], gens, eos=3, pad=0, top_k=8, banned=[0, 1],
+                        use_cache=use_cache)
+
+    cached, slow = run(True), run(False)
+    assert [g.tokens for g in cached] == [g.tokens for g in slow]
+    assert [g.logprob for g in cached] == pytest.approx([g.logprob for g in slow], abs=1e-4)
+    assert sum(len(g.tokens) for g in cached) > 6  # it sampled something
+
+
+def test_save_and_load_round_trip_gives_the_same_logits(pair, tmp_path):
+    model, tok, meta = _ralm(pair)
+    save_residual_lm(model, tok, meta, tmp_path / "ralm")
+    loaded, tok2, meta2 = load_lm(tmp_path / "ralm")
+    assert isinstance(loaded, ResidualLM) and meta2 == meta and tok2.get_vocab() == tok.get_vocab()
+    ids = torch.tensor([SEQS[2]])
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model(ids).logits)
+    assert not any(p.requires_grad for p in loaded.base.parameters())
+
+
+def _tensor_files(folder: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(folder.iterdir()) if f.is_file()}
+
+
+def test_lm_train_residual_of_learns_beyond_the_base_and_leaves_it_untouched(data, tmp_path, capsys):  # noqa: F811
+    base_run = tmp_path / "base"
+    assert main(["lm", "train", "--data", str(data), "--out", str(base_run), "--epochs", "1", "--lr", "3e-3",
+                 *TINY]) == 0
+    before = _tensor_files(base_run / "model")
+    small = [a for a in TINY if a != "--vocab-size" and a != "300"]  # phi takes the base's vocabulary
+    ralm_run = tmp_path / "ralm"
+    assert main(["lm", "train", "--data", str(data), "--out", str(ralm_run), "--residual-of", str(base_run),
+                 "--epochs", "4", "--lr", "3e-3", *small]) == 0
+    assert _tensor_files(base_run / "model") == before  # the frozen base: byte-identical files
+    base_m = json.loads((base_run / "metrics.json").read_text())
+    m = json.loads((ralm_run / "metrics.json").read_text())
+    # the same dev tokens (the base's tokenizer): the RALM must beat the base it sits on
+    assert m["eval"]["dev_tokens"] == base_m["eval"]["dev_tokens"]
+    assert m["eval"]["dev_perplexity"] < 0.5 * base_m["eval"]["dev_perplexity"]  # measured: 34.3 vs 154.9
+    config = json.loads((ralm_run / "config.json").read_text())
+    model, _, _ = load_lm(ralm_run)
+    assert isinstance(model, ResidualLM)
+    counts = model.parameter_counts()
+    assert config["trainable_parameters"] == config["parameters"] == counts["trainable_parameters"]
+    assert config["base_parameters"] == counts["base_parameters"] == base_m_params(base_run)
+    # the loaded RALM scores dev as training's own evaluation did
+    assert main(["lm", "eval", "--model", str(ralm_run), "--data", str(data), "--split", "dev",
+                 "--metrics", str(tmp_path / "eval.json"), "--precision", "fp32"]) == 0
+    ev = json.loads((tmp_path / "eval.json").read_text())["eval_dev"]
+    assert ev["tokens"] == m["eval"]["dev_tokens"]
+    assert ev["nll_per_token"] == pytest.approx(m["eval"]["dev_nll_per_token"], abs=1e-4)
+
+    # the base changed since: refused, naming the description file
+    weights = base_run / "model" / "model.safetensors"
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(weights))
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 1
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    assert main(["lm", "eval", "--model", str(ralm_run), "--data", str(data), "--split", "dev",
+                 "--metrics", str(tmp_path / "eval2.json")]) == 2
+    err = capsys.readouterr().err
+    assert "residual_lm.json" in err and "changed" in err and "Traceback" not in err
+    # the base gone: refused too
+    shutil.rmtree(base_run)
+    assert main(["lm", "eval", "--model", str(ralm_run), "--data", str(data), "--split", "dev",
+                 "--metrics", str(tmp_path / "eval3.json")]) == 2
+    err = capsys.readouterr().err
+    assert "residual_lm.json" in err and "gone" in err
+
+
+def base_m_params(run: Path) -> int:
+    return json.loads((run / "config.json").read_text())["parameters"]
