@@ -15,6 +15,7 @@ import torch
 from test_lm_sampling import make_tiny_lm
 from test_lm_train import TINY, data  # noqa: F401  (data: the toy corpus fixture)
 from textebm.cli import main
+from textebm.errors import TextebmError
 from textebm.fingerprint import folder_sha256
 from textebm.lm.generate import generate
 from textebm.lm.scoring import score_sequences
@@ -33,7 +34,7 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
 def _ralm(pair) -> tuple[ResidualLM, object, object]:
     base, tok, meta = load_lm(pair[0])
     phi, _, _ = load_lm(pair[1])
-    ref = BaseRef(path=str(pair[0].resolve()), sha256=folder_sha256(pair[0]), parameters=0)
+    ref = BaseRef(base=str(pair[0].resolve()), base_sha256=folder_sha256(pair[0]), base_parameters=0)
     return ResidualLM(base, phi, ref), tok, meta
 
 
@@ -88,6 +89,10 @@ def test_save_and_load_round_trip_gives_the_same_logits(pair, tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, model(ids).logits)
     assert not any(p.requires_grad for p in loaded.base.parameters())
+    spec = tmp_path / "ralm" / "residual_lm.json"
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "base_parameters": "many"}))
+    with pytest.raises(TextebmError, match="residual_lm.json.*base_parameters"):
+        load_lm(tmp_path / "ralm")
 
 
 def _tensor_files(folder: Path) -> dict[str, bytes]:

@@ -190,7 +190,8 @@ def build_ralm(spec: LMSpec):
     if phi.config.vocab_size != base.config.vocab_size:  # the base's embeddings may have spare rows
         phi.resize_token_embeddings(base.config.vocab_size, mean_resizing=False)
     path = base_info.path.resolve()
-    ref = BaseRef(path=str(path), sha256=folder_sha256(path), parameters=sum(p.numel() for p in base.parameters()))
+    ref = BaseRef(base=str(path), base_sha256=folder_sha256(path),
+                  base_parameters=sum(p.numel() for p in base.parameters()))
     return ResidualLM(base, phi, ref), tokenizer, meta
 
 
@@ -276,9 +277,9 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     eval_ids = [ids for ids in encode(eval_texts) if ids] if eval_split else []
     config = {**options_dict(cfg), "parameters": n_params, "vocab_size": len(tokenizer)}
     if isinstance(model, ResidualLM):  # phi's parameters are the trained ones; the base's content keys a resume
-        config.update(model.parameter_counts(), residual_of_sha256=model.base_ref.sha256)
+        config.update(model.parameter_counts(), residual_of_sha256=model.base_ref.base_sha256)
         log.info("RALM: phi %.2fM trainable parameters over a frozen %.2fM-parameter base",
-                 n_params / 1e6, model.base_ref.parameters / 1e6)
+                 n_params / 1e6, model.base_ref.base_parameters / 1e6)
     recipe = LMRecipe(model=model, tokenizer=tokenizer, meta=meta, train_ids=train_ids, collate=batcher,
                       eval_split=eval_split, eval_ids=eval_ids, batch_size=cfg.batch_size, seed=cfg.seed)
     return train(cfg, config, recipe)

@@ -278,11 +278,11 @@ def _load_residual_lm(path: Path, dtype: torch.dtype, device, option: str):
     content changed since phi was trained on it."""
     spec_file = path / ralm.SPEC_FILE
     ref = ralm.spec_from_dict(read_json_object(spec_file, "residual LM description"), spec_file)
-    base_path = Path(ref.path)
+    base_path = Path(ref.base)
     if not base_path.is_dir():
         raise TextebmError(f"{spec_file}: its base LM {base_path} is gone; a RALM is only defined with "
                            "the base it was trained on")
-    if folder_sha256(base_path) != ref.sha256:
+    if folder_sha256(base_path) != ref.base_sha256:
         raise TextebmError(f"{spec_file}: its base LM {base_path} changed since phi was trained on it "
                            "(another content hash); retrain the RALM on this base")
     base, _, _ = load_lm(base_path, dtype, device, option=f"{spec_file} base")

@@ -23,13 +23,14 @@ and refuses a base that is gone or changed.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from textebm.errors import InputError
+from textebm import specs
 from textebm.io import write_json
 from textebm.models.kinds import ModelKind
 from textebm.models.lm import cache_arg, save_lm
@@ -41,20 +42,17 @@ KIND = ModelKind(name="residual-lm", marker=SPEC_FILE, noun="a textebm residual 
 
 @dataclass(frozen=True)
 class BaseRef:
-    """Where the frozen base LM of a RALM lives and what it held when phi was trained on it."""
+    """`residual_lm.json`: where the frozen base LM of a RALM lives and what it held when phi was
+    trained on it."""
 
-    path: str  # absolute path of the base's model folder
-    sha256: str  # textebm.fingerprint.folder_sha256 of that folder
-    parameters: int  # the base's parameter count (frozen; phi's are the trainable ones)
+    base: str  # absolute path of the base's model folder
+    base_sha256: str  # textebm.fingerprint.folder_sha256 of that folder
+    base_parameters: int  # the base's parameter count (frozen; phi's are the trainable ones)
 
 
-def spec_from_dict(raw: dict, file: Path) -> BaseRef:
-    """The base recorded in `residual_lm.json`; InputError naming the file when a field is wrong."""
-    fields = {"base": str, "base_sha256": str, "base_parameters": int}
-    for name, kind in fields.items():
-        if not isinstance(raw.get(name), kind):
-            raise InputError(file, f"{name} must be a {kind.__name__}, got {raw.get(name)!r}")
-    return BaseRef(path=raw["base"], sha256=raw["base_sha256"], parameters=raw["base_parameters"])
+def spec_from_dict(raw: dict, where) -> BaseRef:
+    """The base recorded in the parsed `residual_lm.json` at `where` (InputError naming file and field)."""
+    return specs.spec_from_dict(BaseRef, raw, where)
 
 
 def _layers_view(layers: list):
@@ -130,7 +128,4 @@ def save_residual_lm(model: ResidualLM, tokenizer, meta, folder: str | Path) -> 
     if model.base_ref is None:
         raise ValueError("a RALM is saved with the base it was trained on (base_ref)")
     save_lm(model.phi, tokenizer, meta, folder)
-    ref = model.base_ref
-    write_json(Path(folder) / SPEC_FILE, {"base": ref.path, "base_sha256": ref.sha256,
-                                          "base_parameters": ref.parameters,
-                                          "trainable_parameters": model.parameter_counts()["trainable_parameters"]})
+    write_json(Path(folder) / SPEC_FILE, dataclasses.asdict(model.base_ref))
