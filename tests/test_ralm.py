@@ -99,15 +99,25 @@ def _tensor_files(folder: Path) -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in sorted(folder.iterdir()) if f.is_file()}
 
 
-def test_lm_train_residual_of_learns_beyond_the_base_and_leaves_it_untouched(data, tmp_path, capsys):  # noqa: F811
+@pytest.fixture(scope="module")
+def base_lm(data, tmp_path_factory) -> Path:  # noqa: F811
+    """A base LM trained for one epoch only: far from what the toy corpus allows."""
+    run = tmp_path_factory.mktemp("ralm-base") / "base"
+    assert main(["lm", "train", "--data", str(data), "--out", str(run), "--epochs", "1", "--lr", "3e-3", *TINY]) == 0
+    return run
+
+
+SMALL = [a for a in TINY if a not in ("--vocab-size", "300")]  # phi takes the base's vocabulary
+
+
+def test_lm_train_residual_of_learns_beyond_the_base_and_leaves_it_untouched(data, base_lm, tmp_path,  # noqa: F811
+                                                                             capsys):
     base_run = tmp_path / "base"
-    assert main(["lm", "train", "--data", str(data), "--out", str(base_run), "--epochs", "1", "--lr", "3e-3",
-                 *TINY]) == 0
+    shutil.copytree(base_lm, base_run)  # this test changes and deletes its base
     before = _tensor_files(base_run / "model")
-    small = [a for a in TINY if a != "--vocab-size" and a != "300"]  # phi takes the base's vocabulary
     ralm_run = tmp_path / "ralm"
     assert main(["lm", "train", "--data", str(data), "--out", str(ralm_run), "--residual-of", str(base_run),
-                 "--epochs", "4", "--lr", "3e-3", *small]) == 0
+                 "--epochs", "4", "--lr", "3e-3", *SMALL]) == 0
     assert _tensor_files(base_run / "model") == before  # the frozen base: byte-identical files
     base_m = json.loads((base_run / "metrics.json").read_text())
     m = json.loads((ralm_run / "metrics.json").read_text())
@@ -149,3 +159,31 @@ def test_lm_train_residual_of_learns_beyond_the_base_and_leaves_it_untouched(dat
 
 def base_m_params(run: Path) -> int:
     return json.loads((run / "config.json").read_text())["parameters"]
+
+
+def test_a_ralm_resumed_after_ctrl_c_equals_an_uninterrupted_run(data, base_lm, tmp_path, monkeypatch):  # noqa: F811
+    """The checkpoint holds phi (and the frozen base) with the optimizer: Ctrl-C at step 3, resumed
+    from the checkpoint of step 2, ends with bitwise the weights of a run never stopped."""
+    import textebm.train
+    from safetensors.torch import load_file
+
+    args = ["lm", "train", "--data", str(data), "--residual-of", str(base_lm), "--max-steps", "5", "--log-every",
+            "1", "--checkpoint-every", "2", "--eval-split", "", "--lr", "3e-3", *SMALL]
+    assert main([*args, "--out", str(tmp_path / "full")]) == 0
+    logged, inner = [], textebm.train.group_lrs
+
+    def interrupt_at_step_3(optimizer):  # the loop logs every step (--log-every 1)
+        logged.append(1)
+        if len(logged) == 3:
+            raise KeyboardInterrupt
+        return inner(optimizer)
+
+    monkeypatch.setattr(textebm.train, "group_lrs", interrupt_at_step_3)
+    assert main([*args, "--out", str(tmp_path / "cut")]) == 130
+    monkeypatch.setattr(textebm.train, "group_lrs", inner)
+    assert main([*args, "--out", str(tmp_path / "cut"), "--resume"]) == 0
+    a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "cut" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads((tmp_path / "cut" / "model" / "residual_lm.json").read_text())["base"] == str(
+        (base_lm / "model").resolve())
