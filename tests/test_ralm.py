@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from test_lm_sampling import make_tiny_lm
 from test_lm_train import TINY, data  # noqa: F401  (data: the toy corpus fixture)
+
 from textebm.cli import main
 from textebm.errors import TextebmError
 from textebm.fingerprint import folder_sha256
@@ -163,7 +163,7 @@ def test_lm_train_residual_of_learns_beyond_the_base_and_leaves_it_untouched(dat
     from safetensors.torch import load_file, save_file
 
     tensors = load_file(str(weights))
-    name = sorted(tensors)[0]
+    name = min(tensors)
     tensors[name] = tensors[name] + 1
     save_file(tensors, str(weights), metadata={"format": "pt"})
     assert main(["lm", "eval", "--model", str(ralm_run), "--data", str(data), "--split", "dev",
@@ -185,8 +185,9 @@ def base_m_params(run: Path) -> int:
 def test_a_ralm_resumed_after_ctrl_c_equals_an_uninterrupted_run(data, base_lm, tmp_path, monkeypatch):  # noqa: F811
     """The checkpoint holds phi (and the frozen base) with the optimizer: Ctrl-C at step 3, resumed
     from the checkpoint of step 2, ends with bitwise the weights of a run never stopped."""
-    import textebm.train
     from safetensors.torch import load_file
+
+    import textebm.train
 
     args = ["lm", "train", "--data", str(data), "--residual-of", str(base_lm), "--max-steps", "5", "--log-every",
             "1", "--checkpoint-every", "2", "--eval-split", "", "--lr", "3e-3", *SMALL]
@@ -208,3 +209,13 @@ def test_a_ralm_resumed_after_ctrl_c_equals_an_uninterrupted_run(data, base_lm, 
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert json.loads((tmp_path / "cut" / "model" / "residual_lm.json").read_text())["base"] == str(
         (base_lm / "model").resolve())
+
+
+def test_an_r2l_base_gives_an_r2l_ralm(data, tmp_path):  # noqa: F811
+    """phi learns in the base's order: the RALM folder keeps the base's layout (r2l) for scoring and sampling."""
+    base = make_tiny_lm(tmp_path / "r2l-base", direction="r2l")
+    run = tmp_path / "r2l-ralm"
+    assert main(["lm", "train", "--data", str(data), "--out", str(run), "--residual-of", str(base), "--direction",
+                 "r2l", "--max-steps", "1", "--eval-split", "", *SMALL]) == 0
+    model, _, meta = load_lm(run)
+    assert isinstance(model, ResidualLM) and (meta.objective, meta.direction) == ("causal", "r2l")

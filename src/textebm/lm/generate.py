@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 import torch
 
 from textebm.data.batching import left_pad
-from textebm.models.lm import cache_arg  # noqa: F401  (here too: the sampler's callers import it from here)
+from textebm.models.lm import cache_arg
 from textebm.models.lm_format import SpecialIds
 
 

@@ -81,7 +81,7 @@ class ResidualLM(nn.Module):
                                                   phi.config.max_position_embeddings)
         self._n_base = base.config.num_hidden_layers
 
-    def train(self, mode: bool = True) -> "ResidualLM":
+    def train(self, mode: bool = True) -> ResidualLM:
         super().train(mode)
         self.base.eval()  # frozen: no dropout, whatever the loop asks
         return self
