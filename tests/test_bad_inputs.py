@@ -77,6 +77,11 @@ def _lm_train(w, *extra):
             "--heads", "2", "--vocab-size", "300", "--max-steps", "1", "--no-progress", *extra]
 
 
+def _ralm_train(w, base, *extra):
+    return ["lm", "train", "--data", w["data"], "--out", w["root"] / "new-lm", "--residual-of", base, "--layers", "1",
+            "--width", "16", "--heads", "2", "--max-steps", "1", "--no-progress", *extra]
+
+
 def _clf_train(w, *extra):
     return ["classify", "train", "--data", w["data"], "--encoder", w["encoder"], "--out", w["root"] / "new-clf",
             "--max-steps", "1", "--no-progress", *extra]
@@ -287,6 +292,15 @@ CASES = [
     ("lm-train --init an encoder", lambda w: _lm_train(w)[:4] + _lm_train(w)[4:6] + ["--init", w["encoder"],
                                                                                       "--max-steps", "1"],
      "expected a causal LM"),
+    ("lm-train --residual-of an encoder", lambda w: _ralm_train(w, w["encoder"]),
+     "encoder, not a causal LM"),
+    ("lm-train --residual-of an infill LM", lambda w: _ralm_train(w, w["infill"]), "causal base"),
+    ("lm-train --residual-of with --objective infill",
+     lambda w: _ralm_train(w, w["lm"], "--objective", "infill"), "--residual-of trains a causal RALM"),
+    ("lm-train --residual-of an l2r base with --direction r2l",
+     lambda w: _ralm_train(w, w["lm"], "--direction", "r2l"), "--direction"),
+    ("lm-train --residual-of with a --tokenizer of another vocabulary",
+     lambda w: _ralm_train(w, w["lm"], "--tokenizer", w["encoder"]), "--tokenizer"),
     ("lm-train a missing --tokenizer", lambda w: _lm_train(w)[:6] + ["--tokenizer", w["root"] / "no-tok",
                                                                      "--max-steps", "1"], "no-tok"),
     ("lm-train a broken --tokenizer", lambda w: _lm_train(w)[:6] + ["--tokenizer", w["adir"], "--max-steps", "1"],

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 import torch
 
 from textebm.data.batching import left_pad
+from textebm.models.lm import cache_arg
 from textebm.models.lm_format import SpecialIds
 
 
@@ -147,13 +148,6 @@ def _next_logits(output, banned: list[int]) -> torch.Tensor:
     if banned:
         logits[:, banned] = float("-inf")
     return logits
-
-
-def cache_arg(model, cache) -> dict:
-    """The key-value cache argument: `cache` from transformers 5.24 on, `past_key_values` before."""
-    import inspect
-
-    return {"cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values": cache}
 
 
 def _generate_cached(model, contexts, max_new, gens, out, eos, pad, top_k, temperature, banned) -> None:

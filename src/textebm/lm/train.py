@@ -23,12 +23,14 @@ from textebm.data.batching import right_pad
 from textebm.data.readers import load_split
 from textebm.data.streams import chunks, doc_streams
 from textebm.errors import TextebmError
+from textebm.fingerprint import folder_sha256
 from textebm.inference import batched
 from textebm.lm.scoring import item_texts, next_token_logprobs, next_token_targets
 from textebm.models.build import SmallLMConfig, build_causal_lm
 from textebm.models.lm import ensure_special_tokens, save_lm, special_ids
 from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_example
-from textebm.models.load import load_lm, load_tokenizer
+from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
+from textebm.models.ralm import BaseRef, ResidualLM, save_residual_lm
 from textebm.options import check_config, refuse_unused
 from textebm.seeds import derive_seed
 from textebm.tokenizer import train_tokenizer
@@ -56,6 +58,9 @@ class LMTrainConfig(TrainOptions):
     direction: str = field(default="l2r", metadata={"help": "token order; r2l trains on reversed text",
                                                     "choices": ["l2r", "r2l"]})
     init: str = field(default="", metadata={"help": "start from this model (HF folder or models-fetch id)"})
+    residual_of: str = field(default="", metadata={
+        "help": "train a RALM (paper d, eq. 6) on this frozen causal LM: a transformer phi of --layers/--width/"
+                "--heads in its vocabulary, trained on the cross-entropy of the summed logits"})
     tokenizer: str = field(default="", metadata={"help": "tokenizer folder for a model from scratch "
                                                          "(default: train one on the data)"})
     vocab_size: int = field(default=8000, metadata={"help": "vocabulary of a tokenizer trained on the data",
@@ -81,6 +86,11 @@ class LMTrainConfig(TrainOptions):
         super().check()
         if self.objective != "infill":
             refuse_unused(self, ["mask_ratio"], "with --objective causal")
+        if self.residual_of:
+            refuse_unused(self, ["init", "vocab_size", "arch"], "with --residual-of (phi is a transformer in the "
+                                                                 "base LM's vocabulary)")
+            if self.objective != "causal":
+                raise TextebmError("--residual-of trains a causal RALM; it does not apply to --objective infill")
         if self.init:
             refuse_unused(self, ["tokenizer", "vocab_size", "arch", "kernel", "layers", "width", "heads", "context"],
                           "with --init (the model's own size and tokenizer are used)")
@@ -118,6 +128,7 @@ class LMSpec:
     direction: str = "l2r"  # l2r | r2l
     mask_ratio: float | None = None  # infill: M
     init: str = ""
+    residual_of: str = ""  # a RALM's frozen base LM: phi is built from scratch in its vocabulary
     tokenizer: str = ""
     vocab_size: int = 8000  # of a tokenizer trained on the texts
     arch: str = "transformer"  # transformer | gcnn
@@ -132,6 +143,8 @@ class LMSpec:
 def build_lm(spec: LMSpec, train_texts: list[str]):
     """(model, tokenizer, meta) ready to train, special tokens added as the objective needs."""
 
+    if spec.residual_of:
+        return build_ralm(spec)
     if spec.init:
         model, tokenizer, _ = load_lm(spec.init, dtype=torch.float32, option="--init")  # checks its kind
     else:
@@ -154,6 +167,32 @@ def build_lm(spec: LMSpec, train_texts: list[str]):
     meta.objective, meta.direction = spec.objective, spec.direction
     meta.mask_ratio = spec.mask_ratio if spec.objective == "infill" else None
     return model, tokenizer, meta
+
+
+def build_ralm(spec: LMSpec):
+    """(ResidualLM, the base's tokenizer, the base's meta): the frozen base of `spec.residual_of`
+    and a from-scratch phi at the spec's size in its vocabulary (paper d, eq. 6)."""
+    base_info = find_model(spec.residual_of, CAUSAL_LM, "--residual-of")
+    if base_info.kind != CAUSAL_LM:
+        raise TextebmError(f"--residual-of {base_info.path}: {base_info.describe()}; the base of a RALM must be "
+                           "a plain causal LM (`lm train` without --residual-of)")
+    base, tokenizer, meta = load_lm(base_info.path, dtype=torch.float32, option="--residual-of")
+    if meta.objective != "causal":
+        raise TextebmError(f"--residual-of {base_info.path}: an {meta.objective} LM; a RALM needs a causal base")
+    if meta.direction != spec.direction:
+        raise TextebmError(f"--residual-of {base_info.path}: the base reads {meta.direction}, but --direction is "
+                           f"{spec.direction}; give --direction {meta.direction}")
+    if spec.tokenizer and load_tokenizer(spec.tokenizer, "--tokenizer").get_vocab() != tokenizer.get_vocab():
+        raise TextebmError(f"--tokenizer {spec.tokenizer}: another vocabulary than the base LM's; a RALM uses the "
+                           "base's tokenizer (leave --tokenizer out)")
+    phi = build_causal_lm(SmallLMConfig(layers=spec.layers, width=spec.width, heads=spec.heads,
+                                        context=spec.context), tokenizer, seed=spec.seed)
+    if phi.config.vocab_size != base.config.vocab_size:  # the base's embeddings may have spare rows
+        phi.resize_token_embeddings(base.config.vocab_size, mean_resizing=False)
+    path = base_info.path.resolve()
+    ref = BaseRef(base=str(path), base_sha256=folder_sha256(path),
+                  base_parameters=sum(p.numel() for p in base.parameters()))
+    return ResidualLM(base, phi, ref), tokenizer, meta
 
 
 class LMBatcher:
@@ -218,7 +257,7 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     eval_rows = load_split(cfg.data, eval_split) if eval_split else []  # read before any work
     eval_texts = _texts(eval_rows)
     spec = LMSpec(objective=cfg.objective, direction=cfg.direction, mask_ratio=cfg.mask_ratio, init=cfg.init,
-                  tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size, arch=cfg.arch, kernel=cfg.kernel,
+                  residual_of=cfg.residual_of, tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size, arch=cfg.arch, kernel=cfg.kernel,
                   layers=cfg.layers, width=cfg.width, heads=cfg.heads, context=cfg.context, seed=cfg.seed)
     model, tokenizer, meta = build_lm(spec, train_texts)
     sp = special_ids(tokenizer, meta)
@@ -233,10 +272,14 @@ def lm_train(cfg: LMTrainConfig) -> dict:
         train_texts, eval_texts = _docs(train_rows), _docs(eval_rows)  # (text, document) pairs
     train_ids = [ids for ids in encode(train_texts) if ids]
     batcher = LMBatcher(sp, cfg.objective, cfg.direction, cfg.mask_ratio, seed=cfg.seed)
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log.info("LM: %.1fM parameters, %d training texts, %s objective", n_params / 1e6, len(train_ids), cfg.objective)
     eval_ids = [ids for ids in encode(eval_texts) if ids] if eval_split else []
     config = {**options_dict(cfg), "parameters": n_params, "vocab_size": len(tokenizer)}
+    if isinstance(model, ResidualLM):  # phi's parameters are the trained ones; the base's content keys a resume
+        config.update(model.parameter_counts(), residual_of_sha256=model.base_ref.base_sha256)
+        log.info("RALM: phi %.2fM trainable parameters over a frozen %.2fM-parameter base",
+                 n_params / 1e6, model.base_ref.base_parameters / 1e6)
     recipe = LMRecipe(model=model, tokenizer=tokenizer, meta=meta, train_ids=train_ids, collate=batcher,
                       eval_split=eval_split, eval_ids=eval_ids, batch_size=cfg.batch_size, seed=cfg.seed)
     return train(cfg, config, recipe)
@@ -265,7 +308,10 @@ class LMRecipe(Recipe):
         return evaluate_lm(self.model, self.collate, self.eval_ids, self.batch_size, self.seed, self.eval_split)
 
     def save(self, folder):
-        save_lm(self.model, self.tokenizer, self.meta, folder)
+        if isinstance(self.model, ResidualLM):
+            save_residual_lm(self.model, self.tokenizer, self.meta, folder)
+        else:
+            save_lm(self.model, self.tokenizer, self.meta, folder)
 
 
 @torch.no_grad()

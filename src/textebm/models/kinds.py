@@ -1,9 +1,9 @@
 """The kinds of model folder textebm writes itself, each recognised by a marker file.
 
 A kind is declared beside its model (`KIND` in `models/classifier.py`, `models/cloze.py`,
-`models/seq_energy.py`) and listed once in `textebm.models.load.MARKED`, which recognises the
-folders, names them in messages and refuses a folder of the wrong kind. A new kind (a CRF tagger,
-a residual LM) adds its `KIND` and its entry there, and its loader beside the others in load.py.
+`models/seq_energy.py`, `models/ralm.py`) and listed once in `textebm.models.load.MARKED`, which
+recognises the folders, names them in messages and refuses a folder of the wrong kind. A new kind
+(a CRF tagger) adds its `KIND` and its entry there, and its loader beside the others in load.py.
 """
 
 from __future__ import annotations

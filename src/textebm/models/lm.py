@@ -92,6 +92,14 @@ def special_ids(tokenizer, meta: LMMeta) -> SpecialIds:
     return SpecialIds(bos=bos, eos=eos, pad=pad, mask=tid(meta.mask_token), sep=tid(meta.sep_token))
 
 
+def cache_arg(model, cache) -> dict:
+    """The key-value cache argument of a causal LM's forward: `cache` from transformers 5.24 on,
+    `past_key_values` before."""
+    import inspect
+
+    return {"cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values": cache}
+
+
 def save_lm(model, tokenizer, meta: LMMeta, path: str | Path) -> None:
     """Write the HF folder (safetensors) and the meta file (callers write into a temporary folder)."""
 

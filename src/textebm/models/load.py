@@ -8,6 +8,7 @@ contains, never by its name (`inspect_folder`):
 |---|---|
 | `classifier` | `classifier.json` (written by `classify train`) |
 | `cloze` | `cloze.json` (written by `cloze train`: Electric, ELECTRA-TT, masked LM, TwoTower) |
+| `residual-lm` | `residual_lm.json` (written by `lm train --residual-of`: a RALM, phi beside a frozen base LM; a causal LM wherever one is asked for) |
 | `causal-lm` | `config.json` whose `architectures` is a `...ForCausalLM` / `...LMHeadModel`, or no architectures and a decoder-only `model_type` |
 | `encoder` | `config.json` of an encoder family (BERT, RoBERTa, ELECTRA, MPNet, ...: a `model_type` with a masked-LM head in transformers), whatever head it was saved with |
 | `other` | any other Hugging Face model (e.g. a `LlamaModel` without its LM head) |
@@ -38,8 +39,9 @@ from safetensors import SafetensorError
 from textebm.assets import resolve_model
 from textebm.checkpoint import tied_names
 from textebm.errors import TextebmError
+from textebm.fingerprint import folder_sha256
 from textebm.io import read_json_object
-from textebm.models import classifier, cloze, seq_energy
+from textebm.models import classifier, cloze, ralm, seq_energy
 from textebm.models.classifier import EBMClassifier
 from textebm.models.cloze import ClozeModel
 from textebm.models.kinds import ModelKind
@@ -48,8 +50,8 @@ from textebm.models.seq_energy import build_energy
 from textebm.outputs import read_marker
 
 # Folders textebm writes, recognised by their marker file (each kind declared beside its model).
-MARKED: dict[str, ModelKind] = {k.name: k for k in (classifier.KIND, cloze.KIND, seq_energy.KIND)}
-CLASSIFIER, CLOZE, ENERGY = classifier.KIND.name, cloze.KIND.name, seq_energy.KIND.name
+MARKED: dict[str, ModelKind] = {k.name: k for k in (classifier.KIND, cloze.KIND, seq_energy.KIND, ralm.KIND)}
+CLASSIFIER, CLOZE, ENERGY, RESIDUAL_LM = classifier.KIND.name, cloze.KIND.name, seq_energy.KIND.name, ralm.KIND.name
 CAUSAL_LM, ENCODER, OTHER, NONE = "causal-lm", "encoder", "other", "none"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -164,7 +166,7 @@ def find_model(name_or_path: str | Path, kind: str, option: str = "--model", ids
         except TextebmError as e:
             raise TextebmError(f"{option}: {str(e).rstrip('.')}; expected {NEEDS[kind]}") from None
     info = inspect_folder(path)
-    if info.kind != kind:
+    if info.kind != kind and not (kind == CAUSAL_LM and info.kind == RESIDUAL_LM):  # a RALM is a causal LM
         found = info.describe() if info.kind == NONE else f"{info.describe()}, not {NAMES[kind]}"
         raise TextebmError(f"{option} {info.path}: {found}; expected {NEEDS[kind]}")
     if info.kind in MARKED:
@@ -239,13 +241,27 @@ def load_lm(name_or_path: str | Path, dtype: torch.dtype = torch.float32,
     says how textebm trained it (a folder without `textebm_lm.json`: causal, left to right)."""
     import dataclasses
 
+    info = find_model(name_or_path, CAUSAL_LM, option)
+    if info.kind == RESIDUAL_LM:
+        return _load_residual_lm(info.path, dtype, device, option)
+    path = info.path
+    meta = read_meta(path)
+    tokenizer = _tokenizer(option, path)
+    model = _causal_weights(path, dtype, option)
+    if meta.bos_token is None:
+        meta = dataclasses.replace(ensure_special_tokens(tokenizer, model, infill=False),
+                                   objective=meta.objective, direction=meta.direction)
+    model = _place(model, None, device)
+    model.eval()
+    return model, tokenizer, meta
+
+
+def _causal_weights(path: Path, dtype: torch.dtype, option: str):
+    """The Hugging Face causal LM of `path`, every weight accounted for."""
     from transformers import AutoModelForCausalLM
 
     import textebm.models.gcnn  # noqa: F401  registers textebm's gated convolutional LM type
 
-    path = find_model(name_or_path, CAUSAL_LM, option).path
-    meta = read_meta(path)
-    tokenizer = _tokenizer(option, path)
     try:
         with _quiet_transformers():
             model, info = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True,
@@ -253,10 +269,30 @@ def load_lm(name_or_path: str | Path, dtype: torch.dtype = torch.float32,
     except LOAD_ERRORS as e:
         raise _load_error(option, path, e) from None
     _check_loading_info(option, path, info)
-    if meta.bos_token is None:
-        meta = dataclasses.replace(ensure_special_tokens(tokenizer, model, infill=False),
-                                   objective=meta.objective, direction=meta.direction)
-    model = _place(model, None, device)
+    return model
+
+
+def _load_residual_lm(path: Path, dtype: torch.dtype, device, option: str):
+    """(ResidualLM, tokenizer, meta) of a folder written by `lm train --residual-of`: phi from the
+    folder, the base from the path `residual_lm.json` records, refused when it is gone or its
+    content changed since phi was trained on it."""
+    spec_file = path / ralm.SPEC_FILE
+    ref = ralm.spec_from_dict(read_json_object(spec_file, "residual LM description"), spec_file)
+    base_path = Path(ref.base)
+    if not base_path.is_dir():
+        raise TextebmError(f"{spec_file}: its base LM {base_path} is gone; a RALM is only defined with "
+                           "the base it was trained on")
+    if folder_sha256(base_path) != ref.base_sha256:
+        raise TextebmError(f"{spec_file}: its base LM {base_path} changed since phi was trained on it "
+                           "(another content hash); retrain the RALM on this base")
+    base, _, _ = load_lm(base_path, dtype, device, option=f"{spec_file} base")
+    meta = read_meta(path)
+    tokenizer = _tokenizer(option, path)
+    phi = _place(_causal_weights(path, dtype, option), None, device)
+    try:
+        model = ralm.ResidualLM(base, phi, ref)
+    except ValueError as e:
+        raise TextebmError(f"{option} {path}: {e}") from None
     model.eval()
     return model, tokenizer, meta
 
