@@ -60,7 +60,7 @@ class _JointOptions:
                                                          "trained on; paper: 120)", "min": 0})
     length: int = field(default=0, metadata={"help": "generated tokens T - p (0: the energy's window length "
                                                      "minus p; paper: 40)", "min": 0})
-    seed: int = field(default=0, metadata={"help": "seed of the windows' subset and of every sample"})
+    seed: int = field(default=0, metadata={"help": "seed of the windows' subset and of every sample", "min": 0})
     batch_size: int = field(default=64, metadata={"help": "sequences per forward pass (changes no number)",
                                                   "min": 1})
     precision: str = field(default="fp32", metadata={"help": "precision of both models (auto: bf16 where the "

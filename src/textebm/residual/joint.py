@@ -29,8 +29,9 @@ import torch
 from textebm.detection.detect import energies as window_energies
 from textebm.energy import fp32_linear
 from textebm.errors import TextebmError
-from textebm.lm.generate import Generation, banned_ids, cache_arg, generate
-from textebm.models.lm import special_ids
+from textebm.lm.generate import Generation, banned_ids, generate
+from textebm.models.lm import cache_arg, special_ids
+
 from textebm.tokenizer import same_vocab
 
 
