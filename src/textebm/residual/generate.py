@@ -37,12 +37,12 @@ class JointSample:
 
 
 def joint_sample(base: BaseLM, energy: JointEnergy, prefix: Sequence[int], length: int, n: int, top_k: int,
-                 seed: int, batch_size: int = 64) -> JointSample:
+                 seed: int, batch_size: int = 64, use_cache: bool = True) -> JointSample:
     """Algorithm 1 for one prefix: `n` candidates of `length` tokens, seeded by (seed, i), and the
-    resampling draw seeded by (seed, "resample")."""
+    resampling draw seeded by (seed, "resample"). `use_cache=False` scores every window in full."""
     ctx = base.context(prefix)
     gens = base.sample([ctx] * n, length, [derive_seed(seed, "candidate", i) for i in range(n)], top_k, batch_size)
     cands = [g.tokens for g in gens]
-    e = energy.continuation_energies(prefix, cands, batch_size)  # (n,)
+    e = energy.continuation_energies(prefix, cands, batch_size, use_cache)  # (n,)
     r = resample(e, torch.Generator().manual_seed(derive_seed(seed, "resample")))
     return JointSample(cands, np.array([g.logprob for g in gens]), e, r.index, r.weights, r.ess)

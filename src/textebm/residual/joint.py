@@ -134,9 +134,10 @@ class JointEnergy:
         return window_energies(self.model, self.spec, self.tokenizer, self.vocab, windows, batch_size)
 
     def continuation_energies(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]],
-                              batch_size: int = 64) -> np.ndarray:
-        """E(prefix + c) for each continuation c (N,) float64; UniT runs the prefix once."""
-        if not self.cached or not prefix:
+                              batch_size: int = 64, use_cache: bool = True) -> np.ndarray:
+        """E(prefix + c) for each continuation c (N,) float64; UniT runs the prefix once
+        (`use_cache=False`: the slow reference that reads every window in full)."""
+        if not (use_cache and self.cached) or not prefix:
             return self.energies([[*prefix, *c] for c in continuations], batch_size)
         return _unit_energies(self.model, list(prefix), [list(c) for c in continuations], batch_size)
 
