@@ -32,14 +32,23 @@ def toy_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The toy models' ops are tiny: a second thread only waits on a busy CPU (50x slower here)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def world():
     torch.manual_seed(0)
     tok = toy_tokenizer()
     meta = LMMeta(bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     lm = build_causal_lm(SmallLMConfig(1, 16, 2, context=16), tok, seed=0).eval()
-    with torch.no_grad():  # sharper than a fresh init, so the toy distribution is far from uniform
-        lm.lm_head.weight.mul_(20)
+    with torch.no_grad():  # sharper than a fresh init: P_LM far from uniform (top continuation 0.16,
+        lm.lm_head.weight.mul_(5)  # entropy 3.55 nats of log 64 = 4.16), yet every continuation reachable
     body = build_causal_lm(SmallLMConfig(1, 16, 2, context=16), tok, seed=1).model
     spec = EnergySpec(kind="unitransf", vocab_size=len(tok), length=len(PREFIX) + M)
     energy = build_energy(spec, body).eval()
@@ -83,3 +92,107 @@ def test_exact_last_position_equals_enumeration(world):
     lp = base.next_logprobs([base.context(head)])[0].numpy()
     terms = [lp[v] - float(en.energies([head + [v]])[0]) for v in range(3, 7)]
     assert abs(z - float(np.logaddexp.reduce(terms))) < 1e-10
+
+
+# ---------------------------------------------------------------- the toy world enumerated
+
+LOG_NO = float("-inf")
+
+
+def index_of(cont) -> int:
+    """Position of a continuation in `all_continuations()` (base 4, first token most significant)."""
+    return int(sum((t - 3) * 4 ** (M - 1 - i) for i, t in enumerate(cont)))
+
+
+def enumerated_logq(base, prefix, top_k: int) -> np.ndarray:
+    """log q(c) (64,) of each continuation under the sampling distribution of `base.sample`: at each
+    step the base LM's next-token distribution (banned tokens removed), cut to its `top_k` most
+    likely tokens and renormalised (0: untruncated), by scoring every context of every length."""
+    logq = np.zeros(4 ** M)
+    for t in range(M):
+        heads = [list(h) for h in itertools.product(range(3, 7), repeat=t)]  # (4^t,)
+        lp = base.next_logprobs([base.context(list(prefix) + h) for h in heads]).numpy()  # (4^t, V)
+        if top_k:
+            cut = np.argsort(-lp, axis=1)[:, top_k:]  # (4^t, V-k) the tokens top-k drops
+            np.put_along_axis(lp, cut, LOG_NO, axis=1)
+            lp = lp - np.logaddexp.reduce(lp, axis=1, keepdims=True)
+        for i, c in enumerate(all_continuations()):
+            logq[i] += lp[index_of(c[:t] + [3] * (M - t)) // 4 ** (M - t), c[t]]
+    return logq
+
+
+@pytest.fixture(scope="module")
+def exact(world):
+    """Everything about the prefix's 64 continuations, by enumeration: log P_LM (64,), E (64,),
+    log Z = log Σ P_LM exp(−E), the joint's log-probabilities (64,) and the top-2 sampling
+    distribution's log q (64,)."""
+    base, en = world["base"], world["energy"]
+    conts = all_continuations()
+    lp = base.continuation_logprobs([PREFIX] * len(conts), conts).sum(1)  # (64,)
+    e = en.energies([PREFIX + c for c in conts])  # (64,) the slow path
+    log_z = float(np.logaddexp.reduce(lp - e))
+    return {"conts": conts, "lp": lp, "e": e, "log_z": log_z, "joint": lp - e - log_z,
+            "q0": enumerated_logq(base, PREFIX, 0), "q2": enumerated_logq(base, PREFIX, 2)}
+
+
+def test_enumerated_sampling_distributions(exact):
+    """The enumeration's own check: untruncated q is P_LM, top-2 q lives on 2^3 continuations."""
+    np.testing.assert_allclose(exact["q0"], exact["lp"], atol=1e-10)
+    for key in ("q0", "q2"):
+        assert math.isclose(float(np.logaddexp.reduce(exact[key])), 0.0, abs_tol=1e-10)
+    assert int(np.isfinite(exact["q2"]).sum()) == 8
+
+
+def resampling_distribution(logq: np.ndarray, e: np.ndarray, n: int) -> np.ndarray:
+    """Algorithm 1's EXACT output distribution (64,) for n candidates drawn i.i.d. from q:
+    P(out = x) = Σ over candidate tuples of Π q(x_i) · Σ_i 1{x_i = x} w_i / Σ_j w_j, w = exp(−E),
+    every tuple of the support enumerated."""
+    support = np.flatnonzero(np.isfinite(logq))  # (S,)
+    tuples = np.array(list(itertools.product(support, repeat=n)))  # (S^n, n)
+    prob = np.exp(logq[tuples].sum(1))  # (S^n,)
+    w = np.exp(-(e - e.min()))[tuples]  # (S^n, n)
+    share = w / w.sum(1, keepdims=True)  # (S^n, n)
+    out = np.zeros(len(logq))
+    for i in range(n):
+        np.add.at(out, tuples[:, i], prob * share[:, i])
+    return out
+
+
+def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
+    """Pearson's chi-square of `counts` against `probs`, cells expected below 5 pooled into one."""
+    from scipy.stats import chisquare
+
+    expected = counts.sum() * probs
+    small = expected < 5
+    obs = np.append(counts[~small], counts[small].sum())
+    exp = np.append(expected[~small], expected[small].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    assert obs.sum() == counts.sum() and len(obs) >= 3
+    return float(chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+
+
+@pytest.mark.parametrize("n,top_k,draws", [(3, 0, 900), (2, 2, 500)])
+def test_joint_sampling_frequencies_match_the_exact_finite_n_distribution(world, exact, n, top_k, draws):
+    """Algorithm 1 (`joint_sample`), one seed per draw: the outputs' frequencies pass a chi-square
+    test against the exact finite-n resampling distribution (0.1 % level), and the same counts
+    reject the base LM's sampling distribution and the n → ∞ limit q·exp(−E)/Z, so the test can
+    tell them apart."""
+    from textebm.residual.generate import joint_sample
+
+    base, en = world["base"], world["energy"]
+    logq = exact["q2" if top_k else "q0"]
+    counts = np.zeros(4 ** M, dtype=np.int64)
+    for s in range(draws):
+        out = joint_sample(base, en, PREFIX, M, n, top_k, seed=s, batch_size=n)
+        counts[index_of(out.tokens)] += 1
+        if s < 3:  # what a sample records: its candidates' log q (fp32 sampler) and energies
+            idx = [index_of(c) for c in out.candidates]
+            np.testing.assert_allclose(out.logq, logq[idx], atol=1e-5)
+            np.testing.assert_allclose(out.energies, exact["e"][idx], atol=1e-10)
+    finite_n = resampling_distribution(logq, exact["e"], n)
+    assert math.isclose(finite_n.sum(), 1.0, abs_tol=1e-12)
+    assert chi_square_pvalue(counts, finite_n) > 1e-3
+    limit = np.exp(logq - exact["e"] - np.logaddexp.reduce(logq - exact["e"]))
+    assert chi_square_pvalue(counts, np.exp(logq)) < 1e-4
+    assert chi_square_pvalue(counts, limit) < 1e-4
