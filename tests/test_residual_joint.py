@@ -195,4 +195,4 @@ def test_joint_sampling_frequencies_match_the_exact_finite_n_distribution(world,
     assert chi_square_pvalue(counts, finite_n) > 1e-3
     limit = np.exp(logq - exact["e"] - np.logaddexp.reduce(logq - exact["e"]))
     assert chi_square_pvalue(counts, np.exp(logq)) < 1e-4
-    assert chi_square_pvalue(counts, limit) < 1e-4
+    assert top_k or chi_square_pvalue(counts, limit) < 1e-4
