@@ -283,3 +283,100 @@ def test_conditional_nce_recovers_the_energy_up_to_log_z(exact):
     assert abs(wts @ diff[seen] - exact["log_z"]) < 0.02
     assert np.abs(diff[seen] - exact["log_z"]).max() < 0.15
     assert abs(exact["log_z"]) > 1.0  # the constant is not 0 by accident
+
+
+def conditional_partitions(exact, cont) -> list[tuple[float, float]]:
+    """(log Z_j, relative variance of exp(−E)) for j = 0..M tokens of `cont` fixed, by enumeration:
+    Z_j = Σ over continuations starting with cont[:j] of P_LM(rest | prefix, cont[:j]) exp(−E)."""
+    out = []
+    for j in range(M + 1):
+        match = np.array([c[:j] == list(cont[:j]) for c in exact["conts"]])  # (64,)
+        lp = exact["lp"][match] - np.logaddexp.reduce(exact["lp"][match])  # (64/4^j,) P_LM(rest | ...)
+        p, w = np.exp(lp), np.exp(-exact["e"][match])
+        z = float(p @ w)
+        out.append((math.log(z), float(p @ (w - z) ** 2) / z ** 2))
+    return out
+
+
+def test_position_bounds_against_enumeration(world, exact):
+    """Eq. 5 at n = 2,000 on the joint's most likely continuation: the exact log P(x_t | x_<t) of
+    the joint by marginalising the enumerated joint; `lp_lm` equal to P_LM's conditionals and the
+    last position's `exact` equal to enumeration to 1e-10; lower ≤ upper, and each estimate within
+    5 standard errors of T_n (from the enumerated relative variances) of the exact value; the
+    exact values sum to log P_LM(cont) − E(x) − log Z_p."""
+    from textebm.residual.bounds import position_bounds
+
+    n = 2000
+    best = int(np.argmax(exact["joint"]))
+    cont = exact["conts"][best]
+    joint = exact["joint"].reshape(4, 4, 4)  # (x1, x2, x3)
+    lm = exact["lp"].reshape(4, 4, 4)
+    a, b, c = (t - 3 for t in cont)
+    marg = [np.logaddexp.reduce(joint.reshape(-1)), np.logaddexp.reduce(joint[a].reshape(-1)),
+            np.logaddexp.reduce(joint[a, b]), joint[a, b, c]]  # log P_joint(x_≤t), t = 0..3
+    want = np.diff(marg)  # (3,) log P(x_t | x_<t) of the joint
+    lm_marg = [0.0, np.logaddexp.reduce(lm[a].reshape(-1)), np.logaddexp.reduce(lm[a, b]), lm[a, b, c]]
+    want_lm = np.diff(lm_marg)  # (3,) log P_LM(x_t | x_<t)
+    assert abs(want.sum() - (exact["lp"][best] - exact["e"][best] - exact["log_z"])) < 1e-10
+    zs = conditional_partitions(exact, cont)
+    eq5 = [want_lm[i] + zs[i + 1][0] - zs[i][0] for i in range(M)]  # eq. 5 with the exact Z_j
+    np.testing.assert_allclose(eq5, want, rtol=0, atol=1e-10)
+
+    got = position_bounds(world["base"], world["energy"], "w0", PREFIX + cont, len(PREFIX), n, seed=11)
+    rows = got["positions"]
+    assert got["key"] == "w0" and [r["position"] for r in rows] == [1, 2, 3]
+    np.testing.assert_allclose([r["lp_lm"] for r in rows], want_lm, rtol=0, atol=1e-10)
+    assert abs(rows[-1]["exact"] - want[-1]) < 1e-10
+    assert all("exact" not in r for r in rows[:-1])
+    for i, r in enumerate(rows):
+        tol = 5 * (math.sqrt(zs[i][1] / n) + math.sqrt(zs[i + 1][1] / n))  # Z_M is exact: variance 0
+        assert r["lower"] <= r["upper"]
+        assert abs(r["lower"] - want[i]) < tol and abs(r["upper"] - want[i]) < tol, (i, r, want[i], tol)
+    assert zs[M][1] < 1e-20 and zs[0][1] > 0.1  # the samples have something to estimate
+
+
+def test_window_bounds_bracket_the_enumerated_log_z(world, exact):
+    """`window_bounds` at n = 4,000: the base LM's token log-probabilities and E(x) as enumerated,
+    the ladder 2, 4, .., 2048, 4000, T_n ≤ U_n at every size and T_n, U_n within 4 standard errors
+    of the enumerated log Z, so the perplexity bounds bracket the exact joint perplexity within
+    that tolerance."""
+    from textebm.residual.bounds import WindowBounds, ladder, perplexities, window_bounds
+
+    n = 4000
+    cont = [5, 3, 6]
+    i = index_of(cont)
+    row = window_bounds(world["base"], world["energy"], "w1", PREFIX + cont, len(PREFIX), n, seed=2)
+    assert sorted(row.estimates) == ladder(n) == [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4000]
+    assert math.isclose(math.fsum(row.lp_lm), exact["lp"][i], abs_tol=1e-10)
+    assert len(row.lp_lm) == M and abs(row.energy - exact["e"][i]) < 1e-10
+    assert all(t <= u for t, u in row.estimates.values())
+    log_z, relvar = conditional_partitions(exact, cont)[0]
+    tol = 4 * math.sqrt(relvar / n)
+    t, u = row.estimates[n]
+    assert t - tol <= log_z <= u + tol and u - t < tol
+    ppl = perplexities([row])
+    true_ppl = math.exp(-exact["joint"][i] / M)
+    assert ppl["joint_ppl_lower"] * math.exp(-tol / M) <= true_ppl <= ppl["joint_ppl_upper"] * math.exp(tol / M)
+    assert math.isclose(ppl["base_ppl"], math.exp(-exact["lp"][i] / M), rel_tol=1e-12)
+    assert WindowBounds.from_row(row.as_row()) == row
+
+
+def test_perplexities_by_hand():
+    """Two hand-made windows (2 and 3 tokens): the token perplexities and the gap by size."""
+    from textebm.residual.bounds import WindowBounds, gap_by_size, perplexities
+
+    rows = [WindowBounds("a", [-1.0, -2.0], 0.5, {2: (-1.5, -0.5), 4: (-1.2, -0.9)}),
+            WindowBounds("b", [-0.5, -1.5, -3.0], -1.0, {2: (0.5, 1.5), 4: (0.2, 0.4)})]
+    # at n = 4: Σ log P_LM = -8, Σ E = -0.5, Σ T = -1.0, Σ U = -0.5, 5 tokens
+    got = perplexities(rows)
+    assert got["windows"] == 2 and got["tokens"] == 5 and got["samples"] == 4
+    assert got["base_ppl"] == pytest.approx(math.exp(8 / 5), rel=1e-14)
+    assert got["joint_ppl_lower"] == pytest.approx(math.exp((8 - 0.5 - 1.0) / 5), rel=1e-14)  # -(lp - E - T)/5
+    assert got["joint_ppl_upper"] == pytest.approx(math.exp((8 - 0.5 - 0.5) / 5), rel=1e-14)
+    at2 = perplexities(rows, 2)  # Σ T = -1.0, Σ U = 1.0
+    assert at2["joint_ppl_lower"] == pytest.approx(math.exp(6.5 / 5), rel=1e-14)
+    assert at2["joint_ppl_upper"] == pytest.approx(math.exp(8.5 / 5), rel=1e-14)
+    gaps = gap_by_size(rows)
+    assert [g["samples"] for g in gaps] == [2, 4]
+    assert gaps[0]["gap"] == pytest.approx(math.exp(8.5 / 5) - math.exp(6.5 / 5), rel=1e-13)
+    assert gaps[1]["lower"] == pytest.approx(got["joint_ppl_lower"], rel=1e-14)
