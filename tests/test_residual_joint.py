@@ -303,8 +303,8 @@ def test_position_bounds_against_enumeration(world, exact):
     the joint by marginalising the enumerated joint; `lp_lm` equal to P_LM's conditionals and the
     last position's `exact` equal to enumeration to 1e-10; lower ≤ upper, and each estimate within
     5 standard errors of T_n (from the enumerated relative variances) of the exact value; the
-    exact values sum to log P_LM(cont) − E(x) − log Z_p."""
-    from textebm.residual.bounds import position_bounds
+    exact values sum to log P_LM(cont) − E(x) − log Z_p, and the bounds to the window's."""
+    from textebm.residual.bounds import position_bounds, window_bounds
 
     n = 2000
     best = int(np.argmax(exact["joint"]))
@@ -333,6 +333,15 @@ def test_position_bounds_against_enumeration(world, exact):
         assert r["lower"] <= r["upper"]
         assert abs(r["lower"] - want[i]) < tol and abs(r["upper"] - want[i]) < tol, (i, r, want[i], tol)
     assert zs[M][1] < 1e-20 and zs[0][1] > 0.1  # the samples have something to estimate
+    # summed over positions the bounds telescope to the window's, from the same samples of Z_p
+    # (window_bounds draws them with position_bounds' seed): Σ lower + Σ upper
+    # = 2 (log P_LM(cont) − E(x)) − T_n(Z_p) − U_n(Z_p), each inner Z_j's T and U cancelling
+    win = window_bounds(world["base"], world["energy"], "w0", PREFIX + cont, len(PREFIX), n, seed=11)
+    t_p, u_p = win.estimates[n]
+    lp_e = math.fsum(r["lp_lm"] for r in rows) - win.energy
+    total = math.fsum(r["lower"] for r in rows) + math.fsum(r["upper"] for r in rows)
+    assert abs(total - (2 * lp_e - t_p - u_p)) < 1e-9
+    assert math.fsum(r["lower"] for r in rows) <= lp_e - u_p + 1e-12  # wider than the window's bounds
 
 
 def test_window_bounds_bracket_the_enumerated_log_z(world, exact):
