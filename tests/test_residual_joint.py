@@ -32,14 +32,23 @@ def toy_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The toy models' ops are tiny: a second thread only waits on a busy CPU (50x slower here)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def world():
     torch.manual_seed(0)
     tok = toy_tokenizer()
     meta = LMMeta(bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     lm = build_causal_lm(SmallLMConfig(1, 16, 2, context=16), tok, seed=0).eval()
-    with torch.no_grad():  # sharper than a fresh init, so the toy distribution is far from uniform
-        lm.lm_head.weight.mul_(20)
+    with torch.no_grad():  # sharper than a fresh init: P_LM far from uniform (top continuation 0.16,
+        lm.lm_head.weight.mul_(5)  # entropy 3.55 nats of log 64 = 4.16), yet every continuation reachable
     body = build_causal_lm(SmallLMConfig(1, 16, 2, context=16), tok, seed=1).model
     spec = EnergySpec(kind="unitransf", vocab_size=len(tok), length=len(PREFIX) + M)
     energy = build_energy(spec, body).eval()
@@ -83,3 +92,308 @@ def test_exact_last_position_equals_enumeration(world):
     lp = base.next_logprobs([base.context(head)])[0].numpy()
     terms = [lp[v] - float(en.energies([head + [v]])[0]) for v in range(3, 7)]
     assert abs(z - float(np.logaddexp.reduce(terms))) < 1e-10
+
+
+# ---------------------------------------------------------------- the toy world enumerated
+
+LOG_NO = float("-inf")
+
+
+def index_of(cont) -> int:
+    """Position of a continuation in `all_continuations()` (base 4, first token most significant)."""
+    return int(sum((t - 3) * 4 ** (M - 1 - i) for i, t in enumerate(cont)))
+
+
+def enumerated_logq(base, prefix, top_k: int) -> np.ndarray:
+    """log q(c) (64,) of each continuation under the sampling distribution of `base.sample`: at each
+    step the base LM's next-token distribution (banned tokens removed), cut to its `top_k` most
+    likely tokens and renormalised (0: untruncated), by scoring every context of every length."""
+    logq = np.zeros(4 ** M)
+    for t in range(M):
+        heads = [list(h) for h in itertools.product(range(3, 7), repeat=t)]  # (4^t,)
+        lp = base.next_logprobs([base.context(list(prefix) + h) for h in heads]).numpy()  # (4^t, V)
+        if top_k:
+            cut = np.argsort(-lp, axis=1)[:, top_k:]  # (4^t, V-k) the tokens top-k drops
+            np.put_along_axis(lp, cut, LOG_NO, axis=1)
+            lp = lp - np.logaddexp.reduce(lp, axis=1, keepdims=True)
+        for i, c in enumerate(all_continuations()):
+            logq[i] += lp[index_of(c[:t] + [3] * (M - t)) // 4 ** (M - t), c[t]]
+    return logq
+
+
+@pytest.fixture(scope="module")
+def exact(world):
+    """Everything about the prefix's 64 continuations, by enumeration: log P_LM (64,), E (64,),
+    log Z = log Σ P_LM exp(−E), the joint's log-probabilities (64,) and the top-2 sampling
+    distribution's log q (64,)."""
+    base, en = world["base"], world["energy"]
+    conts = all_continuations()
+    lp = base.continuation_logprobs([PREFIX] * len(conts), conts).sum(1)  # (64,)
+    e = en.energies([PREFIX + c for c in conts])  # (64,) the slow path
+    log_z = float(np.logaddexp.reduce(lp - e))
+    return {"conts": conts, "lp": lp, "e": e, "log_z": log_z, "joint": lp - e - log_z,
+            "q0": enumerated_logq(base, PREFIX, 0), "q2": enumerated_logq(base, PREFIX, 2)}
+
+
+def test_enumerated_sampling_distributions(exact):
+    """The enumeration's own check: untruncated q is P_LM, top-2 q lives on 2^3 continuations."""
+    np.testing.assert_allclose(exact["q0"], exact["lp"], atol=1e-10)
+    for key in ("q0", "q2"):
+        assert math.isclose(float(np.logaddexp.reduce(exact[key])), 0.0, abs_tol=1e-10)
+    assert int(np.isfinite(exact["q2"]).sum()) == 8
+
+
+def resampling_distribution(logq: np.ndarray, e: np.ndarray, n: int) -> np.ndarray:
+    """Algorithm 1's EXACT output distribution (64,) for n candidates drawn i.i.d. from q:
+    P(out = x) = Σ over candidate tuples of Π q(x_i) · Σ_i 1{x_i = x} w_i / Σ_j w_j, w = exp(−E),
+    every tuple of the support enumerated."""
+    support = np.flatnonzero(np.isfinite(logq))  # (S,)
+    tuples = np.array(list(itertools.product(support, repeat=n)))  # (S^n, n)
+    prob = np.exp(logq[tuples].sum(1))  # (S^n,)
+    w = np.exp(-(e - e.min()))[tuples]  # (S^n, n)
+    share = w / w.sum(1, keepdims=True)  # (S^n, n)
+    out = np.zeros(len(logq))
+    for i in range(n):
+        np.add.at(out, tuples[:, i], prob * share[:, i])
+    return out
+
+
+def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
+    """Pearson's chi-square of `counts` against `probs`, cells expected below 5 pooled; a count
+    in a cell of probability 0 fails."""
+    from scipy.stats import chisquare
+
+    expected = counts.sum() * probs
+    small = expected < 5
+    obs = np.append(counts[~small], counts[small].sum())
+    exp = np.append(expected[~small], expected[small].sum())
+    if exp[-1] < 5:  # the pooled cell still small: merged into the smallest other cell
+        j = int(np.argmin(exp[:-1]))
+        obs[j], exp[j] = obs[j] + obs[-1], exp[j] + exp[-1]
+        obs, exp = obs[:-1], exp[:-1]
+    assert counts[probs == 0].sum() == 0 and len(obs) >= 3
+    return float(chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+
+
+@pytest.mark.parametrize("n,top_k,draws", [(3, 0, 900), (2, 2, 500)])
+def test_joint_sampling_frequencies_match_the_exact_finite_n_distribution(world, exact, n, top_k, draws):
+    """Algorithm 1 (`joint_sample`), one seed per draw: the outputs' frequencies pass a chi-square
+    test against the exact finite-n resampling distribution (0.1 % level), and the same counts
+    reject the base LM's sampling distribution and the n → ∞ limit q·exp(−E)/Z, so the test can
+    tell them apart."""
+    from textebm.residual.generate import joint_sample
+
+    base, en = world["base"], world["energy"]
+    logq = exact["q2" if top_k else "q0"]
+    counts = np.zeros(4 ** M, dtype=np.int64)
+    for s in range(draws):
+        out = joint_sample(base, en, PREFIX, M, n, top_k, seed=s, batch_size=n)
+        counts[index_of(out.tokens)] += 1
+        if s < 3:  # what a sample records: its candidates' log q (fp32 sampler) and energies
+            idx = [index_of(c) for c in out.candidates]
+            np.testing.assert_allclose(out.logq, logq[idx], atol=1e-5)
+            np.testing.assert_allclose(out.energies, exact["e"][idx], atol=1e-10)
+    finite_n = resampling_distribution(logq, exact["e"], n)
+    assert math.isclose(finite_n.sum(), 1.0, abs_tol=1e-12)
+    assert chi_square_pvalue(counts, finite_n) > 1e-3
+    limit = np.exp(logq - exact["e"] - np.logaddexp.reduce(logq - exact["e"]))
+    assert chi_square_pvalue(counts, np.exp(logq)) < 1e-4
+    assert top_k or chi_square_pvalue(counts, limit) < 1e-4
+
+
+def test_joint_sampling_at_large_n_approaches_the_top_k_joint(world, exact):
+    """One `joint_sample` with n = 3,000 top-2 candidates: the candidates follow q (chi-square), and
+    the resampling distribution they give (each candidate's weight, summed per continuation: the
+    output's law given the candidates, whose draw is tested in test_residual_partition) is within
+    5 standard errors (delta method, from the enumeration) of P_LM^top-2 exp(−E) / Z in every cell."""
+    from textebm.residual.generate import joint_sample
+
+    n = 3000
+    logq, e = exact["q2"], exact["e"]
+    out = joint_sample(world["base"], world["energy"], PREFIX, M, n, 2, seed=7)
+    idx = np.array([index_of(c) for c in out.candidates])  # (n,)
+    assert chi_square_pvalue(np.bincount(idx, minlength=4 ** M), np.exp(logq)) > 1e-3
+    got = np.bincount(idx, weights=out.weights, minlength=4 ** M)  # (64,)
+    q = np.exp(logq)
+    w = np.exp(-(e - e.min()))
+    limit = q * w / (q @ w)  # (64,)
+    r = w / (q @ w)  # (64,) weight relative to its mean under q
+    se = np.sqrt(np.array([q @ (r * ((np.arange(64) == x) - limit[x])) ** 2 for x in range(64)]) / n)
+    assert np.all(np.abs(got - limit) <= 5 * se + 1e-12)
+    assert 1 <= out.ess <= n and math.isclose(out.weights.sum(), 1.0, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("top_k", [0, 2])
+def test_joint_sample_does_not_depend_on_the_batch_size(world, top_k):
+    from textebm.residual.generate import joint_sample
+
+    base, en = world["base"], world["energy"]
+    ref = joint_sample(base, en, PREFIX, M, 9, top_k, seed=3, batch_size=64)
+    for bs in (1, 4):
+        got = joint_sample(base, en, PREFIX, M, 9, top_k, seed=3, batch_size=bs)
+        assert got.candidates == ref.candidates and got.index == ref.index
+        np.testing.assert_allclose(got.energies, ref.energies, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got.weights, ref.weights, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got.logq, ref.logq, rtol=0, atol=1e-6)
+    assert len(set(map(tuple, ref.candidates))) > 1  # seeded per candidate, not one seed for all
+
+
+def test_sample_energies_do_not_depend_on_chunk_or_batch_size(world, exact):
+    """Sample i is seeded by (seed, i): the same energies for any chunk and batch size, and the
+    first k of n samples are the k samples of a run of k (what makes the size ladder one run)."""
+    from textebm.residual.bounds import sample_energies
+
+    base, en = world["base"], world["energy"]
+    ref = sample_energies(base, en, PREFIX, M, 12, seed=5)
+    assert len(set(ref.round(9))) > 3
+    assert np.isin(ref.round(9), exact["e"].round(9)).all()  # each one a continuation's energy
+    ticks = []
+    for chunk, bs in ((5, 3), (1, 1), (12, 2)):
+        got = sample_energies(base, en, PREFIX, M, 12, seed=5, chunk=chunk, batch_size=bs, tick=ticks.append)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12)
+    assert ticks[:3] == [5, 5, 2] and sum(ticks) == 36
+    np.testing.assert_allclose(sample_energies(base, en, PREFIX, M, 7, seed=5, chunk=3), ref[:7], rtol=0, atol=1e-12)
+
+
+def test_conditional_nce_recovers_the_energy_up_to_log_z(exact):
+    """Eq. 3 (`residual_bce`, one noise sample of K = 4 drawn per positive) on a table energy over
+    the 64 continuations: positives sampled from the joint P_LM exp(−E) / Z, negatives from
+    P_LM, fresh minibatches every step (Adam, cosine decay). Its optimum is E + log Z (the
+    classifier's log-odds log P_joint / P_LM = −E − log Z), so on every continuation both models
+    visit (P ≥ 0.005 under each), E_learned − E_true is log Z within 0.02 on average (P_LM-weighted)
+    and within 0.15 everywhere."""
+    from textebm.losses.residual import residual_bce
+
+    p_lm, p_joint = np.exp(exact["lp"]), np.exp(exact["joint"])
+    rng = np.random.default_rng(0)
+    gen = torch.Generator().manual_seed(0)
+    table = torch.zeros(4 ** M, dtype=torch.float64, requires_grad=True)  # E_θ(x) for each continuation
+    opt = torch.optim.Adam([table], lr=0.1)
+    steps, b, k = 800, 1024, 4
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
+    for _ in range(steps):
+        pos = torch.from_numpy(rng.choice(4 ** M, size=b, p=p_joint / p_joint.sum()))  # (B,)
+        neg = torch.from_numpy(rng.choice(4 ** M, size=(b, k), p=p_lm / p_lm.sum()))  # (B, K)
+        loss = residual_bce(table[pos], table[neg], "random", gen).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    diff = table.detach().numpy() - exact["e"]  # (64,)
+    seen = (p_lm >= 0.005) & (p_joint >= 0.005)
+    assert seen.sum() >= 15
+    wts = p_lm[seen] / p_lm[seen].sum()
+    assert abs(wts @ diff[seen] - exact["log_z"]) < 0.02
+    assert np.abs(diff[seen] - exact["log_z"]).max() < 0.15
+    assert abs(exact["log_z"]) > 1.0  # the constant is not 0 by accident
+
+
+def conditional_partitions(exact, cont) -> list[tuple[float, float]]:
+    """(log Z_j, relative variance of exp(−E)) for j = 0..M tokens of `cont` fixed, by enumeration:
+    Z_j = Σ over continuations starting with cont[:j] of P_LM(rest | prefix, cont[:j]) exp(−E)."""
+    out = []
+    for j in range(M + 1):
+        match = np.array([c[:j] == list(cont[:j]) for c in exact["conts"]])  # (64,)
+        lp = exact["lp"][match] - np.logaddexp.reduce(exact["lp"][match])  # (64/4^j,) P_LM(rest | ...)
+        p, w = np.exp(lp), np.exp(-exact["e"][match])
+        z = float(p @ w)
+        out.append((math.log(z), float(p @ (w - z) ** 2) / z ** 2))
+    return out
+
+
+def test_position_bounds_against_enumeration(world, exact):
+    """Eq. 5 at n = 2,000 on the joint's most likely continuation: the exact log P(x_t | x_<t) of
+    the joint by marginalising the enumerated joint; `lp_lm` equal to P_LM's conditionals and the
+    last position's `exact` equal to enumeration to 1e-10; lower ≤ upper, and each estimate within
+    5 standard errors of T_n (from the enumerated relative variances) of the exact value; the
+    exact values sum to log P_LM(cont) − E(x) − log Z_p, and the bounds to the window's."""
+    from textebm.residual.bounds import position_bounds, window_bounds
+
+    n = 2000
+    best = int(np.argmax(exact["joint"]))
+    cont = exact["conts"][best]
+    joint = exact["joint"].reshape(4, 4, 4)  # (x1, x2, x3)
+    lm = exact["lp"].reshape(4, 4, 4)
+    a, b, c = (t - 3 for t in cont)
+    marg = [np.logaddexp.reduce(joint.reshape(-1)), np.logaddexp.reduce(joint[a].reshape(-1)),
+            np.logaddexp.reduce(joint[a, b]), joint[a, b, c]]  # log P_joint(x_≤t), t = 0..3
+    want = np.diff(marg)  # (3,) log P(x_t | x_<t) of the joint
+    lm_marg = [0.0, np.logaddexp.reduce(lm[a].reshape(-1)), np.logaddexp.reduce(lm[a, b]), lm[a, b, c]]
+    want_lm = np.diff(lm_marg)  # (3,) log P_LM(x_t | x_<t)
+    assert abs(want.sum() - (exact["lp"][best] - exact["e"][best] - exact["log_z"])) < 1e-10
+    zs = conditional_partitions(exact, cont)
+    eq5 = [want_lm[i] + zs[i + 1][0] - zs[i][0] for i in range(M)]  # eq. 5 with the exact Z_j
+    np.testing.assert_allclose(eq5, want, rtol=0, atol=1e-10)
+
+    got = position_bounds(world["base"], world["energy"], "w0", PREFIX + cont, len(PREFIX), n, seed=11)
+    rows = got["positions"]
+    assert got["key"] == "w0" and [r["position"] for r in rows] == [1, 2, 3]
+    np.testing.assert_allclose([r["lp_lm"] for r in rows], want_lm, rtol=0, atol=1e-10)
+    assert abs(rows[-1]["exact"] - want[-1]) < 1e-10
+    assert all("exact" not in r for r in rows[:-1])
+    for i, r in enumerate(rows):
+        tol = 5 * (math.sqrt(zs[i][1] / n) + math.sqrt(zs[i + 1][1] / n))  # Z_M is exact: variance 0
+        assert r["lower"] <= r["upper"]
+        assert abs(r["lower"] - want[i]) < tol and abs(r["upper"] - want[i]) < tol, (i, r, want[i], tol)
+    assert zs[M][1] < 1e-20 and zs[0][1] > 0.1  # the samples have something to estimate
+    # summed over positions the bounds telescope to the window's, from the same samples of Z_p
+    # (window_bounds draws them with position_bounds' seed): Σ lower + Σ upper
+    # = 2 (log P_LM(cont) − E(x)) − T_n(Z_p) − U_n(Z_p), each inner Z_j's T and U cancelling
+    win = window_bounds(world["base"], world["energy"], "w0", PREFIX + cont, len(PREFIX), n, seed=11)
+    t_p, u_p = win.estimates[n]
+    lp_e = math.fsum(r["lp_lm"] for r in rows) - win.energy
+    total = math.fsum(r["lower"] for r in rows) + math.fsum(r["upper"] for r in rows)
+    assert abs(total - (2 * lp_e - t_p - u_p)) < 1e-9
+    assert math.fsum(r["lower"] for r in rows) <= lp_e - u_p + 1e-12  # wider than the window's bounds
+
+
+def test_window_bounds_bracket_the_enumerated_log_z(world, exact):
+    """`window_bounds` at n = 4,000: the base LM's token log-probabilities and E(x) as enumerated,
+    the ladder 2, 4, .., 2048, 4000, T_n ≤ U_n at every size and T_n, U_n within 4 standard errors
+    of the enumerated log Z, so the perplexity bounds bracket the exact joint perplexity within
+    that tolerance."""
+    from textebm.residual.bounds import (
+        WindowBounds,
+        ladder,
+        perplexities,
+        window_bounds,
+    )
+
+    n = 4000
+    cont = [5, 3, 6]
+    i = index_of(cont)
+    row = window_bounds(world["base"], world["energy"], "w1", PREFIX + cont, len(PREFIX), n, seed=2)
+    assert sorted(row.estimates) == ladder(n) == [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4000]
+    assert math.isclose(math.fsum(row.lp_lm), exact["lp"][i], abs_tol=1e-10)
+    assert len(row.lp_lm) == M and abs(row.energy - exact["e"][i]) < 1e-10
+    assert all(t <= u for t, u in row.estimates.values())
+    log_z, relvar = conditional_partitions(exact, cont)[0]
+    tol = 4 * math.sqrt(relvar / n)
+    t, u = row.estimates[n]
+    assert t - tol <= log_z <= u + tol and u - t < tol
+    ppl = perplexities([row])
+    true_ppl = math.exp(-exact["joint"][i] / M)
+    assert ppl["joint_ppl_lower"] * math.exp(-tol / M) <= true_ppl <= ppl["joint_ppl_upper"] * math.exp(tol / M)
+    assert math.isclose(ppl["base_ppl"], math.exp(-exact["lp"][i] / M), rel_tol=1e-12)
+    assert WindowBounds.from_row(row.as_row()) == row
+
+
+def test_perplexities_by_hand():
+    """Two hand-made windows (2 and 3 tokens): the token perplexities and the gap by size."""
+    from textebm.residual.bounds import WindowBounds, gap_by_size, perplexities
+
+    rows = [WindowBounds("a", [-1.0, -2.0], 0.5, {2: (-1.5, -0.5), 4: (-1.2, -0.9)}),
+            WindowBounds("b", [-0.5, -1.5, -3.0], -1.0, {2: (0.5, 1.5), 4: (0.2, 0.4)})]
+    # at n = 4: Σ log P_LM = -8, Σ E = -0.5, Σ T = -1.0, Σ U = -0.5, 5 tokens
+    got = perplexities(rows)
+    assert got["windows"] == 2 and got["tokens"] == 5 and got["samples"] == 4
+    assert got["base_ppl"] == pytest.approx(math.exp(8 / 5), rel=1e-14)
+    assert got["joint_ppl_lower"] == pytest.approx(math.exp((8 - 0.5 - 1.0) / 5), rel=1e-14)  # -(lp - E - T)/5
+    assert got["joint_ppl_upper"] == pytest.approx(math.exp((8 - 0.5 - 0.5) / 5), rel=1e-14)
+    at2 = perplexities(rows, 2)  # Σ T = -1.0, Σ U = 1.0
+    assert at2["joint_ppl_lower"] == pytest.approx(math.exp(6.5 / 5), rel=1e-14)
+    assert at2["joint_ppl_upper"] == pytest.approx(math.exp(8.5 / 5), rel=1e-14)
+    gaps = gap_by_size(rows)
+    assert [g["samples"] for g in gaps] == [2, 4]
+    assert gaps[0]["gap"] == pytest.approx(math.exp(8.5 / 5) - math.exp(6.5 / 5), rel=1e-13)
+    assert gaps[1]["lower"] == pytest.approx(got["joint_ppl_lower"], rel=1e-14)
