@@ -167,3 +167,30 @@ def test_nan_energies_stop_with_exit_2_and_nothing_written(world, tmp_path, caps
     out = tmp_path / "o"
     assert _ppl(world, out) == 2
     assert "NaN" in capsys.readouterr().err and not out.exists() and not (tmp_path / "o.partial").exists()
+
+
+def test_unique_ngram_ratios_by_hand():
+    from textebm.residual.diversity import ngram_ratios, unique_ngram_ratio
+
+    seqs = [[1, 2, 1, 2, 1], [3, 3, 3]]
+    # [1 2 1 2 1]: unigrams 2 distinct of 5, bigrams {12, 21} 2 of 4; [3 3 3]: 1 of 3, 1 of 2
+    assert unique_ngram_ratio(seqs, 1) == pytest.approx((2 / 5 + 1 / 3) / 2)
+    assert unique_ngram_ratio(seqs, 2) == pytest.approx((2 / 4 + 1 / 2) / 2)
+    assert unique_ngram_ratio(seqs, 4) == pytest.approx(2 / 2)  # only the first is long enough: 121 212 distinct
+    assert math.isnan(unique_ngram_ratio([[1]], 2))
+    assert set(ngram_ratios(seqs)) == {"unique_1gram", "unique_2gram", "unique_3gram", "unique_4gram"}
+
+
+def test_ppl_compares_other_lms_on_the_same_tokens(world, tmp_path):
+    """--compare scores a RALM (and any causal LM) under the base LM's rule on the same tokens."""
+    ralm = tmp_path / "ralm"
+    assert main(["lm", "train", "--data", str(world["data"]), "--residual-of", str(world["base"]), "--layers", "1",
+                 "--width", "16", "--heads", "2", "--context", "48", "--chunk", "32", "--max-steps", "3",
+                 "--batch-size", "8", "--out", str(ralm), "--no-progress", "--eval-split", ""]) == 0
+    out = tmp_path / "ppl"
+    assert _ppl(world, out, "--compare", str(world["base"]), str(ralm), "--samples", "2") == 0
+    m = json.loads((out / "metrics.json").read_text())
+    same, r = m["compare"]
+    assert same["ppl"] == pytest.approx(m["base_ppl"], rel=1e-9) and same["tokens"] == m["tokens"]
+    assert r["tokens"] == m["tokens"] and r["ppl"] != pytest.approx(m["base_ppl"], rel=1e-6)
+    assert "ralm" in (out / "report.md").read_text()

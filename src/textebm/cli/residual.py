@@ -94,10 +94,12 @@ def generate(cfg: ResidualGenerateConfig) -> None:
 def ppl(cfg: ResidualPPLConfig) -> None:
     """Perplexity bounds of the joint model (T_n / U_n), the base LM's and others' on the same tokens."""
     from textebm.residual.commands import residual_ppl
+    from textebm.residual.report import run_name
 
     m = residual_ppl(cfg)
-    parts = [f"base LM {m['base_ppl']:.2f}"] + [f"{c['model']} {c['ppl']:.2f}" for c in m["compare"]]
-    parts += [f"joint {x['kind']} {x['joint_ppl_lower']:.2f}-{x['joint_ppl_upper']:.2f}" for x in m["models"]]
+    parts = [f"base LM {m['base_ppl']:.2f}"] + [f"{run_name(c['model'])} {c['ppl']:.2f}" for c in m["compare"]]
+    parts += [f"joint {x['kind']} ({run_name(x['energy'])}) {x['joint_ppl_lower']:.2f}-{x['joint_ppl_upper']:.2f}"
+              for x in m["models"]]
     print(f"{cfg.out}: perplexity over {m['tokens']} tokens: " + "; ".join(parts))
 
 

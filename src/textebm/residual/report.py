@@ -39,15 +39,21 @@ def _f(x, digits: int = 2) -> str:
     return "" if x is None else f"{x:.{digits}f}"
 
 
+def run_name(path: str) -> str:
+    """A model's short name: its run folder's (RUN for RUN/model), else its own."""
+    p = Path(path)
+    return p.parent.name if p.name == "model" else p.name
+
+
 def _label(model: dict) -> str:
-    init = f" from {Path(model['init']).name}" if model.get("init") else ""
-    return f"joint {model['kind']}{init} ({Path(model['energy']).parent.name if Path(model['energy']).name == 'model' else Path(model['energy']).name})"
+    init = f" from {run_name(model['init'])}" if model.get("init") else ""
+    return f"joint {model['kind']}{init} ({run_name(model['energy'])})"
 
 
 def write_ppl_report(folder: Path, metrics: dict) -> None:
     """report.md, gap.png and (with per-position estimates) positions.png."""
     rows = [["base LM", _f(metrics["base_ppl"]), ""]]
-    rows += [[f"{Path(c['model']).name} ({c['parameters'] / 1e6:.2f}M)", _f(c["ppl"]), ""] for c in metrics["compare"]]
+    rows += [[f"{run_name(c['model'])} ({c['parameters'] / 1e6:.2f}M)", _f(c["ppl"]), ""] for c in metrics["compare"]]
     rows += [[_label(m), f"{_f(m['joint_ppl_lower'])} – {_f(m['joint_ppl_upper'])}", str(m["samples"])]
              for m in metrics["models"]]
     lines = [f"# Perplexity of the joint model ({metrics['corpus']}, {metrics['split']})", "",
