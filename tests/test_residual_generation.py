@@ -14,8 +14,7 @@ import pytest
 
 from textebm.cli import main
 
-WORDS = ("the nation shall build roads and schools for every citizen while congress votes on the "
-         "budget of war and peace in our time").split()
+WORDS = ["the", "nation", "shall", "build", "roads", "and", "schools", "for", "every", "citizen", "while", "congress", "votes", "on", "the", "budget", "of", "war", "and", "peace", "in", "our", "time"]
 
 
 def _doc(rng: random.Random, n: int) -> list[str]:
@@ -85,7 +84,7 @@ def test_ppl_bounds_equal_the_library_and_bracket_the_base_lm_terms(world, tmp_p
     got = bounds.WindowBounds.from_row(wins[0]["terms"][0])
     assert got.estimates[6] == pytest.approx(direct.estimates[6], abs=1e-9)
     assert math.isclose(m["base_ppl"], math.exp(-sum(sum(r["terms"][0]["lp_lm"]) for r in wins) / 18), rel_tol=1e-12)
-    pos = [r for r in rows if r["part"] == "position"][0]["per_energy"][0]["positions"]
+    pos = next(r for r in rows if r["part"] == "position")["per_energy"][0]["positions"]
     assert len(pos) == 6 and "exact" in pos[-1]
     assert (out / "report.md").is_file() and (out / "gap.png").is_file() and (out / "positions.png").is_file()
     assert not (tmp_path / "ppl.partial").exists()

@@ -86,7 +86,7 @@ def part1(args) -> dict:
 def part2_child(args) -> dict:
     from textebm.residual.bounds import sample_energies
 
-    base, energies, prefixes, m, choice = _load(args)
+    base, energies, prefixes, m, _choice = _load(args)
     en = energies[0][1]
     sample_energies(base, en, prefixes[0], m, 256, 1, args.chunk)  # warm-up
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

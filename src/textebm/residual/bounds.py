@@ -24,8 +24,8 @@ token the base LM can write, scored in one batch (a causal energy runs x_<T once
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -91,7 +91,7 @@ class WindowBounds:
                 "estimates": {str(k): list(v) for k, v in self.estimates.items()}}
 
     @classmethod
-    def from_row(cls, row: dict) -> "WindowBounds":
+    def from_row(cls, row: dict) -> WindowBounds:
         return cls(row["key"], row["lp_lm"], row["energy"],
                    {int(k): (float(v[0]), float(v[1])) for k, v in row["estimates"].items()})
 

@@ -4,7 +4,7 @@ sequences. A degenerate, repetitive generator scores low; real text sets the ref
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def unique_ngram_ratio(seqs: Sequence[Sequence[int]], n: int) -> float:

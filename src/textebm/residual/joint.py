@@ -20,8 +20,8 @@ equivalence to the full pass is tested.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -31,7 +31,6 @@ from textebm.energy import fp32_linear
 from textebm.errors import TextebmError
 from textebm.lm.generate import Generation, banned_ids, generate
 from textebm.models.lm import cache_arg, special_ids
-
 from textebm.tokenizer import same_vocab
 
 

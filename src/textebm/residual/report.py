@@ -6,8 +6,8 @@ real, base and joint continuations (figure 3)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -57,10 +57,10 @@ def write_ppl_report(folder: Path, metrics: dict) -> None:
     rows += [[_label(m), f"{_f(m['joint_ppl_lower'])} – {_f(m['joint_ppl_upper'])}", str(m["samples"])]
              for m in metrics["models"]]
     lines = [f"# Perplexity of the joint model ({metrics['corpus']}, {metrics['split']})", "",
-             f"{metrics['windows']} test windows, a prefix of {metrics['prefix_len']} tokens and "
+             (f"{metrics['windows']} test windows, a prefix of {metrics['prefix_len']} tokens and "
              f"{metrics['length']} scored continuation tokens each ({metrics['tokens']} tokens); models in "
              f"{metrics['precision']}. The joint model's perplexity is a range: lower from T_n, upper from U_n "
-             "(Theorem 2; both only asymptotically bounds).", "",
+             "(Theorem 2; both only asymptotically bounds)."), "",
              table(["model", "perplexity", "samples per prefix"], rows, ["left", "right", "right"]), ""]
     fig = new_figure(figsize=(5.5, 3.6))
     ax = fig.add_subplot()
@@ -109,11 +109,11 @@ def write_generate_report(folder: Path, metrics: dict, rows: list[dict], base, v
     names = list(groups)
     orders = [k for k in groups["joint"] if k.startswith("unique_")]
     lines = [f"# Joint sampling (Algorithm 1): {metrics['prefixes']} prefixes", "",
-             f"{metrics['n']} candidates per prefix from the base LM (top-k {metrics['top_k'] or 'off'}), "
+             (f"{metrics['n']} candidates per prefix from the base LM (top-k {metrics['top_k'] or 'off'}), "
              f"{metrics['length']} tokens after a prefix of {metrics['prefix_len']}; one resampled in proportion "
              f"to exp(−E). Effective sample size of the weights: mean {metrics['ess_mean']:.1f}, median "
              f"{metrics['ess_median']:.1f} of {metrics['n']}. `base` is candidate 0, a plain top-k sample of the base "
-             "LM.", "",
+             "LM."), "",
              table(["continuations", *[o.replace("unique_", "unique ") for o in orders], "mean log P_LM",
                     "mean energy"],
                    [[n, *[_f(groups[n][o], 3) for o in orders], _f(groups[n]["lm_logprob_mean"]),
