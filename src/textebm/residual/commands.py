@@ -207,6 +207,7 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     compare_paths = [find_model(c, CAUSAL_LM, "--compare").path.resolve() for c in cfg.compare]
     st = _setup(cfg, cfg.energy)
     wins = _test_windows(cfg, st.energies[0].vocab, st.length, st.prefix_len)
+    compare = _compare(cfg, compare_paths, st, wins)  # a bad --compare stops the run before any row is written
     n_pos = min(cfg.positions, len(wins))
     pos_n = cfg.position_samples or cfg.samples
     identity = {"command": PPL_KIND, "base_sha256": folder_sha256(st.base_path),
@@ -253,7 +254,7 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
         metrics["base_ppl"] = p["base_ppl"]
         metrics["tokens"] = p["tokens"]
         metrics["windows"] = p["windows"]
-    metrics["compare"] = _compare(cfg, compare_paths, st, wins)
+    metrics["compare"] = compare
     if pos_rows:
         metrics["positions"] = [report.position_summary([r["per_energy"][k] for r in pos_rows])
                                 for k in range(len(st.energies))]
@@ -316,6 +317,8 @@ def residual_generate(cfg: ResidualGenerateConfig) -> dict:
     partial.check()
     judge = detect.load_detector(cfg.judge, option="--judge") if cfg.judge else None  # bad input before work
     st = _setup(cfg, [cfg.energy])
+    if judge is not None:
+        _check_judge(judge, cfg.judge, st)
     energy, vocab = st.energies[0], st.energies[0].vocab
     if cfg.data:
         items = [(w.key, list(w.ids[:st.prefix_len]), list(w.ids[st.prefix_len:]))
@@ -382,13 +385,18 @@ def _generation_metrics(rows: list[dict], st: _Setup, cfg, elapsed: float) -> di
     return out
 
 
-def _judge(judge, path: str, rows: list[dict], st: _Setup) -> dict:
-    """A paper-c detector's view of the base and the joint continuations (and the real ones)."""
-    scorer, rule, info = judge
+def _check_judge(judge, path: str, st: _Setup) -> None:
+    """The --judge detector must score windows of p + m tokens (checked before any work)."""
+    scorer, _, info = judge
     length = detect.scorer_length(scorer, info)
     if length != st.prefix_len + st.length:
         raise TextebmError(f"--judge {path}: scores windows of {length} tokens, these are "
                            f"{st.prefix_len + st.length}")
+
+
+def _judge(judge, path: str, rows: list[dict], st: _Setup) -> dict:
+    """A paper-c detector's view of the base and the joint continuations (and the real ones)."""
+    scorer, rule, info = judge
     out = {"detector": str(path)}
     scores = {name: scorer.score_ids([r["prefix"] + r[name] for r in rows])
               for name in ("base", "joint", "real") if rows and rows[0][name]}
