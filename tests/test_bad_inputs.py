@@ -191,8 +191,8 @@ def _det(w) -> dict[str, Path]:
 def _joint(w) -> dict[str, Path]:
     """For `residual generate` / `ppl` (over the tiny LM and `_det`'s linear energy of 4-token windows,
     prefix 2): the tiny LM with 3 positions (shorter than [bos] + 2 + 2), the tiny LM with one token
-    renamed (another vocabulary), a detector of 3-token windows, a --prefixes file whose line 2 is
-    shorter than the prefix, a finished `residual ppl` output."""
+    renamed (another vocabulary), a detector of 3-token windows, one in the encoder's WordPiece
+    vocabulary, a --prefixes file whose line 2 is shorter than the prefix, a `residual ppl` output."""
     d = w["root"] / "joint"
     if not d.is_dir():
         d.mkdir()
@@ -209,10 +209,13 @@ def _joint(w) -> dict[str, Path]:
         assert main(["residual", "train", "--train", str(r["short"]), "--val", str(r["short"]), "--vocab",
                      str(r["vocab"]), "--energy", "linear", "--max-steps", "1", "--out", str(d / "det3"),
                      "--no-progress", "--precision", "fp32"]) == 0
+        assert main(["residual", "train", "--train", str(r["foreign"]), "--val", str(r["foreign"]), "--vocab",
+                     str(w["encoder"]), "--energy", "linear", "--max-steps", "1", "--out", str(d / "det-wordpiece"),
+                     "--no-progress", "--precision", "fp32"]) == 0
         (d / "prefixes.txt").write_text("w1 w2 w3\nw4\nw5 w6\n")
         assert main([str(a) for a in _jppl(w, out=d / "ppl-out")]) == 0
     return {"short-lm": d / "short-lm", "other-vocab-lm": d / "other-vocab-lm", "det3": d / "det3",
-            "prefixes": d / "prefixes.txt", "ppl-out": d / "ppl-out"}
+            "det-wordpiece": d / "det-wordpiece", "prefixes": d / "prefixes.txt", "ppl-out": d / "ppl-out"}
 
 
 def _jgen(w, *extra, base=None, energy=None, out=None):
@@ -756,6 +759,8 @@ CASES = [
     ("residual-generate --judge an LM", lambda w: _jgen(w, "--judge", w["lm"]), "--judge"),
     ("residual-generate --judge of 3-token windows", lambda w: _jgen(w, "--judge", _joint(w)["det3"]),
      "scores windows of 3 tokens, these are 4"),
+    ("residual-generate --judge in another vocabulary", lambda w: _jgen(w, "--judge", _joint(w)["det-wordpiece"]),
+     "another vocabulary than the energy's"),
     ("residual-ppl --compare a classifier", lambda w: _jppl(w, "--compare", w["clf"]), "expected a causal LM"),
     ("residual-ppl --compare of another vocabulary", lambda w: _jppl(w, "--compare", _joint(w)["other-vocab-lm"]),
      "vocabulary differs from the energy's"),

@@ -38,6 +38,7 @@ from textebm.residual.generate import joint_sample
 from textebm.residual.joint import BaseLM, JointEnergy
 from textebm.resumable import PartialFile
 from textebm.seeds import derive_seed
+from textebm.tokenizer import same_vocab
 
 log = logging.getLogger(__name__)
 
@@ -386,8 +387,11 @@ def _generation_metrics(rows: list[dict], st: _Setup, cfg, elapsed: float) -> di
 
 
 def _check_judge(judge, path: str, st: _Setup) -> None:
-    """The --judge detector must score windows of p + m tokens (checked before any work)."""
+    """The --judge detector must score windows of p + m tokens in the energy's vocabulary (checked
+    before any work)."""
     scorer, _, info = judge
+    if not same_vocab(scorer.vocab, st.energies[0].vocab):
+        raise TextebmError(f"--judge {path}: its windows are in another vocabulary than the energy's")
     length = detect.scorer_length(scorer, info)
     if length != st.prefix_len + st.length:
         raise TextebmError(f"--judge {path}: scores windows of {length} tokens, these are "
