@@ -719,7 +719,7 @@ CASES = [
        lambda w, b=build: b(w, "--length", "3"), "--prefix-len 2 + --length 3 = 5 tokens")
       for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
     *[(f"residual-{cmd} --base of 3 positions, shorter than [bos] + prefix + continuation",
-       lambda w, b=build: b(w, base=_joint(w)["short-lm"]), "exceed the 3 positions of --base")
+       lambda w, b=build: b(w, base=_joint(w)["short-lm"]), "--prefix-len 2 + 2 generated tokens (and [bos]) exceed the 3 positions of --base")
       for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
     *[(f"residual-{cmd} --base of another vocabulary than the energy's",
        lambda w, b=build: b(w, base=_joint(w)["other-vocab-lm"]), "vocabulary differs from the energy's")
@@ -765,7 +765,7 @@ CASES = [
     ("residual-ppl --compare of another vocabulary", lambda w: _jppl(w, "--compare", _joint(w)["other-vocab-lm"]),
      "vocabulary differs from the energy's"),
     ("residual-ppl --compare of 3 positions", lambda w: _jppl(w, "--compare", _joint(w)["short-lm"]),
-     "exceed the 3 positions of --compare"),
+     "--prefix-len 2 + 2 generated tokens (and [bos]) exceed the 3 positions of --compare"),
     ("residual-ppl --position-samples without --positions", lambda w: _jppl(w, "--position-samples", "3"),
      "--position-samples"),
     ("residual-ppl --energy two of different windows", lambda w: _jppl(w, "--energy", _det(w)["energy"],

@@ -171,7 +171,7 @@ def _setup(cfg, energy_opts: list[str]) -> _Setup:
         energies.append(JointEnergy(model, spec, tokenizer, vocab))
     lm, tok, meta = load_lm(base_path, dtype=choice.dtype, device=device, option="--base")
     base = BaseLM(lm, tok, meta, energies[0].vocab, name=f"--base {cfg.base}")
-    base.check_length(*shape)
+    base.check_length(*shape, "--prefix-len")
     return _Setup(base, energies, energy_paths, base_path, shape[0], shape[1], choice.precision)
 
 
@@ -280,7 +280,7 @@ def _compare(cfg, paths: list[Path], st: _Setup, wins) -> list[dict]:
         dtype = resolve_precision(st.precision, device.type).dtype
         lm, tok, meta = load_lm(path, dtype=dtype, device=device, option="--compare")
         other = BaseLM(lm, tok, meta, st.energies[0].vocab, name=f"--compare {opt}")
-        other.check_length(st.prefix_len, st.length, "--compare")
+        other.check_length(st.prefix_len, st.length, "--prefix-len")
         lp = other.continuation_logprobs([list(w.ids[:st.prefix_len]) for w in wins],
                                          [list(w.ids[st.prefix_len:]) for w in wins], cfg.batch_size)
         n_params = sum(p.numel() for p in lm.parameters())
@@ -400,7 +400,7 @@ def _check_judge(judge, path: str, st: _Setup) -> None:
 
 def _judge(judge, path: str, rows: list[dict], st: _Setup) -> dict:
     """A paper-c detector's view of the base and the joint continuations (and the real ones)."""
-    scorer, rule, info = judge
+    scorer, rule, _ = judge
     out = {"detector": str(path)}
     scores = {name: scorer.score_ids([r["prefix"] + r[name] for r in rows])
               for name in ("base", "joint", "real") if rows and rows[0][name]}
