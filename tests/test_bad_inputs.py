@@ -192,7 +192,8 @@ def _joint(w) -> dict[str, Path]:
     """For `residual generate` / `ppl` (over the tiny LM and `_det`'s linear energy of 4-token windows,
     prefix 2): the tiny LM with 3 positions (shorter than [bos] + 2 + 2), the tiny LM with one token
     renamed (another vocabulary), a detector of 3-token windows, one in the encoder's WordPiece
-    vocabulary, a --prefixes file whose line 2 is shorter than the prefix, a `residual ppl` output."""
+    vocabulary, a --prefixes file whose line 2 is shorter than the prefix, a `residual ppl` output, OUT.partial
+    files of another run (stale) and a folder in OUT.partial's place (dir)."""
     d = w["root"] / "joint"
     if not d.is_dir():
         d.mkdir()
@@ -212,10 +213,13 @@ def _joint(w) -> dict[str, Path]:
         assert main(["residual", "train", "--train", str(r["foreign"]), "--val", str(r["foreign"]), "--vocab",
                      str(w["encoder"]), "--energy", "linear", "--max-steps", "1", "--out", str(d / "det-wordpiece"),
                      "--no-progress", "--precision", "fp32"]) == 0
+        (d / "stale.partial").write_text(json.dumps({"textebm_partial": {"command": "residual ppl", "samples": 9}})
+                                         + "\n")  # rows of an interrupted run with other options
+        (d / "dir.partial").mkdir()
         (d / "prefixes.txt").write_text("w1 w2 w3\nw4\nw5 w6\n")
         assert main([str(a) for a in _jppl(w, out=d / "ppl-out")]) == 0
     return {"short-lm": d / "short-lm", "other-vocab-lm": d / "other-vocab-lm", "det3": d / "det3",
-            "det-wordpiece": d / "det-wordpiece", "prefixes": d / "prefixes.txt", "ppl-out": d / "ppl-out"}
+            "det-wordpiece": d / "det-wordpiece", "stale": d / "stale", "dir": d / "dir", "prefixes": d / "prefixes.txt", "ppl-out": d / "ppl-out"}
 
 
 def _jgen(w, *extra, base=None, energy=None, out=None):
@@ -745,6 +749,10 @@ CASES = [
        "clf") for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
     ("residual-generate --overwrite the output of residual ppl",
      lambda w: _jgen(w, "--overwrite", out=_joint(w)["ppl-out"]), "ppl-out"),
+    *[(f"residual-{cmd} --out whose OUT.partial {what}", lambda w, b=build, k=key: b(w, out=_joint(w)[k]), msg)
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))
+      for what, key, msg in (("holds rows of another run", "stale", "stale.partial: was written with other settings"),
+                             ("is a folder", "dir", "dir.partial is a folder"))],
     ("residual-ppl --data left out", lambda w: _drop(_jppl(w), "--data"), "--data is required"),
     ("residual-generate --data and --prefixes both", lambda w: _jgen(w, "--prefixes", _joint(w)["prefixes"]),
      "--prefixes"),
