@@ -193,7 +193,8 @@ def _joint(w) -> dict[str, Path]:
     prefix 2): the tiny LM with 3 positions (shorter than [bos] + 2 + 2), the tiny LM with one token
     renamed (another vocabulary), a detector of 3-token windows, one in the encoder's WordPiece
     vocabulary, a --prefixes file whose line 2 is shorter than the prefix, a `residual ppl` output, OUT.partial
-    files of another run (stale) and a folder in OUT.partial's place (dir)."""
+    files of another run (stale) and a folder in OUT.partial's place (dir), a dataset whose test split
+    holds an [eos] inside a window's continuation (a token the base LM never writes)."""
     d = w["root"] / "joint"
     if not d.is_dir():
         d.mkdir()
@@ -216,10 +217,15 @@ def _joint(w) -> dict[str, Path]:
         (d / "stale.partial").write_text(json.dumps({"textebm_partial": {"command": "residual ppl", "samples": 9}})
                                          + "\n")  # rows of an interrupted run with other options
         (d / "dir.partial").mkdir()
+        from textebm.data.layout import write_dataset
+
+        rows = [{"text": "w1 w2 w3 w4 w5 w6 w7 w8", "doc": "d0"}, {"text": "w1 w2 </s> w3 w4 w5 w6 w7", "doc": "d1"}]
+        write_dataset(d / "eos-data", {"train": rows, "dev": rows, "test": rows}, {"name": "eos"})
         (d / "prefixes.txt").write_text("w1 w2 w3\nw4\nw5 w6\n")
         assert main([str(a) for a in _jppl(w, out=d / "ppl-out")]) == 0
     return {"short-lm": d / "short-lm", "other-vocab-lm": d / "other-vocab-lm", "det3": d / "det3",
-            "det-wordpiece": d / "det-wordpiece", "stale": d / "stale", "dir": d / "dir", "prefixes": d / "prefixes.txt", "ppl-out": d / "ppl-out"}
+            "det-wordpiece": d / "det-wordpiece", "stale": d / "stale", "dir": d / "dir",
+            "eos-data": d / "eos-data", "prefixes": d / "prefixes.txt", "ppl-out": d / "ppl-out"}
 
 
 def _jgen(w, *extra, base=None, energy=None, out=None):
@@ -753,6 +759,9 @@ CASES = [
       for cmd, build in (("generate", _jgen), ("ppl", _jppl))
       for what, key, msg in (("holds rows of another run", "stale", "stale.partial: was written with other settings"),
                              ("is a folder", "dir", "dir.partial is a folder"))],
+    *[(f"residual-{cmd} --data a window continuing with [eos]",
+       lambda w, b=build: _set(_set(b(w), "--data", _joint(w)["eos-data"]), "--windows", "0"),
+       "test/d1/0 of split 'test' continues with '</s>'") for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
     ("residual-ppl --data left out", lambda w: _drop(_jppl(w), "--data"), "--data is required"),
     ("residual-generate --data and --prefixes both", lambda w: _jgen(w, "--prefixes", _joint(w)["prefixes"]),
      "--prefixes"),

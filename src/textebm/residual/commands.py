@@ -181,6 +181,17 @@ def _test_windows(cfg, vocab, length: int, prefix_len: int) -> list:
                       seed=cfg.seed, max_windows=cfg.windows)
 
 
+def _check_continuations(cfg, st: _Setup, wins) -> None:
+    """Before any work: no window continues with a token the base LM never writes (P_LM = 0)."""
+    banned = set(st.base.banned)
+    for w in wins:
+        bad = [t for t in w.ids[st.prefix_len:] if t in banned]
+        if bad:
+            raise TextebmError(f"--data {cfg.data}: window {w.key} of split {cfg.split!r} continues with "
+                               f"{st.base.tokenizer.convert_ids_to_tokens(bad[0])!r}, a token {st.base.name} never "
+                               "writes ([eos] or a layout symbol); windows of running text have none")
+
+
 def _progress(total: int, enabled: bool, unit: str):
     from tqdm import tqdm
 
@@ -208,6 +219,7 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     compare_paths = [find_model(c, CAUSAL_LM, "--compare").path.resolve() for c in cfg.compare]
     st = _setup(cfg, cfg.energy)
     wins = _test_windows(cfg, st.energies[0].vocab, st.length, st.prefix_len)
+    _check_continuations(cfg, st, wins)
     compare = _compare(cfg, compare_paths, st, wins)  # a bad --compare stops the run before any row is written
     n_pos = min(cfg.positions, len(wins))
     pos_n = cfg.position_samples or cfg.samples
@@ -322,8 +334,9 @@ def residual_generate(cfg: ResidualGenerateConfig) -> dict:
         _check_judge(judge, cfg.judge, st)
     energy, vocab = st.energies[0], st.energies[0].vocab
     if cfg.data:
-        items = [(w.key, list(w.ids[:st.prefix_len]), list(w.ids[st.prefix_len:]))
-                 for w in _test_windows(cfg, vocab, st.length, st.prefix_len)]
+        wins = _test_windows(cfg, vocab, st.length, st.prefix_len)
+        _check_continuations(cfg, st, wins)
+        items = [(w.key, list(w.ids[:st.prefix_len]), list(w.ids[st.prefix_len:])) for w in wins]
     else:
         items = _prefixes_from_file(cfg.prefixes, vocab, st.prefix_len)
     identity = {"command": GENERATE_KIND, "base_sha256": folder_sha256(st.base_path),
