@@ -192,9 +192,10 @@ def _joint(w) -> dict[str, Path]:
     """For `residual generate` / `ppl` (over the tiny LM and `_det`'s linear energy of 4-token windows,
     prefix 2): the tiny LM with 3 positions (shorter than [bos] + 2 + 2), the tiny LM with one token
     renamed (another vocabulary), a detector of 3-token windows, one in the encoder's WordPiece
-    vocabulary, a --prefixes file whose line 2 is shorter than the prefix, a `residual ppl` output, OUT.partial
-    files of another run (stale) and a folder in OUT.partial's place (dir), a dataset whose test split
-    holds an [eos] inside a window's continuation (a token the base LM never writes)."""
+    vocabulary, --prefixes files (one whose line 2 is shorter than the prefix, one valid), a `residual
+    ppl` output, OUT.partial files of another run (stale) and a folder in OUT.partial's place (dir), a
+    dataset whose test split holds an [eos] inside a window's continuation (a token the base LM never
+    writes), an r2l tiny LM."""
     d = w["root"] / "joint"
     if not d.is_dir():
         d.mkdir()
@@ -217,15 +218,18 @@ def _joint(w) -> dict[str, Path]:
         (d / "stale.partial").write_text(json.dumps({"textebm_partial": {"command": "residual ppl", "samples": 9}})
                                          + "\n")  # rows of an interrupted run with other options
         (d / "dir.partial").mkdir()
+        make_tiny_lm(d / "r2l-lm", direction="r2l", seed=1)
         from textebm.data.layout import write_dataset
 
         rows = [{"text": "w1 w2 w3 w4 w5 w6 w7 w8", "doc": "d0"}, {"text": "w1 w2 </s> w3 w4 w5 w6 w7", "doc": "d1"}]
         write_dataset(d / "eos-data", {"train": rows, "dev": rows, "test": rows}, {"name": "eos"})
         (d / "prefixes.txt").write_text("w1 w2 w3\nw4\nw5 w6\n")
+        (d / "good-prefixes.txt").write_text("w1 w2 w3\nw5 w6\n")
         assert main([str(a) for a in _jppl(w, out=d / "ppl-out")]) == 0
     return {"short-lm": d / "short-lm", "other-vocab-lm": d / "other-vocab-lm", "det3": d / "det3",
             "det-wordpiece": d / "det-wordpiece", "stale": d / "stale", "dir": d / "dir",
-            "eos-data": d / "eos-data", "prefixes": d / "prefixes.txt", "ppl-out": d / "ppl-out"}
+            "eos-data": d / "eos-data", "r2l-lm": d / "r2l-lm", "prefixes": d / "prefixes.txt",
+            "good-prefixes": d / "good-prefixes.txt", "ppl-out": d / "ppl-out"}
 
 
 def _jgen(w, *extra, base=None, energy=None, out=None):
@@ -770,7 +774,15 @@ CASES = [
      lambda w: _drop(_drop(_jgen(w, "--prefixes", _joint(w)["prefixes"]), "--data"), "--windows"),
      "prefixes.txt:2: a prefix of 1 tokens"),
     ("residual-generate --prefixes with --windows",
-     lambda w: _drop(_jgen(w, "--prefixes", _joint(w)["prefixes"]), "--data"), "--windows"),
+     lambda w: _drop(_jgen(w, "--prefixes", _joint(w)["good-prefixes"]), "--data"), "--windows"),
+    ("residual-generate --split with --prefixes",
+     lambda w: _drop(_drop(_jgen(w, "--prefixes", _joint(w)["good-prefixes"], "--split", "dev"), "--data"),
+                     "--windows"),
+     "--split has no effect with --prefixes"),
+    *[(f"residual-{cmd} --{opt} an LM that reads right to left", lambda w, b=build, o=opt: (
+        b(w, base=_joint(w)["r2l-lm"]) if o == "base" else b(w, "--compare", _joint(w)["r2l-lm"])),
+       "the base LM must read left to right")
+      for cmd, build, opt in (("generate", _jgen, "base"), ("ppl", _jppl, "base"), ("ppl", _jppl, "compare"))],
     ("residual-generate --prefixes missing",
      lambda w: _drop(_drop(_jgen(w, "--prefixes", w["root"] / "none.txt"), "--data"), "--windows"), "none.txt"),
     ("residual-generate --judge an LM", lambda w: _jgen(w, "--judge", w["lm"]), "--judge"),

@@ -90,7 +90,7 @@ class ResidualGenerateConfig(_JointOptions):
         if bool(self.data) == bool(self.prefixes):
             raise TextebmError("give the prefixes either as --data DIR (test windows) or as --prefixes FILE")
         if self.prefixes:
-            refuse_unused(self, ["windows"], "with --prefixes (every prefix of the file is continued)")
+            refuse_unused(self, ["windows", "split"], "with --prefixes (every prefix of the file is continued)")
 
 
 @dataclass(kw_only=True)
