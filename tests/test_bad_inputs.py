@@ -188,6 +188,66 @@ def _det(w) -> dict[str, Path]:
             "human": w["data"] / "test.jsonl"}
 
 
+def _joint(w) -> dict[str, Path]:
+    """For `residual generate` / `ppl` (over the tiny LM and `_det`'s linear energy of 4-token windows,
+    prefix 2): the tiny LM with 3 positions (shorter than [bos] + 2 + 2), the tiny LM with one token
+    renamed (another vocabulary), a detector of 3-token windows, one in the encoder's WordPiece
+    vocabulary, --prefixes files (one whose line 2 is shorter than the prefix, one valid), a `residual
+    ppl` output, OUT.partial files of another run (stale) and a folder in OUT.partial's place (dir), a
+    dataset whose test split holds an [eos] inside a window's continuation (a token the base LM never
+    writes), an r2l tiny LM."""
+    d = w["root"] / "joint"
+    if not d.is_dir():
+        d.mkdir()
+        for name in ("short-lm", "other-vocab-lm"):
+            (d / name).mkdir()
+            for f in w["lm"].iterdir():
+                (d / name / f.name).write_bytes(f.read_bytes())
+        config = json.loads((d / "short-lm" / "config.json").read_text())
+        (d / "short-lm" / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 3}))
+        tok = json.loads((d / "other-vocab-lm" / "tokenizer.json").read_text())
+        tok["model"]["vocab"] = {("v89" if t == "w89" else t): i for t, i in tok["model"]["vocab"].items()}
+        (d / "other-vocab-lm" / "tokenizer.json").write_text(json.dumps(tok))
+        r = _res(w)
+        assert main(["residual", "train", "--train", str(r["short"]), "--val", str(r["short"]), "--vocab",
+                     str(r["vocab"]), "--energy", "linear", "--max-steps", "1", "--out", str(d / "det3"),
+                     "--no-progress", "--precision", "fp32"]) == 0
+        assert main(["residual", "train", "--train", str(r["foreign"]), "--val", str(r["foreign"]), "--vocab",
+                     str(w["encoder"]), "--energy", "linear", "--max-steps", "1", "--out", str(d / "det-wordpiece"),
+                     "--no-progress", "--precision", "fp32"]) == 0
+        (d / "stale.partial").write_text(json.dumps({"textebm_partial": {"command": "residual ppl", "samples": 9}})
+                                         + "\n")  # rows of an interrupted run with other options
+        (d / "dir.partial").mkdir()
+        make_tiny_lm(d / "r2l-lm", direction="r2l", seed=1)
+        from textebm.data.layout import write_dataset
+
+        rows = [{"text": "w1 w2 w3 w4 w5 w6 w7 w8", "doc": "d0"}, {"text": "w1 w2 </s> w3 w4 w5 w6 w7", "doc": "d1"}]
+        write_dataset(d / "eos-data", {"train": rows, "dev": rows, "test": rows}, {"name": "eos"})
+        (d / "prefixes.txt").write_text("w1 w2 w3\nw4\nw5 w6\n")
+        (d / "good-prefixes.txt").write_text("w1 w2 w3\nw5 w6\n")
+        assert main([str(a) for a in _jppl(w, out=d / "ppl-out")]) == 0
+    return {"short-lm": d / "short-lm", "other-vocab-lm": d / "other-vocab-lm", "det3": d / "det3",
+            "det-wordpiece": d / "det-wordpiece", "stale": d / "stale", "dir": d / "dir",
+            "eos-data": d / "eos-data", "r2l-lm": d / "r2l-lm", "prefixes": d / "prefixes.txt",
+            "good-prefixes": d / "good-prefixes.txt", "ppl-out": d / "ppl-out"}
+
+
+def _jgen(w, *extra, base=None, energy=None, out=None):
+    return ["residual", "generate", "--base", base or w["lm"], "--energy", energy or _det(w)["energy"], "--data",
+            w["data"], "--windows", "2", "--n", "2", "--out", out or w["root"] / "jg", "--no-progress", *extra]
+
+
+def _jppl(w, *extra, base=None, energy=None, out=None):
+    return ["residual", "ppl", "--base", base or w["lm"], "--energy", energy or _det(w)["energy"], "--data",
+            w["data"], "--windows", "2", "--samples", "2", "--out", out or w["root"] / "jp", "--no-progress", *extra]
+
+
+def _drop(argv: list, flag: str) -> list:
+    """argv without `flag` and its value."""
+    i = argv.index(flag)
+    return argv[:i] + argv[i + 2:]
+
+
 def _set(argv: list, flag: str, value) -> list:
     """argv with `flag`'s value replaced by `value` (or `flag value` appended)."""
     argv = list(argv)
@@ -253,7 +313,7 @@ OUTPUTS = [
     ("score", _score_texts, "--html"), ("negatives-generate", _neg, "--out"), ("residual-fit", _fit, "--out"),
     ("residual-eval", _res_eval, "--out"), ("residual-score", _res_score, "--out"),
     ("residual-threshold", _res_threshold, "--out"), ("residual-analyze", _analyze, "--out"),
-    ("rerank", _rerank, "--out"),
+    ("rerank", _rerank, "--out"), ("residual-generate", _jgen, "--out"), ("residual-ppl", _jppl, "--out"),
     ("residual-matrix", lambda w: ["residual", "matrix", "--config", _res(w)["matrix-ok"]], "--out"),
     ("rerank", lambda w: ["rerank", "--dev", _nbest(w)["dev"], "--test", _nbest(w)["test"]], "--write-texts"),
     ("tokenizer-train", lambda w: ["tokenizer", "train", "--data", w["data"], "--vocab-size", "100"], "--out"),
@@ -657,6 +717,88 @@ CASES = [
     ("tokenizer-train --overwrite a foreign folder",
      lambda w: ["tokenizer", "train", "--data", w["data"], "--vocab-size", "100", "--out", w["foreign"],
                 "--overwrite"], "mine"),
+    # residual generate / ppl (paper d): the same bad value on both where both take the option
+    *[(f"residual-{cmd} {flag} {val}", lambda w, b=build, f=flag, v=val: _set(b(w), f, v), flag)
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))
+      for flag, val in [("--windows", "-1"), ("--batch-size", "0"), ("--precision", "fp17"), ("--threads", "-1"),
+                        ("--seed", "-1"), ("--length", "-1")]],
+    *[(f"residual-{cmd} {flag} {val}", lambda w, b=build, f=flag, v=val: _set(b(w), f, v), flag)
+      for cmd, build, flag, val in [("generate", _jgen, "--n", "0"), ("generate", _jgen, "--top-k", "-1"),
+                                    ("ppl", _jppl, "--samples", "1"), ("ppl", _jppl, "--positions", "-1"),
+                                    ("ppl", _jppl, "--chunk", "0"), ("ppl", _jppl, "--position-samples", "-1")]],
+    *[(f"residual-{cmd} --prefix-len 1 where the energy was trained on prefixes of 2",
+       lambda w, b=build: b(w, "--prefix-len", "1"), "--prefix-len 1: the energy")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+    *[(f"residual-{cmd} --length 3 where the energy's windows are 2 + 2",
+       lambda w, b=build: b(w, "--length", "3"), "--prefix-len 2 + --length 3 = 5 tokens")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+    *[(f"residual-{cmd} --base of 3 positions, shorter than [bos] + prefix + continuation",
+       lambda w, b=build: b(w, base=_joint(w)["short-lm"]), "--prefix-len 2 + 2 generated tokens (and [bos]) exceed the 3 positions of --base")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+    *[(f"residual-{cmd} --base of another vocabulary than the energy's",
+       lambda w, b=build: b(w, base=_joint(w)["other-vocab-lm"]), "vocabulary differs from the energy's")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+    *[(f"residual-{cmd} --base {what}", lambda w, b=build, k=key: b(w, base=w[k] if k in w else _det(w)[k]),
+       "expected a causal LM")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))
+      for what, key in (("an encoder", "encoder"), ("a classifier", "clf"), ("an energy", "energy"))],
+    *[(f"residual-{cmd} --base an infill LM", lambda w, b=build: b(w, base=w["infill"]), "causal")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+    *[(f"residual-{cmd} --energy {what}", lambda w, b=build, k=key: b(w, energy=w[k]), "--energy")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))
+      for what, key in (("an LM", "lm"), ("a classifier", "clf"))],
+    *[(f"residual-{cmd} --data missing", lambda w, b=build: _set(b(w), "--data", w["root"] / "nope"), "nope")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+    *[(f"residual-{cmd} --split unknown", lambda w, b=build: b(w, "--split", "holdout"), "holdout")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+    *[(f"residual-{cmd} --out an existing file", lambda w, b=build: b(w, out=w["existing"]), "existing.jsonl")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+    *[(f"residual-{cmd} --out a foreign folder", lambda w, b=build: b(w, out=w["foreign"]), "mine")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+    *[(f"residual-{cmd} --overwrite a trained classifier run", lambda w, b=build: b(w, "--overwrite", out=w["clf"]),
+       "clf") for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+    ("residual-generate --overwrite the output of residual ppl",
+     lambda w: _jgen(w, "--overwrite", out=_joint(w)["ppl-out"]), "ppl-out"),
+    *[(f"residual-{cmd} --out whose OUT.partial {what}", lambda w, b=build, k=key: b(w, out=_joint(w)[k]), msg)
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl))
+      for what, key, msg in (("holds rows of another run", "stale", "stale.partial: was written with other settings"),
+                             ("is a folder", "dir", "dir.partial is a folder"))],
+    *[(f"residual-{cmd} --data a window continuing with [eos]",
+       lambda w, b=build: _set(_set(b(w), "--data", _joint(w)["eos-data"]), "--windows", "0"),
+       "test/d1/0 of split 'test' continues with '</s>'") for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+    ("residual-ppl --data left out", lambda w: _drop(_jppl(w), "--data"), "--data is required"),
+    ("residual-generate --data and --prefixes both", lambda w: _jgen(w, "--prefixes", _joint(w)["prefixes"]),
+     "--prefixes"),
+    ("residual-generate --prefixes and --data both left out", lambda w: _drop(_jgen(w), "--data"), "--prefixes"),
+    ("residual-generate --prefixes a line shorter than the prefix",
+     lambda w: _drop(_drop(_jgen(w, "--prefixes", _joint(w)["prefixes"]), "--data"), "--windows"),
+     "prefixes.txt:2: a prefix of 1 tokens"),
+    ("residual-generate --prefixes with --windows",
+     lambda w: _drop(_jgen(w, "--prefixes", _joint(w)["good-prefixes"]), "--data"), "--windows"),
+    ("residual-generate --split with --prefixes",
+     lambda w: _drop(_drop(_jgen(w, "--prefixes", _joint(w)["good-prefixes"], "--split", "dev"), "--data"),
+                     "--windows"),
+     "--split has no effect with --prefixes"),
+    *[(f"residual-{cmd} --{opt} an LM that reads right to left", lambda w, b=build, o=opt: (
+        b(w, base=_joint(w)["r2l-lm"]) if o == "base" else b(w, "--compare", _joint(w)["r2l-lm"])),
+       "the base LM must read left to right")
+      for cmd, build, opt in (("generate", _jgen, "base"), ("ppl", _jppl, "base"), ("ppl", _jppl, "compare"))],
+    ("residual-generate --prefixes missing",
+     lambda w: _drop(_drop(_jgen(w, "--prefixes", w["root"] / "none.txt"), "--data"), "--windows"), "none.txt"),
+    ("residual-generate --judge an LM", lambda w: _jgen(w, "--judge", w["lm"]), "--judge"),
+    ("residual-generate --judge of 3-token windows", lambda w: _jgen(w, "--judge", _joint(w)["det3"]),
+     "scores windows of 3 tokens, these are 4"),
+    ("residual-generate --judge in another vocabulary", lambda w: _jgen(w, "--judge", _joint(w)["det-wordpiece"]),
+     "another vocabulary than the energy's"),
+    ("residual-ppl --compare a classifier", lambda w: _jppl(w, "--compare", w["clf"]), "expected a causal LM"),
+    ("residual-ppl --compare of another vocabulary", lambda w: _jppl(w, "--compare", _joint(w)["other-vocab-lm"]),
+     "vocabulary differs from the energy's"),
+    ("residual-ppl --compare of 3 positions", lambda w: _jppl(w, "--compare", _joint(w)["short-lm"]),
+     "--prefix-len 2 + 2 generated tokens (and [bos]) exceed the 3 positions of --compare"),
+    ("residual-ppl --position-samples without --positions", lambda w: _jppl(w, "--position-samples", "3"),
+     "--position-samples"),
+    ("residual-ppl --energy two of different windows", lambda w: _jppl(w, "--energy", _det(w)["energy"],
+                                                                        _joint(w)["det3"]), "--energy"),
     # an output where nothing can be written (a pseudo file system) or under a file: every command
     *[(f"{name} {flag} {where}", lambda w, b=build, f=flag, x=where: _set(b(w), f, _unwritable(w, x, f)),
        "cannot write in /proc" if where == "/proc/x" else "is a file")
@@ -717,7 +859,7 @@ def test_the_table_covers_every_command():
 # is the word after the command in its id ("residual-eval --test windows of another length").
 PER_OPTION = ["score", "rerank", "negatives-generate", "residual-train", "residual-fit", "residual-eval",
               "residual-score", "residual-threshold", "residual-analyze", "residual-matrix", "cloze-train",
-              "tokenizer-train"]
+              "tokenizer-train", "residual-generate", "residual-ppl"]
 # Options that cannot take a bad value: on/off switches whose either state is valid in any mode.
 NO_BAD_VALUE = {
     "--progress",  # a progress bar or none
@@ -726,6 +868,7 @@ NO_BAD_VALUE = {
     "--plan",  # residual matrix: print the plan instead of running; valid with any config
     "--per-token", "--per-word",  # score: extra fields in each row, valid for every method
     "--corpus",  # negatives generate: a free-text name in the rows' provenance
+    "--exact-last",  # residual ppl: the last position scored exactly or estimated like the others
 }
 
 

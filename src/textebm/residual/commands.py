@@ -38,6 +38,7 @@ from textebm.residual.generate import joint_sample
 from textebm.residual.joint import BaseLM, JointEnergy
 from textebm.resumable import PartialFile
 from textebm.seeds import derive_seed
+from textebm.tokenizer import same_vocab
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class ResidualGenerateConfig(_JointOptions):
         if bool(self.data) == bool(self.prefixes):
             raise TextebmError("give the prefixes either as --data DIR (test windows) or as --prefixes FILE")
         if self.prefixes:
-            refuse_unused(self, ["windows"], "with --prefixes (every prefix of the file is continued)")
+            refuse_unused(self, ["windows", "split"], "with --prefixes (every prefix of the file is continued)")
 
 
 @dataclass(kw_only=True)
@@ -170,7 +171,7 @@ def _setup(cfg, energy_opts: list[str]) -> _Setup:
         energies.append(JointEnergy(model, spec, tokenizer, vocab))
     lm, tok, meta = load_lm(base_path, dtype=choice.dtype, device=device, option="--base")
     base = BaseLM(lm, tok, meta, energies[0].vocab, name=f"--base {cfg.base}")
-    base.check_length(*shape)
+    base.check_length(*shape, "--prefix-len")
     return _Setup(base, energies, energy_paths, base_path, shape[0], shape[1], choice.precision)
 
 
@@ -178,6 +179,17 @@ def _test_windows(cfg, vocab, length: int, prefix_len: int) -> list:
     """Non-overlapping windows of p + m tokens of --data's --split, a seeded subset of --windows."""
     return windows_of(cfg.data, cfg.split, vocab, length + prefix_len, [prefix_len], stride=length + prefix_len,
                       seed=cfg.seed, max_windows=cfg.windows)
+
+
+def _check_continuations(cfg, st: _Setup, wins) -> None:
+    """Before any work: no window continues with a token the base LM never writes (P_LM = 0)."""
+    banned = set(st.base.banned)
+    for w in wins:
+        bad = [t for t in w.ids[st.prefix_len:] if t in banned]
+        if bad:
+            raise TextebmError(f"--data {cfg.data}: window {w.key} of split {cfg.split!r} continues with "
+                               f"{st.base.tokenizer.convert_ids_to_tokens(bad[0])!r}, a token {st.base.name} never "
+                               "writes ([eos] or a layout symbol); windows of running text have none")
 
 
 def _progress(total: int, enabled: bool, unit: str):
@@ -207,6 +219,8 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     compare_paths = [find_model(c, CAUSAL_LM, "--compare").path.resolve() for c in cfg.compare]
     st = _setup(cfg, cfg.energy)
     wins = _test_windows(cfg, st.energies[0].vocab, st.length, st.prefix_len)
+    _check_continuations(cfg, st, wins)
+    compare = _compare(cfg, compare_paths, st, wins)  # a bad --compare stops the run before any row is written
     n_pos = min(cfg.positions, len(wins))
     pos_n = cfg.position_samples or cfg.samples
     identity = {"command": PPL_KIND, "base_sha256": folder_sha256(st.base_path),
@@ -253,7 +267,7 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
         metrics["base_ppl"] = p["base_ppl"]
         metrics["tokens"] = p["tokens"]
         metrics["windows"] = p["windows"]
-    metrics["compare"] = _compare(cfg, compare_paths, st, wins)
+    metrics["compare"] = compare
     if pos_rows:
         metrics["positions"] = [report.position_summary([r["per_energy"][k] for r in pos_rows])
                                 for k in range(len(st.energies))]
@@ -278,7 +292,7 @@ def _compare(cfg, paths: list[Path], st: _Setup, wins) -> list[dict]:
         dtype = resolve_precision(st.precision, device.type).dtype
         lm, tok, meta = load_lm(path, dtype=dtype, device=device, option="--compare")
         other = BaseLM(lm, tok, meta, st.energies[0].vocab, name=f"--compare {opt}")
-        other.check_length(st.prefix_len, st.length, "--compare")
+        other.check_length(st.prefix_len, st.length, "--prefix-len")
         lp = other.continuation_logprobs([list(w.ids[:st.prefix_len]) for w in wins],
                                          [list(w.ids[st.prefix_len:]) for w in wins], cfg.batch_size)
         n_params = sum(p.numel() for p in lm.parameters())
@@ -316,10 +330,13 @@ def residual_generate(cfg: ResidualGenerateConfig) -> dict:
     partial.check()
     judge = detect.load_detector(cfg.judge, option="--judge") if cfg.judge else None  # bad input before work
     st = _setup(cfg, [cfg.energy])
+    if judge is not None:
+        _check_judge(judge, cfg.judge, st)
     energy, vocab = st.energies[0], st.energies[0].vocab
     if cfg.data:
-        items = [(w.key, list(w.ids[:st.prefix_len]), list(w.ids[st.prefix_len:]))
-                 for w in _test_windows(cfg, vocab, st.length, st.prefix_len)]
+        wins = _test_windows(cfg, vocab, st.length, st.prefix_len)
+        _check_continuations(cfg, st, wins)
+        items = [(w.key, list(w.ids[:st.prefix_len]), list(w.ids[st.prefix_len:])) for w in wins]
     else:
         items = _prefixes_from_file(cfg.prefixes, vocab, st.prefix_len)
     identity = {"command": GENERATE_KIND, "base_sha256": folder_sha256(st.base_path),
@@ -382,13 +399,21 @@ def _generation_metrics(rows: list[dict], st: _Setup, cfg, elapsed: float) -> di
     return out
 
 
-def _judge(judge, path: str, rows: list[dict], st: _Setup) -> dict:
-    """A paper-c detector's view of the base and the joint continuations (and the real ones)."""
-    scorer, rule, info = judge
+def _check_judge(judge, path: str, st: _Setup) -> None:
+    """The --judge detector must score windows of p + m tokens in the energy's vocabulary (checked
+    before any work)."""
+    scorer, _, info = judge
+    if not same_vocab(scorer.vocab, st.energies[0].vocab):
+        raise TextebmError(f"--judge {path}: its windows are in another vocabulary than the energy's")
     length = detect.scorer_length(scorer, info)
     if length != st.prefix_len + st.length:
         raise TextebmError(f"--judge {path}: scores windows of {length} tokens, these are "
                            f"{st.prefix_len + st.length}")
+
+
+def _judge(judge, path: str, rows: list[dict], st: _Setup) -> dict:
+    """A paper-c detector's view of the base and the joint continuations (and the real ones)."""
+    scorer, rule, _ = judge
     out = {"detector": str(path)}
     scores = {name: scorer.score_ids([r["prefix"] + r[name] for r in rows])
               for name in ("base", "joint", "real") if rows and rows[0][name]}
