@@ -114,24 +114,30 @@ def viterbi(phi: Tensor, A: Tensor, mask: Tensor, pad: int = -1) -> tuple[Tensor
     """(tags (B, T) long, scores (B,)): the highest-scoring tag sequence of each sentence and its
     u(x, y); positions past a sentence's end hold `pad`.
 
-    Backpointers are kept as one (B, T-1, K) tensor; backtracking gathers all sentences at once,
-    one step per position (at padding positions the backpointer is the identity, so the last
-    real tag is carried to the end and the backtrack starts from position T-1 for every
-    sentence)."""
+    The max-product recursion runs over all T positions for every sentence at once (past a
+    sentence's end it computes values that are never read); each sentence's best final score is
+    then taken at its own last token. Backpointers are one (B, T-1, K) tensor, made the identity
+    past each sentence's end, so that one backtrack from position T-1, gathering all sentences at
+    each position, carries every sentence's best last tag down to its last token and on to its
+    first."""
     phi, A, mask = _prepare(phi, A, mask)
     B, T, K = phi.shape
-    keep = torch.arange(K, device=phi.device).expand(B, K)  # (B, K) identity backpointer
+    At = A.t()  # (K_next, K_prev): the max runs over the last, contiguous dimension
     score = phi[:, 0]  # (B, K)
-    back = []
+    scores, back = [score], []
     for t in range(1, T):
-        best, idx = (score.unsqueeze(2) + A).max(dim=1)  # (B, K, K) -> (B, K) over the previous tag
-        m = mask[:, t, None]  # (B, 1)
-        score = torch.where(m, best + phi[:, t], score)  # (B, K)
-        back.append(torch.where(m, idx, keep))  # (B, K)
-    best_score, last = score.max(dim=1)  # (B,), (B,)
-    tags = [last]
-    for bp in reversed(back):
-        last = bp.gather(1, last.unsqueeze(1)).squeeze(1)  # (B,)
-        tags.append(last)
+        best, idx = (score.unsqueeze(1) + At).max(dim=2)  # (B, 1, K_prev) + (K, K) -> (B, K_next)
+        score = best + phi[:, t]  # (B, K)
+        scores.append(score)
+        back.append(idx)
+    last = (mask.sum(1) - 1)[:, None, None].expand(B, 1, K)  # (B, 1, K): each sentence's last position
+    best_score, tag = torch.stack(scores, 1).gather(1, last).squeeze(1).max(dim=1)  # (B,), (B,)
+    tags = [tag]
+    if T > 1:
+        keep = torch.arange(K, device=phi.device).expand(B, T - 1, K)  # identity backpointers
+        bps = torch.where(mask[:, 1:, None], torch.stack(back, 1), keep)  # (B, T-1, K)
+        for t in range(T - 2, -1, -1):
+            tag = bps[:, t].gather(1, tag.unsqueeze(1)).squeeze(1)  # (B,): the best tag at t given t+1
+            tags.append(tag)
     path = torch.stack(tags[::-1], 1)  # (B, T)
     return path.masked_fill(~mask, pad), best_score
