@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
+from pathlib import Path
 
 import torch
 
@@ -55,6 +56,7 @@ def main() -> None:
     from torchcrf import CRF
 
     from textebm.losses.crf import crf_nll, viterbi
+    from textebm.precision import BF16_FLAGS, cpu_capability, cpu_flags
 
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(args.seed)
@@ -88,7 +90,11 @@ def main() -> None:
     def same_paths(ours, theirs) -> bool:
         return all(ours[b, :n].tolist() == theirs[b] for b, n in enumerate(lengths.tolist()))
 
-    print(f"CPU: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+    bf16 = "/".join(sorted(cpu_flags() & set(BF16_FLAGS))) or "no native bf16"
+    info = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
+    name = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), platform.machine())
+    print(f"CPU: {name}, capability {cpu_capability()}, {bf16}; precision fp32 (timings), "
+          f"torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s); batch {B} x {T} tokens (lengths {T // 2}..{T}) x {K} tags")
     ref64 = ref.double()
     with torch.no_grad():

@@ -9,7 +9,13 @@ import itertools
 import pytest
 import torch
 
-from textebm.losses.crf import crf_log_partition, crf_marginals, crf_nll, crf_score, viterbi
+from textebm.losses.crf import (
+    crf_log_partition,
+    crf_marginals,
+    crf_nll,
+    crf_score,
+    viterbi,
+)
 
 K = 3
 LENGTHS = (1, 3, 4)
@@ -163,3 +169,24 @@ def test_bad_shapes_and_masks_are_refused(bad, message):
         crf_log_partition(*bad(phi, A, mask))
     with pytest.raises(ValueError, match="tags must lie in"):
         crf_score(phi, A, torch.full(mask.shape, K), mask)
+
+
+def test_agrees_with_pytorch_crf_without_start_and_end_transitions():
+    """pytorch-crf (an independent implementation, a dev dependency) with its start and end
+    transitions at zero is the paper's CRF: the same log-likelihoods and Viterbi paths."""
+    torchcrf = pytest.importorskip("torchcrf")
+    g = torch.Generator().manual_seed(9)
+    lengths = torch.tensor([7, 3, 1, 7, 5])
+    B, Tm, Km = len(lengths), 7, 4
+    mask = torch.arange(Tm)[None] < lengths[:, None]
+    phi = torch.randn(B, Tm, Km, generator=g, dtype=torch.float64)
+    tags = torch.randint(0, Km, (B, Tm), generator=g)
+    ref = torchcrf.CRF(Km, batch_first=True).double()
+    with torch.no_grad():
+        ref.start_transitions.zero_()
+        ref.end_transitions.zero_()
+        ref.transitions.normal_(generator=g)
+        want = ref(phi, tags, mask, reduction="none")
+        torch.testing.assert_close(-crf_nll(phi, ref.transitions, tags, mask, "none"), want, rtol=0, atol=1e-12)
+        paths = viterbi(phi, ref.transitions, mask)[0]
+    assert [paths[b, :n].tolist() for b, n in enumerate(lengths.tolist())] == ref.decode(phi, mask)

@@ -1,4 +1,4 @@
-"""The linear-chain CRF of paper e (Song et al. 2021, eq. 5-6) as pure functions of tensors.
+"""The linear-chain CRF of paper e (Song & Ou 2021, eq. 5-6) as pure functions of tensors.
 
 A sentence x of length l and a tag sequence y = (y_1, ..., y_l), y_t in {0, ..., K-1}, score
 

@@ -1,4 +1,4 @@
-"""The BiLSTM-CRF tagger of paper e (Song et al. 2021, sec. 3.2-3.3), its spec and its folder.
+"""The BiLSTM-CRF tagger of paper e (Song & Ou 2021, sec. 3.2-3.3), its spec and its folder.
 
     word ids (B, T) -> embedding (B, T, E) -> bidirectional LSTM: forward states h_f and backward
     states h_b (B, T, H) each -> [h_f; h_b] -> linear -> node potentials phi (B, T, K) in fp32
