@@ -10,9 +10,10 @@ also the marginal potential u(x) of the joint random field.
 
 Eq. (6) writes its edge sum from i = 1 with an undefined y_0; the paper has no start or end
 transitions, and neither has this CRF: a sentence's first tag scores phi only, its last one no
-end term. (The paper's TF code wraps each sentence in begin/end tokens whose tags are fixed,
-which gives A a begin row and an end column; a caller that wants those adds the two boundary
-tags itself.) pytorch-crf's start/end transitions set to zero give the same model (bench/bench_crf.py).
+end term. (The paper's TF code, thu-spmi/semi-EBM, wraps each sentence in begin/end tokens and
+restricts their tags to a begin and an end tag (`beg_idxs`/`end_idxs` in hrf/alg.py), which
+gives A a begin row and an end column; a caller that wants those adds the two boundary tags
+itself.) pytorch-crf's start/end transitions set to zero give the same model (bench/bench_crf.py).
 
 Shapes: phi (B, T, K), A (K, K), tags (B, T) integer, mask (B, T) bool or 0/1, right-padded
 (mask[b, t] is true for t < length_b) with every length >= 1. Potentials at padding positions
