@@ -7,6 +7,8 @@
 - `residual`: sequence energies against LM negatives (Bakhtin et al. 2019): BCE with the most
   offending / a random / all negatives, the ranking loss, P@1.
 - `poscal`: PosCal calibration penalty (Jung et al. 2020).
+- `crf`: the linear-chain CRF of paper e (Song & Ou 2021, eq. 6): log-partition by the forward
+  algorithm, sequence score, negative log-likelihood, node marginals, batched Viterbi.
 """
 
 from textebm.losses.nce import NCEOutput, nce_core, nce_loss

@@ -5,6 +5,7 @@
 - `classifier`: the encoder + classifier head + energy of paper a, its spec and its folder;
 - `lm`, `lm_format`: an LM folder's textebm meta and special tokens, and the sequence layouts
   (causal, right-to-left, infill) that LM training, sampling and scoring share;
+- `crf`: the BiLSTM-CRF tagger of paper e, its spec (`tagger.json`) and its folder;
 - `build`: small models from scratch; pretrained ones come from `textebm.assets`.
 """
 

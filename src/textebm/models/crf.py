@@ -1,0 +1,123 @@
+"""The BiLSTM-CRF tagger of paper e (Song & Ou 2021, sec. 3.2-3.3), its spec and its folder.
+
+    word ids (B, T) -> embedding (B, T, E) -> bidirectional LSTM: forward states h_f and backward
+    states h_b (B, T, H) each -> [h_f; h_b] -> linear -> node potentials phi (B, T, K) in fp32
+
+plus a transition matrix A (K, K) (the edge potentials): the CRF of eq. (6), whose maths is in
+`textebm.losses.crf` (no start or end transitions, as in the paper). The same network serves the
+three methods of paper e: supervised (everything trained), pre-training (the BiLSTM trained as a
+TRF language model whose potential, eq. (3), reads h_f and h_b, then frozen while the linear
+layer and A are fine-tuned) and joint training (the JRF of eq. 6). `states` exposes h_f and h_b,
+`neighbour_states` the pair eq. (3) scores token x_t with: h_f at t-1 and h_b at t+1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_model
+from torch import Tensor, nn
+
+from textebm import specs
+from textebm.energy import fp32_linear
+from textebm.errors import InputError
+from textebm.io import write_json
+from textebm.losses.crf import crf_nll, viterbi
+from textebm.models.kinds import ModelKind
+
+SPEC_FILE = "tagger.json"
+KIND = ModelKind("tagger", SPEC_FILE, "a textebm tagger",
+                 "a tagger trained with `textebm tag train` (RUN or RUN/model)")
+
+
+@dataclass
+class TaggerSpec:
+    """What `tagger.json` records of a BiLSTM-CRF tagger."""
+
+    vocab_size: int  # word ids the embedding reads
+    tags: list[str]  # the tag set; tag id k is tags[k]
+    embed: int = 100  # word embedding size (the paper's code: 100)
+    hidden: int = 200  # LSTM state size per direction (the paper's code: 200)
+    layers: int = 1  # stacked bidirectional LSTM layers
+    dropout: float = 0.0  # on the embeddings and on the LSTM's outputs, while training
+    pad_id: int = 0  # the word id of padding
+
+
+def spec_from_dict(raw: dict, where) -> TaggerSpec:
+    """A `TaggerSpec` from the parsed `tagger.json` at `where` (InputError naming file and field)."""
+    spec = specs.spec_from_dict(TaggerSpec, raw, where)
+    for name in ("vocab_size", "embed", "hidden", "layers"):
+        if getattr(spec, name) < 1:
+            raise InputError(where, f"'{name}' must be at least 1, got {getattr(spec, name)}")
+    if len(spec.tags) < 1 or len(set(spec.tags)) != len(spec.tags):
+        raise InputError(where, f"'tags' must be a non-empty list of distinct tags, got {spec.tags!r}")
+    if not 0.0 <= spec.dropout < 1.0:
+        raise InputError(where, f"'dropout' must lie in [0, 1), got {spec.dropout}")
+    if not 0 <= spec.pad_id < spec.vocab_size:
+        raise InputError(where, f"'pad_id' must lie in [0, vocab_size = {spec.vocab_size}), got {spec.pad_id}")
+    return spec
+
+
+class BiLSTMCRF(nn.Module):
+    """Word ids and a right-padded mask in; node potentials, the CRF's loss and Viterbi tags out."""
+
+    def __init__(self, spec: TaggerSpec):
+        super().__init__()
+        self.spec = spec
+        self.embed = nn.Embedding(spec.vocab_size, spec.embed, padding_idx=spec.pad_id)
+        self.lstm = nn.LSTM(spec.embed, spec.hidden, num_layers=spec.layers, batch_first=True,
+                            bidirectional=True, dropout=spec.dropout if spec.layers > 1 else 0.0)
+        self.drop = nn.Dropout(spec.dropout)
+        self.out = nn.Linear(2 * spec.hidden, len(spec.tags))  # the node potentials' layer
+        self.transitions = nn.Parameter(torch.zeros(len(spec.tags), len(spec.tags)))  # A[y_{t-1}, y_t]
+
+    def states(self, input_ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """(h_f, h_b), each (B, T, H): the top layer's forward state at t (it has read x_1..x_t) and
+        backward state at t (it has read x_t..x_l), zero at padding positions. Sentences are
+        packed, so the backward LSTM starts at each sentence's own last token."""
+        lengths = mask.sum(1).cpu()  # (B,)
+        x = self.drop(self.embed(input_ids))  # (B, T, E)
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        h, _ = self.lstm(packed)
+        h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=input_ids.shape[1])  # (B, T, 2H)
+        H = self.spec.hidden
+        return h[..., :H], h[..., H:]  # (B, T, H), (B, T, H)
+
+    def neighbour_states(self, input_ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """(h_f at t-1, h_b at t+1), each (B, T, H): what eq. (3) scores token x_t with
+        (u(x) = Σ_t h_f[t-1]·e(x_t) + Σ_t h_b[t+1]·e(x_t)); zero where there is no such state (t = 0
+        for the forward one, a sentence's last token for the backward one) and at padding."""
+        h_f, h_b = self.states(input_ids, mask)
+        zero = torch.zeros_like(h_f[:, :1])  # (B, 1, H)
+        before = torch.cat([zero, h_f[:, :-1]], 1)  # (B, T, H): h_f[t-1]
+        after = torch.cat([h_b[:, 1:], zero], 1)  # (B, T, H): h_b[t+1], 0 past the end (padding is 0)
+        return before * mask[..., None], after * mask[..., None]
+
+    def potentials(self, input_ids: Tensor, mask: Tensor) -> Tensor:
+        """Node potentials phi (B, T, K) in fp32 or better (the output layer runs in fp32)."""
+        h_f, h_b = self.states(input_ids, mask)
+        h = self.drop(torch.cat([h_f, h_b], -1))  # (B, T, 2H)
+        return fp32_linear(h, self.out.weight, self.out.bias)  # (B, T, K)
+
+    forward = potentials
+
+    def nll(self, input_ids: Tensor, tags: Tensor, mask: Tensor, reduction: str = "mean") -> Tensor:
+        """−log p(y | x) of the CRF (mean over sentences, or (B,) with reduction="none")."""
+        return crf_nll(self.potentials(input_ids, mask), self.transitions, tags, mask, reduction)
+
+    @torch.no_grad()
+    def decode(self, input_ids: Tensor, mask: Tensor, pad: int = -1) -> Tensor:
+        """The Viterbi tags (B, T), `pad` past each sentence's end."""
+        return viterbi(self.potentials(input_ids, mask), self.transitions, mask, pad)[0]
+
+
+def save_tagger(model: BiLSTMCRF, path: str | Path) -> None:
+    """model.safetensors and tagger.json (the spec) in `path`; `load_tagger` in models/load.py
+    reads them back."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(path / "model.safetensors"))
+    write_json(path / SPEC_FILE, dataclasses.asdict(model.spec))
