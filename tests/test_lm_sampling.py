@@ -124,6 +124,20 @@ def test_cached_sampling_equals_uncached(l2r):
     assert [len(g.tokens) for g in fast] == MAX_NEW  # random weights: [eos] is not likely here
 
 
+def test_one_context_shared_by_every_row_equals_the_reference(l2r):
+    """The shared-context fast path (the context run once, its keys and values repeated) samples
+    what the uncached reference and rows of mixed contexts sample."""
+    model, _, _, sp = l2r
+    ctx, n = [CONTEXTS[1]] * 6, [5, 7, 3, 7, 1, 7]
+    fast = generate(model, ctx, n, gens(range(10, 16)), sp.eos, sp.pad, top_k=50)
+    slow = generate(model, ctx, n, gens(range(10, 16)), sp.eos, sp.pad, top_k=50, use_cache=False)
+    mixed = generate(model, [*ctx, CONTEXTS[0]], [*n, 4], gens([*range(10, 16), 1]), sp.eos, sp.pad, top_k=50)
+    assert [g.tokens for g in fast] == [g.tokens for g in slow] == [g.tokens for g in mixed[:6]]
+    for f, s in zip(fast, slow):
+        assert f.logprob == pytest.approx(s.logprob, abs=1e-4)
+    assert len({tuple(g.tokens) for g in fast}) > 1  # the rows drew different continuations
+
+
 def test_sampling_does_not_depend_on_the_batch(l2r):
     model, _, _, sp = l2r
     together = generate(model, CONTEXTS, MAX_NEW, gens([5, 6, 7, 8]), sp.eos, sp.pad, top_k=20)

@@ -154,13 +154,20 @@ def _generate_cached(model, contexts, max_new, gens, out, eos, pad, top_k, tempe
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    ids, mask = left_pad(contexts, pad)  # (B, P)
+    # Many continuations of one context (Algorithm 1's candidates, the samples behind log Z): the
+    # context is run once and its keys and values repeated for every row.
+    shared = len(contexts) > 1 and all(c == contexts[0] for c in contexts)
+    ids, mask = left_pad(contexts[:1] if shared else contexts, pad)  # (B, P), B = 1 when shared
     ids, mask = ids.to(device), mask.to(device)
     pos = positions(mask)  # (B, P)
     cache = DynamicCache(config=model.config)
     output = model(input_ids=ids, attention_mask=mask, position_ids=pos, **cache_arg(model, cache),
                    use_cache=True, logits_to_keep=1)
     logits = _next_logits(output, banned)  # (B, V)
+    if shared:
+        n = len(contexts)
+        cache.batch_repeat_interleave(n)
+        logits, mask, pos = logits.expand(n, -1).clone(), mask.expand(n, -1), pos.expand(n, -1)  # (n, V), (n, P)
     next_pos = pos[:, -1] + 1  # (B,)
     rows = list(range(len(contexts)))  # batch row -> sequence index
     alive = torch.ones(len(contexts), dtype=torch.bool)  # (B,) on the CPU
