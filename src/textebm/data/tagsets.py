@@ -19,7 +19,7 @@ stated reason (docs/ssl.md#data lists the rules; each is tested):
    dropped; `*` alone (`not`, `n't`) is ADV, as Penn's RB;
 5. a trailing `$` (possessive: `nn$`, `np$`, `pn$`) is dropped, except `pp$` (my, his), `pp$$`
    (mine) and `wp$` (whose), which are PRON, as Penn's PRP$ and WP$;
-6. a tag without a letter or digit (`.` `,` `:` `(` `)` `--` `` `` `` `''` `'`) -> `.`;
+6. Brown's punctuation tags (`.` `,` `:` `(` `)` `--` `` `` `` `''` `'`) -> `.`;
 7. the rest from `BROWN_BASE` below.
 
 Where NLTK's `en-brown.map` (the other published Brown -> universal table) differs, this module
@@ -66,6 +66,7 @@ _BROWN_BY_UNIVERSAL = {
 }
 BROWN_BASE: dict[str, str] = {t: u for u, tags in _BROWN_BY_UNIVERSAL.items() for t in tags.split()}
 BROWN_SUFFIXES = ("-tl", "-hl", "-nc")
+BROWN_PUNCTUATION = frozenset([".", ",", ":", "(", ")", "--", "``", "''", "'"])
 
 
 def ptb_to_universal(tag: str) -> str:
@@ -90,7 +91,7 @@ def brown_to_universal(tag: str) -> str:
         t = t[:-1]
     if t not in BROWN_BASE and t.endswith("$") and t[:-1] in BROWN_BASE:  # 5
         t = t[:-1]
-    if t and not any(c.isalnum() or c == "*" for c in t):  # 6
+    if t in BROWN_PUNCTUATION:  # 6
         return "."
     if t not in BROWN_BASE:
         raise ValueError(f"unknown Brown tag {tag!r}")
