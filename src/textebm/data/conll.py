@@ -24,6 +24,7 @@ from textebm.errors import InputError, TextebmError
 from textebm.io import atomic_write
 
 DOCSTART = "-DOCSTART-"
+CONLL_SUFFIX = ".conll"  # read as CoNLL columns by `textebm data convert` without --format conll
 
 
 def read_conll(path: str | Path, token_column: int = 0, tag_column: int | None = -1
