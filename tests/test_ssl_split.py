@@ -13,8 +13,8 @@ EXTRA = [[f"e{i}"] for i in range(4000)]
 
 
 def split(**kw):
-    args = dict(train=TRAIN, labelled_size=200, seed=0, proportions=(0.02, 0.1, 1.0),
-                ratios=(5, 10, 20), extra=EXTRA, ratios_by_proportion={1.0: (5,)})
+    args = {"train": TRAIN, "labelled_size": 200, "seed": 0, "proportions": (0.02, 0.1, 1.0),
+            "ratios": (5, 10, 20), "extra": EXTRA, "ratios_by_proportion": {1.0: (5,)}}
     return nested_split(**{**args, **kw})
 
 
@@ -70,8 +70,8 @@ def test_copies_of_labelled_or_excluded_sentences_stay_out_of_the_pool():
     ({"proportions": (0.002, 1.0)}, r"proportions: 0.002 of labelled_size=200 leaves no sentence"),
     ({"proportions": (0.1, 1.5)}, r"proportions: 1.5"),
     ({"proportions": ()}, "proportions: none given"),
-    ({"ratios": (5, 400)}, r"ratios: U/L=400 at proportion 0.1 \(20 labelled\) needs 8,000 "
-                           r"unlabelled sentences; the pool has 6,800 \(the largest U/L it allows is 340\)"),
+    ({"ratios": (5, 400)}, (r"ratios: U/L=400 at proportion 0.1 \(20 labelled\) needs 8,000 "
+                            r"unlabelled sentences; the pool has 6,800 \(the largest U/L it allows is 340\)")),
     ({"ratios_by_proportion": {1.0: (50,)}}, r"ratios: U/L=50 at proportion 1 .*largest U/L it allows is 34"),
     ({"ratios_by_proportion": {0.5: (5,)}}, r"ratios: given for proportion 0.5"),
     ({"ratios": (-1,)}, r"ratios: -1"),
