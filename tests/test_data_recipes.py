@@ -443,6 +443,10 @@ def test_real_brown_pos_and_wsj_pos(tmp_path):
     assert tags == {"NOUN": 275652, "VERB": 182751, ".": 147565, "ADP": 144766, "DET": 125738,
                     "ADJ": 83731, "PRON": 68626, "ADV": 56287, "CONJ": 38151, "PRT": 21034,
                     "NUM": 14879, "X": 2012}  # 1,161,192 tokens
+    from textebm.data.words import brown_words  # unlabelled text is cut as Brown is: 98 % exact
+
+    train = load_split(tmp_path / "brown", "train")[:5000]
+    assert sum(brown_words(r["text"]) == r["tokens"] for r in train) >= 0.98 * len(train)
     info = recipes.prepare("wsj-pos", tmp_path / "wsj")
     assert info["splits"] == {"train": 0, "dev": 0, "test": 1065}
     rows = load_split(tmp_path / "wsj", "test")
