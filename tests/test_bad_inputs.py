@@ -53,6 +53,8 @@ def world(classify_fixture, tmp_path_factory) -> dict[str, Path]:
     w["adir"] = root / "adir"
     w["adir"].mkdir()
     (w["adir"] / "keep.txt").write_text("x\n")
+    w["conll"] = root / "ragged.conll"
+    w["conll"].write_text("EU NNP B-ORG\nrejects VBZ\n")
     from textebm.data.layout import write_dataset
 
     rows = [{"text": f"w{i} w{i % 3}", "label": "a" if i % 2 else "b"} for i in range(12)]
@@ -458,6 +460,17 @@ CASES = [
      lambda w: ["data", "convert", "--input", w["file"], "--out", w["foreign"]], "mine"),
     ("data-convert --seed -1",
      lambda w: ["data", "convert", "--input", w["file"], "--out", w["root"] / "d", "--seed", "-1"], "--seed"),
+    ("data-convert a ragged CoNLL row",
+     lambda w: ["data", "convert", "--input", w["conll"], "--out", w["root"] / "d"], "ragged.conll:2:"),
+    ("data-convert --tag-column beyond the columns",
+     lambda w: ["data", "convert", "--input", w["conll"], "--tag-column", "5", "--out", w["root"] / "d"],
+     "ragged.conll:1: has 3 column(s); no tag column 5"),
+    ("data-convert --tag-column for a JSONL file",
+     lambda w: ["data", "convert", "--input", w["file"], "--tag-column", "1", "--out", w["root"] / "d"],
+     "--tag-column"),
+    ("data-convert --format conllu",
+     lambda w: ["data", "convert", "--input", w["conll"], "--format", "conllu", "--out", w["root"] / "d"],
+     "--format"),
     ("tokenizer-train --vocab-size 0",
      lambda w: ["tokenizer", "train", "--data", w["data"], "--vocab-size", "0", "--out", w["root"] / "t"],
      "--vocab-size"),

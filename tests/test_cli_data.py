@@ -144,3 +144,59 @@ def test_prepare_with_a_fake_package(tmp_path, monkeypatch, capsys):
     assert main(["data", "prepare", "ptb", "--out", str(out)]) == 0
     assert (out / "test.jsonl").read_text() == '{"id": "test-000000", "text": "f g"}\n'
     assert "train 2, dev 1, test 1" in capsys.readouterr().out
+
+
+def conll_file(path: Path, n: int = 20, columns: int = 4) -> Path:
+    """A CoNLL-2003-like file (word POS chunk NER) of n two-token sentences and a -DOCSTART-."""
+    rows = ["-DOCSTART- -X- -X- O", ""]
+    for i in range(n):
+        rows += [" ".join([f"w{i}", "NNP", "B-NP", "B-PER"][:columns]),
+                 " ".join([f"x{i}", "VBZ", "B-VP", "O"][:columns]), ""]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_convert_conll_files_into_a_tagging_dataset(tmp_path, capsys):
+    out = tmp_path / "ner"
+    train, dev = conll_file(tmp_path / "eng.train"), conll_file(tmp_path / "eng.testa", n=3)
+    assert convert("--input", train, "--dev", dev, "--format", "conll", "--tag-column", 3,
+                   "--out", out) == 0
+    info = json.loads((out / "dataset.json").read_text())
+    assert info["task"] == "tagging" and info["tags"] == ["B-PER", "O"]
+    assert info["splits"] == {"train": 18, "dev": 3, "test": 2}  # test: 10 % of --input
+    assert info["source"]["format"] == "conll" and info["source"]["tag_column"] == 3
+    first = json.loads((out / "dev.jsonl").read_text().splitlines()[0])
+    assert first == {"id": "dev-000000", "text": "w0 x0", "tokens": ["w0", "x0"],
+                     "tags": ["B-PER", "O"], "source_line": 3}
+    # the POS column instead; a .conll name needs no --format
+    pos = conll_file(tmp_path / "train.conll")
+    assert convert("--input", pos, "--tag-column", 1, "--out", tmp_path / "pos") == 0
+    assert json.loads((tmp_path / "pos" / "dataset.json").read_text())["tags"] == ["NNP", "VBZ"]
+
+
+@pytest.mark.parametrize("args, where", [
+    (["--format", "conll", "--tag-column", "4"], "eng.train:3: has 4 column(s); no tag column 4"),
+    (["--tag-column", "3"], "--tag-column: only for CoNLL column files"),
+    (["--token-column", "1"], "--token-column: only for CoNLL column files"),
+    (["--format", "conll", "--label-field", "ner"], "--label-field: a CoNLL file has columns"),
+    (["--format", "conllu"], "invalid choice: 'conllu'"),
+])
+def test_convert_conll_bad_options_exit_2_and_write_nothing(tmp_path, capsys, args, where):
+    train = conll_file(tmp_path / "eng.train")
+    out = tmp_path / "ds"
+    try:
+        rc = convert("--input", train, "--out", out, *args)
+    except SystemExit as e:  # argparse: a bad choice
+        rc = e.code
+    assert rc == 2 and where in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_convert_conll_ragged_row_names_file_and_line(tmp_path, capsys):
+    train = conll_file(tmp_path / "eng.train")
+    lines = train.read_text().splitlines()
+    lines[6] = lines[6] + " extra"
+    train.write_text("\n".join(lines) + "\n")
+    assert convert("--input", train, "--format", "conll", "--out", tmp_path / "ds") == 2
+    assert "eng.train:7: 5 columns, but line 3 has 4" in capsys.readouterr().err
+    assert not (tmp_path / "ds").exists()

