@@ -269,3 +269,41 @@ def test_a_users_file_named_like_a_partial_is_never_cut(tmp_path):
     with pytest.raises(TextebmError, match="no textebm header"):
         PartialFile(out, "score").start({"model": "x"})
     assert mine.read_bytes() == b'{"my": "notes 1"}\n{"my": "notes 2"}'
+
+
+def test_a_replacement_that_fails_midway_leaves_the_earlier_output_whole(tmp_path, monkeypatch):
+    """Earlier output holds a file `a` and a folder `b`; the new run has a folder `a` and a file `b`
+    (entries that change kind). A move failing in the middle brings every earlier entry back:
+    never a mix of two runs. Then a clean run replaces it all."""
+    import os
+
+    out = tmp_path / "report"
+    with output_dir(out, "residual ppl", overwrite=False) as tmp:
+        _write(tmp, {"a": "old a", "b/x.txt": "old b", "c.json": "old c"})
+    (out / "notes.txt").write_text("mine")
+    real = os.replace
+    calls = {"n": 0}
+
+    def flaky(src, dst):
+        if Path(src).parent.name.startswith(".textebm-tmp") or "report." in str(Path(src).parent.name):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise OSError("disk full")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", flaky)
+    with pytest.raises(OSError, match="disk full"):
+        with output_dir(out, "residual ppl", overwrite=True) as tmp:
+            _write(tmp, {"a/y.txt": "new a", "b": "new b", "d.json": "new d"})
+    monkeypatch.setattr(os, "replace", real)
+    assert calls["n"] == 2  # the failure came after a new entry had moved in
+    assert (out / "a").read_text() == "old a" and (out / "b" / "x.txt").read_text() == "old b"
+    assert (out / "c.json").read_text() == "old c" and not (out / "d.json").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == sorted(["a", "b", "c.json", "notes.txt", MARKER])
+    assert read_marker(out)["entries"] == ["a", "b", "c.json"]
+    with output_dir(out, "residual ppl", overwrite=True) as tmp:
+        _write(tmp, {"a/y.txt": "new a", "b": "new b", "d.json": "new d"})
+    assert (out / "a" / "y.txt").read_text() == "new a" and (out / "b").read_text() == "new b"
+    assert not (out / "c.json").exists() and (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == sorted(["a", "b", "d.json", "notes.txt", MARKER])

@@ -208,8 +208,8 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
     """Yield an empty temporary folder beside `path`; on success its entries become `path`.
 
     Runs `check_output_dir` first. A new target is moved into place whole; earlier output of the
-    same kind is replaced entry by entry (only the entries its marker lists), so files that
-    textebm did not write stay. On failure the temporary folder is removed and `path` is as it was.
+    same kind is replaced all or nothing (only the entries its marker lists: files that textebm
+    did not write stay). On failure the temporary folder is removed and `path` is as it was.
     """
     path = Path(path)
     replacing = check_output_dir(path, kind, overwrite, option)
@@ -230,19 +230,32 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
         if foreign:  # checked before anything is moved: the folder stays as it was
             raise TextebmError(f"{option} {path}: holds {', '.join(foreign[:3])}, which textebm did not write "
                                "and would have to replace; move it away or choose another folder")
-        for name in old:
-            if name not in entries:
-                remove(path / name)
-        for name in entries:
-            target = path / name
-            if target.is_dir() and not target.is_symlink():
-                aside = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".old", dir=path))  # a fresh name: never a user's
-                os.replace(target, aside / name)
-                os.replace(tmp / name, target)
-                shutil.rmtree(aside)
-            else:
-                os.replace(tmp / name, target)
-        os.replace(tmp / MARKER, path / MARKER)
+        _swap_entries(path, tmp, [n for n in old if os.path.lexists(path / n)], entries)
+
+
+def _swap_entries(path: Path, tmp: Path, old: list[str], new: list[str]) -> None:
+    """Replace `path`'s entries `old` (and its marker) by `tmp`'s entries `new` (and marker), all or
+    nothing: the old ones are first moved into a fresh folder inside `path`, then the new ones
+    moved in; if a move fails, what moved comes back, so `path` never holds a mix of two runs."""
+    aside = Path(tempfile.mkdtemp(prefix=".textebm-old.", dir=path))  # a fresh name: never a user's
+    away: list[str] = []
+    moved_in: list[str] = []
+    try:
+        for name in [*old, MARKER]:
+            if os.path.lexists(path / name):
+                os.replace(path / name, aside / name)
+                away.append(name)
+        for name in [*new, MARKER]:
+            os.replace(tmp / name, path / name)
+            moved_in.append(name)
+    except BaseException:
+        for name in reversed(moved_in):  # the new run's entries go back where they were
+            os.replace(path / name, tmp / name)
+        for name in reversed(away):
+            os.replace(aside / name, path / name)
+        shutil.rmtree(aside, ignore_errors=True)
+        raise
+    shutil.rmtree(aside)
 
 
 def remove(p: Path) -> None:
