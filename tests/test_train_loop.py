@@ -465,3 +465,41 @@ def test_typed_batches_move_whole_as_accelerate_moves_batches():
     w = send_to_device(WindowBatch(input_ids=ids, attention_mask=ids, k=2), torch.device("meta"))
     assert w.k == 2 and w.input_ids.is_meta and w.attention_mask.is_meta
     assert ClassifyBatch(data={}, labels=ids, index=ids).to("meta").noise is None
+
+
+def test_setting_an_earlier_run_aside_completes_after_a_crash(tmp_path, monkeypatch):
+    """--overwrite moves the earlier run aside entry by entry; a crash in the middle leaves some
+    entries moved. The next try completes the move (it never takes the earlier run's remaining
+    entries for a failed try's and removes them), and a failed start brings the whole run back."""
+    from pathlib import Path
+
+    from textebm.outputs import MARKER, write_marker
+    from textebm.train import SET_ASIDE, abandon_failed_start, set_aside
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("config.json", "metrics.json"):
+        (run / name).write_text(name)
+    (run / "model").mkdir()
+    (run / "model" / "w.safetensors").write_text("weights")
+    write_marker(run, "lm train", ["config.json", "metrics.json", "model"])
+    (run / "notes.txt").write_text("mine")
+    real, calls = Path.rename, {"n": 0}
+
+    def crash_on_the_second(self, target):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # the process dies here
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "rename", crash_on_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        set_aside(run)
+    monkeypatch.setattr(Path, "rename", real)
+    set_aside(run)  # the next --overwrite
+    aside = run / SET_ASIDE
+    assert sorted(p.name for p in aside.iterdir()) == sorted(["config.json", "metrics.json", "model", MARKER])
+    assert (aside / "model" / "w.safetensors").read_text() == "weights"
+    assert sorted(p.name for p in run.iterdir()) == sorted([SET_ASIDE, "notes.txt"])
+    abandon_failed_start(run, created=False)  # the new run fails before its first checkpoint
+    assert sorted(p.name for p in run.iterdir()) == sorted(["config.json", "metrics.json", "model", MARKER, "notes.txt"])

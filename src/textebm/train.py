@@ -485,26 +485,34 @@ def start_run(run: Path, opts: TrainOptions, config: dict, entries: Sequence[str
 
 
 SET_ASIDE = ".textebm-replaced"  # RUN/SET_ASIDE: the earlier run --overwrite replaces, until the new one holds
+SETTING_ASIDE = ".textebm-replacing"  # RUN/SETTING_ASIDE: that run's entries while they move aside
 
 
 def set_aside(run: Path) -> None:
     """Move the earlier run's entries and marker into RUN/.textebm-replaced. They are removed when
     the new run writes its first checkpoint or its model (`drop_set_aside`) and brought back when
-    it fails before (`abandon_failed_start`), so a run that fails at step 2 loses nothing."""
+    it fails before (`abandon_failed_start`), so a run that fails at step 2 loses nothing.
 
-    aside = run / SET_ASIDE
+    The entries move into RUN/.textebm-replacing first, the marker last, and the folder becomes
+    .textebm-replaced in one rename: a move that a crash cut short is completed by the next run
+    (the marker, still in RUN or already moved, says which entries are the earlier run's), never
+    taken for a failed try and removed."""
+
+    aside, moving = run / SET_ASIDE, run / SETTING_ASIDE
     if aside.is_dir() and (run / "checkpoint" / "state.json").is_file():
         remove(aside)  # the run here got past its checkpoint before it stopped: it is the one to replace
-    names = [n for n in [*own_entries(read_marker(run)), MARKER] if n != SET_ASIDE and (run / n).exists()]
-    if aside.is_dir():  # a try that stopped before its first checkpoint; the run before it waits aside
+    marker = read_marker(run) or (read_marker(moving) if moving.is_dir() else None)
+    names = [n for n in [*own_entries(marker), MARKER] if n not in (SET_ASIDE, SETTING_ASIDE) and (run / n).exists()]
+    if aside.is_dir() and not moving.is_dir():  # a try that stopped before its first checkpoint; the run before it waits aside
         for name in names:
             remove(run / name)
         return
-    if not names:
+    if not names and not moving.is_dir():
         return
-    aside.mkdir()
-    for name in names:
-        (run / name).rename(aside / name)
+    moving.mkdir(exist_ok=True)
+    for name in names:  # MARKER last
+        (run / name).rename(moving / name)
+    moving.rename(aside)
 
 
 def drop_set_aside(run: Path) -> None:
