@@ -193,3 +193,17 @@ def test_ppl_compares_other_lms_on_the_same_tokens(world, tmp_path):
     assert same["ppl"] == pytest.approx(m["base_ppl"], rel=1e-9) and same["tokens"] == m["tokens"]
     assert r["tokens"] == m["tokens"] and r["ppl"] != pytest.approx(m["base_ppl"], rel=1e-6)
     assert "ralm" in (out / "report.md").read_text()
+
+
+def test_generate_continues_the_prefixes_of_a_users_file(world, tmp_path):
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("the nation shall build roads and schools for every citizen while congress votes on the budget\n"
+                        "war and peace in our time the nation shall build roads and schools for every citizen\n")
+    out = tmp_path / "gen"
+    assert main(["residual", "generate", "--base", str(world["base"]), "--energy", str(world["energy"]), "--prefixes",
+                 str(prefixes), "--n", "4", "--top-k", "0", "--out", str(out), "--no-progress"]) == 0
+    rows = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    assert [r["key"] for r in rows] == ["0", "1"] and all("real" not in r for r in rows)
+    assert all(len(r["ids"]["prefix"]) == 14 and len(r["ids"]["joint"]) == 6 for r in rows)  # the last p tokens
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m["groups"]) == {"joint", "base"}
