@@ -73,7 +73,7 @@ def mixed_noise_count(n_data: int, alpha: float) -> int:
     fraction α of it: round(n_data (1 − α) / α) (thu-spmi/CAT truncates instead)."""
     if not 0.0 < alpha <= 1.0:
         raise ValueError(f"alpha must lie in (0, 1], got {alpha}")
-    return int(round(n_data * (1.0 - alpha) / alpha))
+    return round(n_data * (1.0 - alpha) / alpha)
 
 
 def dnce_loss(log_p: Tensor, log_q: Tensor, is_data: Tensor, alpha: float, nu: float,
