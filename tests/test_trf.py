@@ -1,14 +1,18 @@
 """Eq. (3)'s TRF potential (models/trf.py) on a hand example: a BiLSTM with hand-set weights whose
-states are known in closed form, output embeddings set by hand, u(x) worked out term by term."""
+states are known in closed form, output embeddings set by hand, u(x) worked out term by term; the
+JRF's marginal potential against enumeration; DNCE with the noise LM learning a tiny language."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import torch
 
+from textebm.losses.dnce import dnce_loss, mixed_noise_count, noise_nll
 from textebm.models.crf import BiLSTMCRF, TaggerSpec
+from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, eq3_potential, length_distribution
 
 # LSTM biases (gates i, f, g, o); every weight matrix is zero, so the state after k steps is the
@@ -101,3 +105,54 @@ def test_marginal_potential_is_the_crf_log_partition_and_gradients_reach_the_bil
     head.log_density(head.potential(tagger, ids, mask), mask).sum().backward()
     assert tagger.lstm.weight_hh_l0.grad.abs().sum() > 0 and head.out_embed.grad.abs().sum() > 0
     assert head.zeta.grad[2] == -1 and head.zeta.grad[3] == -1
+
+
+def test_dnce_learns_a_normalised_trf_of_a_tiny_language():
+    """The pieces together, one DNCE step as `tag train` will run it: real sentences, noise
+    sentences mixed into the data side (α = 0.5) and as noise (ν = 1), the noise LM trained by its
+    own likelihood. On every sentence of two words and lengths 1..3 the TRF ends up normalised
+    (Σ_x p(l, x) ≈ 1, from 0.42) and close to p_d (KL from 1.4 to below 0.15)."""
+    torch.manual_seed(0)
+    seqs = [s for n in (1, 2, 3) for s in itertools.product((1, 2), repeat=n)]
+    ids_all = torch.tensor([list(s) + [0] * (3 - len(s)) for s in seqs])  # (14, 3)
+    mask_all = ids_all != 0
+    # p_d: alternating words preferred, word 1 first preferred (one-word sentences are uniform:
+    # eq. (3) gives every one-word sentence u = 0)
+    w = torch.tensor([math.exp(2.0 * sum(a != b for a, b in itertools.pairwise(s)) + (1.0 if s[0] == 1 and len(s) > 1 else 0.0))
+                      for s in seqs])
+    pi = torch.tensor([0, 0.2, 0.3, 0.5], dtype=torch.float64)
+    lens = mask_all.sum(1)
+    p_d = torch.zeros(len(seqs))
+    for n in (1, 2, 3):
+        p_d[lens == n] = w[lens == n] / w[lens == n].sum() * pi[n]
+    tagger = BiLSTMCRF(TaggerSpec(vocab_size=3, tags=["A"], embed=8, hidden=8))
+    head = TRFHead(3, 8, pi)
+    noise = NoiseLM(3, pi, embed=8, hidden=8)
+    opt = torch.optim.Adam([*tagger.parameters(), *head.parameters(), *noise.parameters()], lr=0.03)
+    g = torch.Generator().manual_seed(1)
+    alpha, nu, B = 0.5, 1.0, 64
+
+    def kl_and_mass():
+        with torch.no_grad():
+            lp = head.log_density(head.potential(tagger, ids_all, mask_all), mask_all)
+        return (p_d * (p_d.log() - lp)).sum().item(), lp.exp().sum().item()
+
+    kl0, mass0 = kl_and_mass()
+    for _ in range(200):
+        pick = torch.multinomial(p_d, B, replacement=True, generator=g)
+        xd, md = ids_all[pick], mask_all[pick]  # (B, 3)
+        k = mixed_noise_count(B, alpha)
+        xn, _, lqn = noise.sample(k + int(nu * (B + k)), generator=g)  # data side's k, then the noise
+        T = max(3, xn.shape[1])
+        ids = torch.cat([torch.nn.functional.pad(xd, (0, T - 3)), torch.nn.functional.pad(xn, (0, T - xn.shape[1]))])
+        mask = ids != 0
+        lqd = noise.log_prob(xd, md)  # (B,) with gradient: the noise's own loss
+        log_p = head.log_density(head.potential(tagger, ids, mask), mask)
+        is_data = torch.arange(ids.shape[0]) < B + k
+        loss = dnce_loss(log_p, torch.cat([lqd, lqn.float()]), is_data, alpha, nu).loss + noise_nll(lqd, md.sum())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    kl, mass = kl_and_mass()
+    assert kl0 > 1.0 and mass0 < 0.6
+    assert kl < 0.15 and 0.85 < mass < 1.15, (kl, mass)
