@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from textebm.energy import fp32_linear
+from textebm.models.trf import check_length_probs
 
 
 class NoiseLM(nn.Module):
@@ -24,9 +25,7 @@ class NoiseLM(nn.Module):
 
     def __init__(self, vocab_size: int, length_probs: Tensor, embed: int = 100, hidden: int = 200, pad_id: int = 0):
         super().__init__()
-        if length_probs.dim() != 1 or length_probs.shape[0] < 2 or float(length_probs[0]) != 0.0 \
-                or (length_probs < 0).any() or abs(float(length_probs.sum()) - 1) > 1e-6:
-            raise ValueError("length_probs must be a (L + 1,) distribution, zero at length 0, summing to 1")
+        check_length_probs(length_probs)
         if not 0 <= pad_id < vocab_size or vocab_size < 2:
             raise ValueError(f"need vocab_size >= 2 and 0 <= pad_id < vocab_size, got {vocab_size}, {pad_id}")
         self.pad_id = pad_id

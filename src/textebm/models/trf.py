@@ -38,6 +38,14 @@ def length_distribution(lengths: Sequence[int] | Tensor, max_len: int) -> Tensor
     return counts / counts.sum()
 
 
+def check_length_probs(length_probs: Tensor) -> None:
+    """A ValueError unless `length_probs` is a (L + 1,) distribution over lengths 0..L, zero at 0."""
+    if length_probs.dim() != 1 or length_probs.shape[0] < 2:
+        raise ValueError("length_probs must be a (L + 1,) distribution over lengths 0..L")
+    if float(length_probs[0]) != 0.0 or (length_probs < 0).any() or abs(float(length_probs.sum()) - 1) > 1e-6:
+        raise ValueError("length_probs must be non-negative, zero at length 0, and sum to 1")
+
+
 def eq3_potential(before: Tensor, after: Tensor, out_embed: Tensor, input_ids: Tensor, mask: Tensor) -> Tensor:
     """u(x) of eq. (3) in fp32 or better.
 
@@ -45,7 +53,7 @@ def eq3_potential(before: Tensor, after: Tensor, out_embed: Tensor, input_ids: T
     (`BiLSTMCRF.neighbour_states`). out_embed: (V, H) output embeddings e. input_ids, mask: (B, T).
     -> (B,)."""
     dt = torch.promote_types(before.dtype, torch.float32)
-    e = out_embed.to(dt)[input_ids]  # (B, T, H)
+    e = out_embed[input_ids].to(dt)  # (B, T, H)
     per_token = ((before.to(dt) + after.to(dt)) * e).sum(-1)  # (B, T)
     return (per_token * mask.to(dt)).sum(1)  # (B,)
 
@@ -58,10 +66,7 @@ class TRFHead(nn.Module):
     def __init__(self, vocab_size: int, hidden: int, length_probs: Tensor, zeta_per_token: float | None = None,
                  init_std: float = 0.1):
         super().__init__()
-        if length_probs.dim() != 1 or length_probs.shape[0] < 2:
-            raise ValueError("length_probs must be a (L + 1,) distribution over lengths 0..L")
-        if float(length_probs[0]) != 0.0 or (length_probs < 0).any() or abs(float(length_probs.sum()) - 1) > 1e-6:
-            raise ValueError("length_probs must be non-negative, zero at length 0, and sum to 1")
+        check_length_probs(length_probs)
         self.out_embed = nn.Parameter(torch.randn(vocab_size, hidden) * init_std)  # (V, H)
         per_token = math.log(vocab_size) if zeta_per_token is None else zeta_per_token
         self.zeta = nn.Parameter(torch.arange(length_probs.shape[0], dtype=torch.float32) * per_token)  # (L + 1,)
