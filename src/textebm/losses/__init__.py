@@ -9,6 +9,8 @@
 - `poscal`: PosCal calibration penalty (Jung et al. 2020).
 - `crf`: the linear-chain CRF of paper e (Song & Ou 2021, eq. 6): log-partition by the forward
   algorithm, sequence score, negative log-likelihood, node marginals, batched Viterbi.
+- `dnce`: the TRF's log-density u − ζ_l + log π_l and dynamic NCE (Wang & Ou 2018, paper e's [23]),
+  a caller of the NCE core with the interpolated model α p_θ + (1 − α) q.
 """
 
 from textebm.losses.nce import NCEOutput, nce_core, nce_loss

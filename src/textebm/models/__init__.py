@@ -6,6 +6,8 @@
 - `lm`, `lm_format`: an LM folder's textebm meta and special tokens, and the sequence layouts
   (causal, right-to-left, infill) that LM training, sampling and scoring share;
 - `crf`: the BiLSTM-CRF tagger of paper e, its spec (`tagger.json`) and its folder;
+- `trf`: eq. (3)'s TRF potential over the tagger's BiLSTM, its log-normalisers and length
+  distribution; `noise_lm`: DNCE's LSTM noise LM (log q and sampling);
 - `build`: small models from scratch; pretrained ones come from `textebm.assets`.
 """
 
