@@ -99,6 +99,15 @@ def test_sample_top_k_inverse_cdf_by_hand():
     # temperature 0.5 squares the ratios: 16, 9, 4 over 29
     tok, logq = sample_top_k(logits, 3, 0.5, torch.tensor([0.6]))
     assert int(tok) == 3 and float(logq) == pytest.approx(math.log(9 / 29), abs=1e-6)
+    # untruncated (k >= V): the CDF in vocabulary order, 1/10, 4/10, 2/10, 3/10, a banned token skipped
+    cases = [(0.0, 0, 1 / 10), (0.09, 0, 1 / 10), (0.11, 1, 4 / 10), (0.49, 1, 4 / 10), (0.51, 2, 2 / 10),
+             (0.71, 3, 3 / 10), (0.999, 3, 3 / 10)]
+    for k in (4, 50):
+        for u, token, q in cases:
+            tok, logq = sample_top_k(logits, k, 1.0, torch.tensor([u]))
+            assert int(tok) == token and float(logq) == pytest.approx(math.log(q), abs=1e-6), (k, u)
+    banned = torch.log(torch.tensor([[1.0, 0.0, 2.0, 3.0]]))  # token 1 at -inf
+    assert [int(sample_top_k(banned, 4, 1.0, torch.tensor([u]))[0]) for u in (0.16, 0.17, 0.5)] == [0, 2, 3]
 
 
 def test_left_padding_gives_the_same_logits_as_single_sequences(l2r):
