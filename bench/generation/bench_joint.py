@@ -7,8 +7,10 @@ the samples per second and memory peak of `residual ppl`'s log Z step (paper d, 
 
 Part 1, per prefix: (a) n top-k candidates from the base LM; (b) Algorithm 1 = the same n
 candidates (same seeds), their energies and the resampling draw. Both run side by side in one
-process, interleaved a/b per repeat, and the overhead (b - a) / a is reported per energy; for UniT
-also without its prefix cache (the full pass over every window), to show what the cache buys.
+process, interleaved a/b per repeat, and the overhead (b - a) / a is reported per energy, with the
+energies and the resampling draw also timed alone on the same candidates (their share of the
+sampling time: the steadier figure on a noisy machine); for UniT also without its prefix cache
+(the full pass over every window), to show what the cache buys.
 Part 2: `bounds.sample_energies` at n = 1,000 and 10,000 for one prefix, each in a fresh process:
 samples per second and the process's peak resident memory (bounded: chunks, energies only).
 
@@ -50,37 +52,48 @@ def _load(args):
 
 def part1(args) -> dict:
     from textebm.residual.generate import joint_sample
+    from textebm.residual.resample import resample
     from textebm.seeds import derive_seed
 
     base, energies, prefixes, m, choice = _load(args)
-    timings = {"base": []}
-    for path, _ in energies:
-        timings[path] = []
-    timings["unit-uncached"] = []
+    names = [str(p) for p, _ in energies]
+    timings: dict[str, list[float]] = {"base": [], **{n: [] for n in names}, "unit-uncached": []}
+    scoring: dict[str, list[float]] = {n: [] for n in names}
+    scoring["unit-uncached"] = []
 
     def base_only(prefix, seed):
         ctx = base.context(prefix)
-        base.sample([ctx] * args.n, m, [derive_seed(seed, "candidate", i) for i in range(args.n)], 10, args.n)
+        return base.sample([ctx] * args.n, m, [derive_seed(seed, "candidate", i) for i in range(args.n)], 10, args.n)
+
+    def score(en, prefix, cands, use_cache=True):  # the energies and the draw: what Algorithm 1 adds
+        t = time.perf_counter()
+        e = en.continuation_energies(prefix, cands, args.n, use_cache)
+        resample(e, torch.Generator().manual_seed(0))
+        return time.perf_counter() - t
 
     for prefix_i, prefix in enumerate(prefixes):
         seed = derive_seed(0, prefix_i)
-        base_only(prefix, seed)  # warm-up
+        cands = [g.tokens for g in base_only(prefix, seed)]  # warm-up
         for _ in range(args.repeats):
             t = time.perf_counter()
             base_only(prefix, seed)
             timings["base"].append(time.perf_counter() - t)
-            for path, en in energies:
+            for name, (_, en) in zip(names, energies):
                 t = time.perf_counter()
                 joint_sample(base, en, prefix, m, args.n, 10, seed, args.n)
-                timings[path].append(time.perf_counter() - t)
+                timings[name].append(time.perf_counter() - t)
+                scoring[name].append(score(en, prefix, cands))
                 if en.cached:  # the same without the prefix cache: every window read in full
                     t = time.perf_counter()
                     joint_sample(base, en, prefix, m, args.n, 10, seed, args.n, use_cache=False)
                     timings["unit-uncached"].append(time.perf_counter() - t)
+                    scoring["unit-uncached"].append(score(en, prefix, cands, use_cache=False))
     med = {k: statistics.median(v) for k, v in timings.items() if v}
+    med_score = {k: statistics.median(v) for k, v in scoring.items() if v}
     return {"precision": choice.precision, "n": args.n, "prefixes": len(prefixes), "repeats": args.repeats,
-            "seconds_per_prefix": med,
-            "overhead": {k: med[k] / med["base"] - 1 for k in med if k != "base"}}
+            "seconds_per_prefix": med, "scoring_seconds_per_prefix": med_score,
+            "overhead": {k: med[k] / med["base"] - 1 for k in med if k != "base"},
+            "scoring_over_sampling": {k: v / med["base"] for k, v in med_score.items()}}
 
 
 def part2_child(args) -> dict:
@@ -125,7 +138,9 @@ def main() -> None:
           f"{js['prefixes']} prefixes x {js['repeats']} repeats (medians)")
     print(f"  base LM alone: {js['seconds_per_prefix']['base']:.3f} s per prefix")
     for k, v in js["overhead"].items():
-        print(f"  joint, {k}: {js['seconds_per_prefix'][k]:.3f} s per prefix, {100 * v:+.1f} % on top")
+        print(f"  joint, {k}: {js['seconds_per_prefix'][k]:.3f} s per prefix, {100 * v:+.1f} % on top; its energies "
+              f"and draw alone {js['scoring_seconds_per_prefix'][k]:.3f} s = "
+              f"{100 * js['scoring_over_sampling'][k]:.1f} % of the sampling")
     result["ppl_step"] = []
     for n in (1000, 10000):
         cmd = [sys.executable, __file__, "--base", args.base, "--energy", args.energy[0], "--data", args.data,
