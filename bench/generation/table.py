@@ -33,9 +33,9 @@ def main() -> None:
         rows += [[run_name(x["model"]), f"{x['ppl']:.2f}"] for x in m["compare"]]
         rows += [[f"joint {x['kind']} ({run_name(x['energy'])})",
                   f"{x['joint_ppl_lower']:.2f} – {x['joint_ppl_upper']:.2f}"] for x in m["models"]]
-        lines += [f"## {c}: test perplexity over {m['tokens']} continuation tokens ({m['windows']} prefixes of "
+        lines += [(f"## {c}: test perplexity over {m['tokens']} continuation tokens ({m['windows']} prefixes of "
                   f"{m['prefix_len']} tokens, {m['length']} generated; n = {m['models'][0]['samples']} samples "
-                  f"per prefix; models in {m['precision']})", "", table(["model", "perplexity"], rows, ["left", "right"]), ""]
+                  f"per prefix; models in {m['precision']})"), "", table(["model", "perplexity"], rows, ["left", "right"]), ""]
         if m.get("positions"):
             for x, pos in zip(m["models"], m["positions"]):
                 last = pos[-1]
@@ -50,8 +50,8 @@ def main() -> None:
             rows = [[n, *[f"{grp[n][f'unique_{k}gram']:.3f}" if grp[n][f"unique_{k}gram"] is not None else ""
                           for k in (1, 2, 3, 4)], f"{grp[n]['lm_logprob_mean']:.2f}", f"{grp[n]['energy_mean']:.3f}"]
                     for n in grp]
-            lines += [f"### {g.parent.name}: joint sampling, n = {gm['n']}, top-k {gm['top_k']}, ESS mean "
-                      f"{gm['ess_mean']:.1f}", "",
+            lines += [(f"### {g.parent.name}: joint sampling, n = {gm['n']}, top-k {gm['top_k']}, ESS mean "
+                      f"{gm['ess_mean']:.1f}"), "",
                       table(["continuations", "unique 1-grams", "2-grams", "3-grams", "4-grams", "mean log P_LM",
                              "mean energy"], rows, ["left"] + ["right"] * 6), ""]
             if "judge" in gm:
