@@ -198,6 +198,13 @@ def _progress(total: int, enabled: bool, unit: str):
     return tqdm(total=total, unit=unit, desc="samples", disable=not enabled, smoothing=0.1)
 
 
+def _log_progress(done: int, total: int, t0: float, what: str, every: int = 10) -> None:
+    """A log line every `every` items with the time left (for runs without the progress bar)."""
+    if done and done % every == 0:
+        left = (time.perf_counter() - t0) / done * (total - done)
+        log.info("%d of %d %s done, about %.1f min left", done, total, what, left / 60)
+
+
 def _finish(out: Path, kind: str, overwrite: bool, partial: PartialFile, write) -> None:
     """Write the folder (`write(tmp)`) and only then remove OUT.partial."""
     with output_dir(out, kind, overwrite) as tmp:
@@ -236,14 +243,17 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     total = len(todo) * cfg.samples + len(todo_pos) * st.length * pos_n
     t0 = time.perf_counter()
     with partial, _progress(total, cfg.progress, "sample") as bar:
-        for w in todo:
+        for i, w in enumerate(todo):
+            _log_progress(i, len(todo), t0, "windows")
             try:
                 per = bounds.window_bounds_many(st.base, st.energies, w.key, w.ids, st.prefix_len, cfg.samples,
                                                 cfg.seed, cfg.chunk, cfg.batch_size, bar.update)
             except FloatingPointError as e:
                 raise TextebmError(f"--energy: {e} (window {w.key}); nothing was written for it") from None
             partial.append([{"part": "window", "key": w.key, "terms": [b.as_row() for b in per]}])
-        for w in todo_pos:
+        t_pos = time.perf_counter()
+        for i, w in enumerate(todo_pos):
+            _log_progress(i, len(todo_pos), t_pos, "per-position windows")
             try:
                 per = bounds.position_bounds_many(st.base, st.energies, w.key, w.ids, st.prefix_len, pos_n, cfg.seed,
                                                   cfg.chunk, cfg.batch_size, cfg.exact_last, bar.update)
@@ -347,7 +357,8 @@ def residual_generate(cfg: ResidualGenerateConfig) -> dict:
     todo = [it for it in items if it[0] not in done]
     t0 = time.perf_counter()
     with partial, _progress(len(todo) * cfg.n, cfg.progress, "candidate") as bar:
-        for key, prefix, real in todo:
+        for i, (key, prefix, real) in enumerate(todo):
+            _log_progress(i, len(todo), t0, "prefixes")
             js = joint_sample(st.base, energy, prefix, st.length, cfg.n, cfg.top_k, derive_seed(cfg.seed, key),
                               cfg.batch_size)
             if not np.all(np.isfinite(js.energies)):
