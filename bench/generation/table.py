@@ -18,6 +18,22 @@ def _load(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _interim(part: Path) -> list[str]:
+    """The bounds over the windows an unfinished `residual ppl` has written so far (its .partial)."""
+    from textebm.residual.bounds import WindowBounds, perplexities
+
+    rows = [json.loads(x) for x in part.read_text().splitlines()[1:] if x.strip()]
+    wins = [r for r in rows if r.get("part") == "window"]
+    if not wins:
+        return []
+    out = [f"## {part.name}: interim, {len(wins)} windows so far", ""]
+    for k in range(len(wins[0]["terms"])):
+        p = perplexities([WindowBounds.from_row(r["terms"][k]) for r in wins])
+        out.append(f"- energy {k + 1}: base LM {p['base_ppl']:.2f}, joint {p['joint_ppl_lower']:.2f} – "
+                   f"{p['joint_ppl_upper']:.2f} (n = {p['samples']}, {p['tokens']} tokens)")
+    return [*out, ""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("work")
@@ -60,7 +76,9 @@ def main() -> None:
                                 [[n, f"{j[n]['p_generated_mean']:.3f}", f"{j[n]['flagged']:.3f}",
                                   f"{j[n].get('auroc', float('nan')):.3f}"] for n in ("base", "joint")],
                                 ["left", "right", "right", "right"]), ""]
-    text = "\n".join(lines) if lines else "no finished `residual ppl` folder yet\n"
+    for part in sorted((work / "ppl").glob("*.partial")) if (work / "ppl").is_dir() else []:
+        lines += _interim(part)
+    text = "\n".join(lines) if lines else "no `residual ppl` rows yet\n"
     if args.out:
         Path(args.out).write_text(text)
     print(text)
