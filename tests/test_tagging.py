@@ -158,12 +158,14 @@ def test_a_labelled_subset_is_the_nested_split(tagged, tmp_path):
 def test_resume_after_an_interruption_equals_an_uninterrupted_run(tagged, tmp_path, monkeypatch):
     from textebm.tagging import train as tag_train_module
 
-    args = ("--epochs", "2", "--checkpoint-every", "5", "--dropout", "0.3", "--max-steps", "12")
+    # 20 batches an epoch: stopped at step 27, resumed from step 25's checkpoint, which holds the
+    # dev accuracy after epoch 1
+    args = ("--epochs", "2", "--checkpoint-every", "5", "--dropout", "0.3", "--max-steps", "30")
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(_train(tagged, whole, *args)) == 0
 
     def stop(self, step):
-        if step == 7:
+        if step == 27:
             raise KeyboardInterrupt
 
     monkeypatch.setattr(tag_train_module.TaggerRecipe, "end_step", stop)
@@ -176,7 +178,7 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(tagged, tmp_pa
     a, b = load_file(whole / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     ma, mb = (json.loads((r / "metrics.json").read_text())["eval"] for r in (whole, cut))
-    assert ma == mb
+    assert ma == mb and len(ma["dev_accuracy_by_epoch"]) == 2
 
 
 # ---------------------------------------------------------------- bad inputs: exit 2, nothing written
@@ -249,3 +251,17 @@ def test_a_dev_tag_unseen_in_training_stops_training_before_it_starts(bad, capsy
     assert main(_train(root / "unseen-dev", root / "o")) == 2
     assert "unseen-dev/dev.jsonl:3: tag 'PROPN'" in capsys.readouterr().err
     assert _tree(root) == before
+
+
+def test_tag_train_reads_a_conll_file_directly(tagged, tmp_path):
+    from textebm.data.conll import write_conll
+    from textebm.data.tagging import load_tagged
+
+    rows = load_tagged(tagged, "train")
+    conll = tmp_path / "train.conll"  # token, a column of its own, the tag: CoNLL-2000's layout
+    write_conll(conll, [{**r, "pos": ["X"] * len(r["tokens"])} for r in rows], columns=("tokens", "pos", "tags"))
+    out = tmp_path / "run"
+    assert main(_train(conll, out, "--tag-column", "2", "--max-steps", "2")) == 0
+    spec = json.loads((out / "model" / "tagger.json").read_text())
+    assert spec["tags"] == [".", "DET", "NOUN", "VERB"]
+    assert "eval" not in json.loads((out / "metrics.json").read_text())  # a single file: no dev split

@@ -10,8 +10,9 @@ vocabulary does not fit the spec, is refused with an error naming the file (exit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 

@@ -35,7 +35,15 @@ from textebm.options import check_config, refuse_unused
 from textebm.tagging.folder import tag_batch, tag_sentences
 from textebm.tagging.metrics import tagging_scores
 from textebm.tagging.vocab import WordVocab, build_vocab, save_vocab
-from textebm.train import Recipe, TrainOptions, check_run_dir, eval_split_of, options_dict, seed_everything, train
+from textebm.train import (
+    Recipe,
+    TrainOptions,
+    check_run_dir,
+    eval_split_of,
+    options_dict,
+    seed_everything,
+    train,
+)
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,10 @@ rare words and serves the unseen ones at test time.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from textebm.errors import InputError
 from textebm.io import read_json_object, write_json
