@@ -75,8 +75,8 @@ def tag_eval(cfg: TagEvalConfig) -> dict:
 @dataclass(kw_only=True)
 class TagPredictConfig:
     model: str = field(metadata={"help": "a tagger: the run folder of `tag train` (or its model/)"})
-    input: str = field(metadata={"help": "sentences to tag: JSONL rows with `text` and `tokens` (the dataset layout), or a CoNLL file (.conll; "
-                                         "tokens in column 0)"})
+    input: str = field(metadata={"help": "sentences to tag: JSONL rows with `text` and `tokens` (the dataset "
+                                         "layout), or a CoNLL file (.conll; tokens in column 0)"})
     out: str = field(metadata={"help": "the CoNLL file to write: token and predicted tag a line"})
     batch_size: int = field(default=64, metadata={"help": "sentences per batch", "min": 1})
     threads: int = threads_field()

@@ -60,7 +60,8 @@ def span_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dic
     return {"precision": precision, "recall": recall, "f1": f1, "gold_spans": n_gold, "pred_spans": n_pred}
 
 
-def tagging_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], tags: Sequence[str], split: str) -> dict[str, Any]:
+def tagging_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], tags: Sequence[str],
+                   split: str) -> dict[str, Any]:
     """{split}_accuracy and _tokens, and for a BIO tag set span precision, recall and F1."""
     out: dict[str, Any] = {f"{split}_accuracy": token_accuracy(gold, pred),
                            f"{split}_tokens": sum(len(g) for g in gold), f"{split}_sentences": len(gold)}

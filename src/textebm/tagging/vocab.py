@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ class WordVocab:
     words: tuple[str, ...]
     lowercase: bool = False
     min_count: int = 1
+    index: dict[str, int] = field(init=False, repr=False, compare=False)  # word -> id
 
     def __post_init__(self):
         object.__setattr__(self, "index", {w: i for i, w in enumerate(self.words)})
@@ -54,7 +55,7 @@ class WordVocab:
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
         """Word ids of `tokens`; a word not in the vocabulary gets the unknown id."""
-        return [self.index.get(self.norm(t), UNK_ID) for t in tokens]  # type: ignore[attr-defined]
+        return [self.index.get(self.norm(t), UNK_ID) for t in tokens]
 
 
 def build_vocab(rows: Sequence[dict[str, Any]], lowercase: bool = False, min_count: int = 1) -> WordVocab:
