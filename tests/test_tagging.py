@@ -16,7 +16,7 @@ from textebm.cli import main
 from textebm.data.conll import read_conll
 from textebm.data.layout import write_dataset
 from textebm.errors import InputError
-from textebm.tagging.metrics import is_bio, span_f1, spans, token_accuracy
+from textebm.tagging.metrics import is_bio, span_f1, spans, tagging_scores, token_accuracy
 from textebm.tagging.vocab import UNK_ID, build_vocab, load_vocab, save_vocab
 
 NOUNS = ["dog", "cat", "bird", "fish", "cow", "fox"]
@@ -90,6 +90,9 @@ def test_spans_and_f1_on_a_hand_example():
     assert got["f1"] == pytest.approx(2 * (1 / 3) * (1 / 4) / (1 / 3 + 1 / 4))
     assert token_accuracy(gold, pred) == pytest.approx(5 / 8)  # 3 of 4, then 2 of 4
     assert is_bio(["O", "B-PER", "I-PER"]) and not is_bio(["NOUN", "VERB"]) and not is_bio(["O"])
+    scores = tagging_scores(gold, pred, ["B-LOC", "B-ORG", "B-PER", "I-ORG", "I-PER", "O"], "test")
+    assert scores["test_accuracy"] == pytest.approx(5 / 8) and scores["test_span_f1"] == pytest.approx(got["f1"])
+    assert "dev_span_f1" not in tagging_scores([["DET"]], [["DET"]], ["DET", "NOUN"], "dev")  # POS: accuracy only
 
 
 def test_span_f1_agrees_with_seqeval_where_installed():
