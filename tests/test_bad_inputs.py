@@ -119,6 +119,48 @@ def _score_texts(w, *extra, model=None, out=None):
             out or w["root"] / "pll.jsonl", "--no-progress", *extra]
 
 
+def _tag(w) -> dict[str, Path]:
+    """A tiny tagged dataset, broken variants of it, and a tagger trained on it for one step
+    (made once, before the case's snapshot)."""
+    d = w["root"] / "tag"
+    if not d.is_dir():
+        from textebm.data.layout import write_dataset
+
+        rows = [{"text": f"the w{i % 4} runs", "tokens": ["the", f"w{i % 4}", "runs"], "tags": ["DET", "NOUN", "VERB"]}
+                for i in range(12)]
+        write_dataset(d / "data", {"train": rows, "dev": rows[:3], "test": rows[:3]}, {"name": "tag"})
+        unseen = {"text": "the w1", "tokens": ["the", "w1"], "tags": ["DET", "PROPN"]}
+        write_dataset(d / "unseen", {"train": rows, "dev": [*rows[:2], unseen], "test": [*rows[:2], unseen]},
+                      {"name": "unseen"})
+        (d / "empty.jsonl").write_text(json.dumps(rows[0]) + "\n" + json.dumps({"text": "-", "tokens": [], "tags": []})
+                                       + "\n")
+        (d / "ragged.conll").write_text("the DET\nw1 NOUN\n\na DET x\n")
+        (d / "good.conll").write_text("the DET\nw1 NOUN\n\nthe DET\nw2 NOUN\n")
+        assert main(["tag", "train", "--data", str(d / "data"), "--out", str(d / "run"), "--embed", "4", "--hidden",
+                     "4", "--max-steps", "1", "--no-progress", "--precision", "fp32"]) == 0
+        (d / "nowords").mkdir()
+        for f in (d / "run" / "model").iterdir():
+            if f.name != "words.json":
+                (d / "nowords" / f.name).write_bytes(f.read_bytes())
+    return {k: d / v for k, v in (("data", "data"), ("unseen", "unseen"), ("empty", "empty.jsonl"),
+                                  ("ragged", "ragged.conll"), ("conll", "good.conll"), ("run", "run"),
+                                  ("nowords", "nowords"))}
+
+
+def _tag_train(w, *extra):
+    return ["tag", "train", "--data", _tag(w)["data"], "--out", w["root"] / "new-tagger", "--embed", "4", "--hidden",
+            "4", "--max-steps", "1", "--no-progress", *extra]
+
+
+def _tag_eval(w, *extra, model=None):
+    return ["tag", "eval", "--model", model or _tag(w)["run"], "--data", _tag(w)["data"], *extra]
+
+
+def _tag_predict(w, *extra, model=None, out=None):
+    return ["tag", "predict", "--model", model or _tag(w)["run"], "--input", _tag(w)["data"] / "test.jsonl",
+            "--out", out or w["root"] / "tagged.conll", *extra]
+
+
 def _quickstart(w, *extra):
     return ["quickstart", "--data", w["data"], "--encoder", w["encoder"], "--out", w["root"] / "qs",
             "--no-progress", *extra]
@@ -323,6 +365,7 @@ OUTPUTS = [
     ("data-convert", lambda w: ["data", "convert", "--input", w["file"]], "--out"),
     ("models-fetch", lambda w: ["models", "fetch", "minilm-l6"], "--out"),
     ("quickstart", _quickstart, "--out"),
+    ("tag-train", _tag_train, "--out"), ("tag-eval", _tag_eval, "--out"), ("tag-predict", _tag_predict, "--out"),
 ]
 
 # (case id, argv builder, the text the message must contain)
@@ -812,6 +855,67 @@ CASES = [
      "--position-samples"),
     ("residual-ppl --energy two of different windows", lambda w: _jppl(w, "--energy", _det(w)["energy"],
                                                                         _joint(w)["det3"]), "--energy"),
+    # tag train / eval / predict (paper e's tagger)
+    *[(f"tag-train {flag} {val}", lambda w, f=flag, v=val: _tag_train(w, f, v), flag)
+      for flag, val in [("--seed", "-1"), ("--epochs", "0"), ("--max-steps", "-3"), ("--batch-size", "0"),
+                        ("--grad-accum", "0"), ("--weight-decay", "-0.1"), ("--warmup", "1.5"), ("--grad-clip", "-1"),
+                        ("--schedule", "step"), ("--precision", "fp17"), ("--checkpoint-every", "0"),
+                        ("--log-every", "0"), ("--threads", "-1"), ("--lr", "nan"), ("--method", "joint"),
+                        ("--labelled", "-1"), ("--proportion", "0"), ("--proportion", "1.5"), ("--split-seed", "-1"),
+                        ("--min-count", "0"), ("--embed", "0"), ("--hidden", "0"), ("--layers", "0"),
+                        ("--dropout", "1")]],
+    ("tag-train --labelled more than the training sentences", lambda w: _tag_train(w, "--labelled", "100"),
+     "--labelled 100: "),
+    ("tag-train --proportion leaving no sentence", lambda w: _tag_train(w, "--labelled", "10", "--proportion", "0.01"),
+     "--proportion 0.01 of 10 sentences leaves no sentence"),
+    ("tag-train --split-seed without --labelled", lambda w: _tag_train(w, "--split-seed", "3"), "--split-seed"),
+    ("tag-train --tag-column on a JSONL dataset", lambda w: _tag_train(w, "--tag-column", "1"), "--tag-column"),
+    ("tag-train --tag-column a CoNLL file does not have",
+     lambda w: _set(_tag_train(w, "--tag-column", "5"), "--data", _tag(w)["conll"]),
+     "good.conll:1: has 2 column(s); no tag column 5"),
+    ("tag-train --data a ragged CoNLL file", lambda w: _set(_tag_train(w), "--data", _tag(w)["ragged"]),
+     "ragged.conll:4: 3 columns"),
+    ("tag-train --data with a dev tag unseen in training", lambda w: _set(_tag_train(w), "--data", _tag(w)["unseen"]),
+     "dev.jsonl:3: tag 'PROPN'"),
+    ("tag-train --data with an empty sentence", lambda w: _set(_tag_train(w), "--data", _tag(w)["empty"]),
+     "empty.jsonl:2: an empty sentence"),
+    ("tag-train --data missing", lambda w: _set(_tag_train(w), "--data", w["root"] / "nope"), "nope"),
+    ("tag-train --data a plain-text dataset", lambda w: _set(_tag_train(w), "--data", w["data"]), "no 'tokens' list"),
+    ("tag-train --eval-split holdout", lambda w: _tag_train(w, "--eval-split", "holdout"), "holdout"),
+    ("tag-train --resume --overwrite", lambda w: _tag_train(w, "--resume", "--overwrite"), "--resume"),
+    ("tag-train --resume with nothing to resume", lambda w: _tag_train(w, "--resume"), "nothing to resume"),
+    ("tag-train --out a foreign folder", lambda w: _set(_tag_train(w), "--out", w["foreign"]), "mine"),
+    ("tag-train --overwrite a trained classifier run", lambda w: _set(_tag_train(w, "--overwrite"), "--out", w["clf"]),
+     "clf"),
+    ("tag-eval --model a classifier", lambda w: _tag_eval(w, model=w["clf"]), "expected a tagger trained with"),
+    ("tag-eval --model an LM", lambda w: _tag_eval(w, model=w["lm"]), "expected a tagger trained with"),
+    ("tag-eval --model without words.json", lambda w: _tag_eval(w, model=_tag(w)["nowords"]), "words.json: not found"),
+    ("tag-eval --data with a tag unseen in training", lambda w: _set(_tag_eval(w), "--data", _tag(w)["unseen"]),
+     "test.jsonl:3: tag 'PROPN'"),
+    ("tag-eval --data missing", lambda w: _set(_tag_eval(w), "--data", w["root"] / "nope"), "nope"),
+    ("tag-eval --split holdout", lambda w: _tag_eval(w, "--split", "holdout"), "holdout"),
+    ("tag-eval --tag-column on a JSONL dataset", lambda w: _tag_eval(w, "--tag-column", "1"), "--tag-column"),
+    ("tag-eval --out an existing file", lambda w: _tag_eval(w, "--out", w["existing"]), "existing.jsonl: exists"),
+    ("tag-eval --out a folder", lambda w: _tag_eval(w, "--out", w["adir"]), "is a folder"),
+    ("tag-eval --overwrite without --out", lambda w: _tag_eval(w, "--overwrite"), "--overwrite"),
+    *[(f"tag-eval {flag} {val}", lambda w, f=flag, v=val: _tag_eval(w, f, v), flag)
+      for flag, val in [("--batch-size", "0"), ("--threads", "-1")]],
+    ("tag-predict --model an encoder", lambda w: _tag_predict(w, model=w["encoder"]), "expected a tagger trained with"),
+    ("tag-predict --model without words.json", lambda w: _tag_predict(w, model=_tag(w)["nowords"]),
+     "words.json: not found"),
+    ("tag-predict --input with an empty sentence", lambda w: _set(_tag_predict(w), "--input", _tag(w)["empty"]),
+     "empty.jsonl:2: an empty sentence"),
+    ("tag-predict --input a ragged CoNLL file", lambda w: _set(_tag_predict(w), "--input", _tag(w)["ragged"]),
+     "ragged.conll:4"),
+    ("tag-predict --input missing", lambda w: _set(_tag_predict(w), "--input", w["root"] / "nope.jsonl"), "nope.jsonl"),
+    ("tag-predict --out an existing file", lambda w: _tag_predict(w, out=w["existing"]), "existing.jsonl: exists"),
+    ("tag-predict --out its own input", lambda w: _tag_predict(w, "--overwrite", out=_tag(w)["data"] / "test.jsonl"),
+     "is the input of --input"),
+    ("tag-predict --overwrite a file textebm did not write",
+     lambda w: _tag_predict(w, "--overwrite", out=w["existing"]),
+     "was not written by textebm"),
+    *[(f"tag-predict {flag} {val}", lambda w, f=flag, v=val: _tag_predict(w, f, v), flag)
+      for flag, val in [("--batch-size", "0"), ("--threads", "-1")]],
     # an output where nothing can be written (a pseudo file system) or under a file: every command
     *[(f"{name} {flag} {where}", lambda w, b=build, f=flag, x=where: _set(b(w), f, _unwritable(w, x, f)),
        "cannot write in /proc" if where == "/proc/x" else "is a file")
@@ -872,7 +976,7 @@ def test_the_table_covers_every_command():
 # is the word after the command in its id ("residual-eval --test windows of another length").
 PER_OPTION = ["score", "rerank", "negatives-generate", "residual-train", "residual-fit", "residual-eval",
               "residual-score", "residual-threshold", "residual-analyze", "residual-matrix", "cloze-train",
-              "tokenizer-train", "residual-generate", "residual-ppl"]
+              "tokenizer-train", "residual-generate", "residual-ppl", "tag-train", "tag-eval", "tag-predict"]
 # Options that cannot take a bad value: on/off switches whose either state is valid in any mode.
 NO_BAD_VALUE = {
     "--progress",  # a progress bar or none

@@ -34,6 +34,7 @@ GROUPS = {
                    "end to end on rt-polarity (or --data)"),
     "rerank": ("textebm.cli.rerank", "rerank speech n-best lists with text scores (Clark et al. 2020, sec. 3.2): "
                "lambda on dev, WER on test"),
+    "tag": ("textebm.cli.tag", "BiLSTM-CRF taggers of paper e (Song & Ou 2021): train, eval, predict"),
 }
 
 

@@ -1,0 +1,41 @@
+"""tag commands: paper e's BiLSTM-CRF taggers (Song & Ou 2021).
+
+  textebm tag train   --data data/brown-pos --out runs/pos --method supervised --labelled 2500
+  textebm tag eval    --model runs/pos --data data/wsj-pos --split test
+  textebm tag predict --model runs/pos --input sentences.jsonl --out tagged.conll
+
+Training runs on the one loop (checkpoints, --resume); eval and predict run in fp32.
+"""
+
+from textebm.tagging.commands import TagEvalConfig, TagPredictConfig
+from textebm.tagging.train import TagTrainConfig
+
+
+def train(cfg: TagTrainConfig) -> None:
+    """Train a BiLSTM-CRF tagger (--method supervised), dev accuracy after each epoch."""
+    from textebm.tagging.train import tag_train
+
+    m = tag_train(cfg)
+    print(f"{cfg.out}: " + ", ".join(f"{k}={v:.4g}" for k, v in m.get("eval", {}).items()
+                                     if isinstance(v, (int, float))))
+
+
+def evaluate(cfg: TagEvalConfig) -> None:
+    """Token accuracy (and span F1 for BIO tags) of a tagger on a split."""
+    from textebm.tagging.commands import format_metrics, tag_eval
+
+    print(format_metrics(tag_eval(cfg)))
+
+
+def predict(cfg: TagPredictConfig) -> None:
+    """Tag sentences into a CoNLL file (token, predicted tag)."""
+    from textebm.tagging.commands import tag_predict
+
+    tag_predict(cfg)
+
+
+COMMANDS: dict = {
+    "train": (TagTrainConfig, train),
+    "eval": (TagEvalConfig, evaluate),
+    "predict": (TagPredictConfig, predict),
+}

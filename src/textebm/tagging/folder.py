@@ -1,0 +1,64 @@
+"""A tagger's folder loaded whole, and sentences tagged with it.
+
+    tagger, vocab, path = load_tagging_model("runs/pos")      # RUN or RUN/model
+    tags = tag_sentences(tagger, vocab, rows, batch_size=64)  # a tag list per row (Viterbi)
+
+The folder holds `tagger.json` (the spec: sizes and the tag set), `model.safetensors` and
+`words.json` (the word vocabulary, `tagging/vocab.py`); a folder without `words.json`, or whose
+vocabulary does not fit the spec, is refused with an error naming the file (exit 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from textebm.data.batching import right_pad
+from textebm.errors import InputError
+from textebm.inference import batched
+from textebm.models.crf import SPEC_FILE, BiLSTMCRF
+from textebm.models.load import TAGGER, find_model, load_tagger
+from textebm.tagging.vocab import VOCAB_FILE, WordVocab, load_vocab
+
+
+def load_tagging_model(model: str | Path, device: str | torch.device | None = None,
+                       option: str = "--model") -> tuple[BiLSTMCRF, WordVocab, Path]:
+    """(tagger in eval mode, its vocabulary, its folder), checked before any weights are read."""
+    path = find_model(model, TAGGER, option, ids=False).path
+    vocab = load_vocab(path)
+    tagger = load_tagger(path, dtype=torch.float32, device=device, option=option)
+    if len(vocab) != tagger.spec.vocab_size or tagger.spec.pad_id != vocab.pad_id:
+        raise InputError(path / VOCAB_FILE, f"{len(vocab)} words (padding id {vocab.pad_id}), but {SPEC_FILE} "
+                                            f"says vocab_size {tagger.spec.vocab_size} (pad_id "
+                                            f"{tagger.spec.pad_id}): not this tagger's vocabulary")
+    return tagger, vocab, path
+
+
+def tag_batch(items: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """(word ids, tag ids) pairs -> {"input_ids", "tags", "mask"}, each (B, T), right-padded (tags
+    -1 and mask 0 past each sentence's end)."""
+    ids, mask = right_pad([w for w, _ in items], pad_id)  # (B, T), (B, T)
+    tags, _ = right_pad([t for _, t in items], -1)  # (B, T)
+    return {"input_ids": ids, "tags": tags, "mask": mask.bool()}
+
+
+@torch.no_grad()
+def tag_sentences(tagger: BiLSTMCRF, vocab: WordVocab, rows: Sequence[dict[str, Any]], batch_size: int,
+                  progress: bool = False) -> list[list[str]]:
+    """The Viterbi tags of each row's `tokens` (unknown words -> the unknown id), in input
+    order, decoded in length-sorted batches."""
+    tagger.eval()
+    device = next(tagger.parameters()).device
+    names = tagger.spec.tags
+
+    def decode(batch: list[list[int]]) -> list[list[str]]:
+        ids, mask = right_pad(batch, vocab.pad_id)  # (B, T)
+        best = tagger.decode(ids.to(device), mask.bool().to(device)).cpu()  # (B, T), -1 past the end
+        return [[names[k] for k in best[b, :len(s)].tolist()] for b, s in enumerate(batch)]
+
+    encoded = [vocab.encode(row["tokens"]) for row in rows]
+    return batched(encoded, [len(x) for x in encoded], batch_size, decode, progress=progress,
+                   desc="tag", unit="sentence")

@@ -1,0 +1,93 @@
+"""The word vocabulary of a tagger: words of the training sentences -> ids, with an unknown id.
+
+    vocab = build_vocab(rows, lowercase=False, min_count=2)   # rows of `load_tagged`
+    vocab.encode(["The", "jury"])                              # [ids]; unseen words -> vocab.unk_id
+    save_vocab(vocab, folder); load_vocab(folder)              # FOLDER/words.json
+
+Id 0 is padding (`PAD`), id 1 the unknown word (`UNK`); then the words seen at least
+`min_count` times, most frequent first (ties in alphabetical order), so the same sentences give
+the same ids. With `lowercase`, words are lowercased before counting and before lookup. A word
+seen fewer than `min_count` times maps to the unknown id, so that its vector is trained on the
+rare words and serves the unseen ones at test time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from textebm.errors import InputError
+from textebm.io import read_json_object, write_json
+
+VOCAB_FILE = "words.json"
+PAD, UNK = "<pad>", "<unk>"
+PAD_ID, UNK_ID = 0, 1
+
+
+@dataclass(frozen=True)
+class WordVocab:
+    """Words by id (`words[0]` padding, `words[1]` unknown) and how tokens are normalised."""
+
+    words: tuple[str, ...]
+    lowercase: bool = False
+    min_count: int = 1
+    index: dict[str, int] = field(init=False, repr=False, compare=False)  # word -> id
+
+    def __post_init__(self):
+        object.__setattr__(self, "index", {w: i for i, w in enumerate(self.words)})
+
+    @property
+    def unk_id(self) -> int:
+        return UNK_ID
+
+    @property
+    def pad_id(self) -> int:
+        return PAD_ID
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def norm(self, token: str) -> str:
+        return token.lower() if self.lowercase else token
+
+    def encode(self, tokens: Sequence[str]) -> list[int]:
+        """Word ids of `tokens`; a word not in the vocabulary gets the unknown id."""
+        return [self.index.get(self.norm(t), UNK_ID) for t in tokens]
+
+
+def build_vocab(rows: Sequence[dict[str, Any]], lowercase: bool = False, min_count: int = 1) -> WordVocab:
+    """The vocabulary of the rows' tokens (see the module doc)."""
+    if min_count < 1:
+        raise ValueError(f"min_count must be at least 1, got {min_count}")
+    counts = Counter(t.lower() if lowercase else t for row in rows for t in row["tokens"])
+    counts.pop(PAD, None), counts.pop(UNK, None)  # a token spelt like a special one is unknown
+    kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+    return WordVocab((PAD, UNK, *kept), lowercase, min_count)
+
+
+def save_vocab(vocab: WordVocab, folder: str | Path) -> None:
+    """FOLDER/words.json, written atomically."""
+    write_json(Path(folder) / VOCAB_FILE, {"lowercase": vocab.lowercase, "min_count": vocab.min_count,
+                                           "words": list(vocab.words)})
+
+
+def load_vocab(folder: str | Path) -> WordVocab:
+    """The vocabulary in FOLDER/words.json; InputError naming the file when it is missing or
+    malformed."""
+    path = Path(folder) / VOCAB_FILE
+    if not path.is_file():
+        raise InputError(path, "not found: a tagger's folder holds its word vocabulary (written by "
+                               "`textebm tag train`)")
+    raw = read_json_object(path, "word vocabulary")
+    words, lowercase, min_count = raw.get("words"), raw.get("lowercase"), raw.get("min_count")
+    if (not isinstance(words, list) or len(words) < 2 or words[:2] != [PAD, UNK]
+            or not all(isinstance(w, str) and w for w in words) or len(set(words)) != len(words)):
+        raise InputError(path, f"'words' must be a list of distinct words starting with {PAD!r}, {UNK!r}")
+    if not isinstance(lowercase, bool):
+        raise InputError(path, f"'lowercase' must be true or false, got {lowercase!r}")
+    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+        raise InputError(path, f"'min_count' must be a whole number >= 1, got {min_count!r}")
+    return WordVocab(tuple(words), lowercase, min_count)
