@@ -166,6 +166,11 @@ def test_nan_energies_stop_with_exit_2_and_nothing_written(world, tmp_path, caps
     out = tmp_path / "o"
     assert _ppl(world, out) == 2
     assert "NaN" in capsys.readouterr().err and not out.exists() and not (tmp_path / "o.partial").exists()
+    assert main(["residual", "generate", "--base", str(world["base"]), "--energy", str(world["energy"]), "--data",
+                 str(world["data"]), "--windows", "2", "--n", "3", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "finite energies" in err and "Traceback" not in err
+    assert not out.exists() and not (tmp_path / "o.partial").exists()
 
 
 def test_unique_ngram_ratios_by_hand():

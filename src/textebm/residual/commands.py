@@ -359,10 +359,11 @@ def residual_generate(cfg: ResidualGenerateConfig) -> dict:
     with partial, _progress(len(todo) * cfg.n, cfg.progress, "candidate") as bar:
         for i, (key, prefix, real) in enumerate(todo):
             _log_progress(i, len(todo), t0, "prefixes")
-            js = joint_sample(st.base, energy, prefix, st.length, cfg.n, cfg.top_k, derive_seed(cfg.seed, key),
-                              cfg.batch_size)
-            if not np.all(np.isfinite(js.energies)):
-                raise TextebmError(f"--energy {cfg.energy}: a NaN or infinite energy (prefix {key})")
+            try:
+                js = joint_sample(st.base, energy, prefix, st.length, cfg.n, cfg.top_k, derive_seed(cfg.seed, key),
+                                  cfg.batch_size)
+            except ValueError as e:  # resampling refuses NaN or infinite energies
+                raise TextebmError(f"--energy {cfg.energy}: {e} (prefix {key}); nothing was written for it") from None
             partial.append([{"key": key, "prefix": prefix, "real": real, "joint": js.tokens, "base": js.candidates[0],
                              "index": js.index, "ess": js.ess, "energies": js.energies.tolist(),
                              "logq": js.logq.tolist()}])
