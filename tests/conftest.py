@@ -77,3 +77,17 @@ def patch_everywhere(monkeypatch, module, name: str, value) -> None:
     for mod in list(sys.modules.values()):
         if getattr(mod, "__name__", "").startswith("textebm") and getattr(mod, name, None) is real:
             monkeypatch.setattr(mod, name, value)
+
+
+WALK_WORDS = ("the nation shall build roads and schools for every citizen while congress votes on the "
+              "budget of war and peace in our time").split()
+
+
+def walking_doc(rng, n: int) -> list[str]:
+    """n sentences that walk WALK_WORDS in order from a random start: strongly predictable text
+    (the tiny corpora of the detection and generation tests)."""
+    out = []
+    for _ in range(n):
+        s = rng.randrange(len(WALK_WORDS))
+        out.append(" ".join(WALK_WORDS[(s + i) % len(WALK_WORDS)] for i in range(rng.randint(6, 12))) + ".")
+    return out

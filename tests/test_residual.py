@@ -11,20 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import walking_doc
 
 from textebm.cli import main
 
-WORDS = ("the nation shall build roads and schools for every citizen while congress votes on the "
-         "budget of war and peace in our time").split()
-
-
-def _doc(rng: random.Random, n: int) -> list[str]:
-    """Sentences that walk WORDS in order from a random start: strongly predictable text."""
-    out = []
-    for _ in range(n):
-        s = rng.randrange(len(WORDS))
-        out.append(" ".join(WORDS[(s + i) % len(WORDS)] for i in range(rng.randint(6, 12))) + ".")
-    return out
+_doc = walking_doc
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +107,12 @@ def test_lm_train_gcnn_learns_and_loads(corpus):
 
 def test_windows_strides_contexts_and_splits():
     from textebm.data.streams import starts
-    from textebm.detection.windows import assemble, context_ids, generated_part, make_windows
+    from textebm.detection.windows import (
+        assemble,
+        context_ids,
+        generated_part,
+        make_windows,
+    )
 
     assert list(starts(10, 4, 2)) == [0, 2, 4, 6] and list(starts(3, 4, 1)) == []
     streams = [("d1", list(range(100, 120))), ("d2", list(range(200, 205)))]
@@ -224,7 +220,11 @@ def test_negatives_overwrite_never_replaces_the_data_or_a_users_file(corpus, tmp
 def test_negatives_windows_and_rows_in_memory_equal_the_command(corpus, tmp_path):
     """The library path (no command config, no file): windows_of + NegativeSampler.sample_negatives
     give the command's rows."""
-    from textebm.detection.negative_sampling import NegativeSampler, NegativesSpec, windows_of
+    from textebm.detection.negative_sampling import (
+        NegativeSampler,
+        NegativesSpec,
+        windows_of,
+    )
     from textebm.models.load import load_lm
 
     gen = corpus["gens"][("transformer", "l2r", 0)]
@@ -471,10 +471,10 @@ def _matrix_config(corpus, tmp_path) -> Path:
 
 
 def test_tiny_matrix_end_to_end_and_a_resumed_one_recomputes_nothing(corpus, tmp_path, monkeypatch):
-    import textebm.lm.train
     import textebm.detection.commands
     import textebm.detection.negatives
     import textebm.detection.train
+    import textebm.lm.train
 
     cfg, out = _matrix_config(corpus, tmp_path), tmp_path / "m"
     assert main(["residual", "matrix", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0

@@ -11,18 +11,11 @@ import random
 
 import numpy as np
 import pytest
+from conftest import walking_doc
 
 from textebm.cli import main
 
-WORDS = ["the", "nation", "shall", "build", "roads", "and", "schools", "for", "every", "citizen", "while", "congress", "votes", "on", "the", "budget", "of", "war", "and", "peace", "in", "our", "time"]
-
-
-def _doc(rng: random.Random, n: int) -> list[str]:
-    out = []
-    for _ in range(n):
-        s = rng.randrange(len(WORDS))
-        out.append(" ".join(WORDS[(s + i) % len(WORDS)] for i in range(rng.randint(6, 12))) + ".")
-    return out
+_doc = walking_doc
 
 
 @pytest.fixture(scope="module")
