@@ -403,9 +403,13 @@ def _generation_metrics(rows: list[dict], st: _Setup, cfg, elapsed: float) -> di
            "ess_mean": float(np.mean([r["ess"] for r in rows])), "ess_median": float(np.median([r["ess"] for r in rows])),
            "groups": {}}
     prefixes = [r["prefix"] for r in rows]
+    # The joint and the base continuations were scored while sampling (their candidates' energies
+    # are in the rows); only the real ones are scored here.
+    known = {"joint": [r["energies"][r["index"]] for r in rows], "base": [r["energies"][0] for r in rows]}
     for name, seqs in groups.items():
         lp = st.base.continuation_logprobs(prefixes, seqs, cfg.batch_size).sum(1)  # (N,)
-        e = st.energies[0].energies([p + s for p, s in zip(prefixes, seqs)], cfg.batch_size)
+        e = np.asarray(known[name]) if name in known else \
+            st.energies[0].energies([p + s for p, s in zip(prefixes, seqs)], cfg.batch_size)
         out["groups"][name] = {**ngram_ratios(seqs), "lm_logprob_mean": float(lp.mean()),
                                "energy_mean": float(e.mean()), "lm_logprob": lp.tolist()}
     return out
