@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from textebm.precision import fp32_or_better
+
 VARIANTS = ("scalar", "hidden", "sharp-hidden")
 ENERGY_CHOICES = ("none", *VARIANTS)  # `--energy`: none = plain fine-tuning, no energy
 POOLINGS = ("mean", "cls")
@@ -47,7 +49,7 @@ def fp32_linear(h: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     fp64), so a model whose body runs in bf16 still gives fp32 energies (under training's autocast
     the multiply runs in the autocast precision, as every other). h (..., H), weight (O, H), bias
     (O,) -> (..., O)."""
-    dt = torch.promote_types(h.dtype, torch.float32)
+    dt = fp32_or_better(h.dtype)
     return nn.functional.linear(h.to(dt), weight.to(dt), bias.to(dt))  # (..., O)
 
 
@@ -116,7 +118,7 @@ def pool(hidden: Tensor, mask: Tensor, how: str = "mean") -> Tensor:
         return hidden[:, 0]  # (B, H)
     if how != "mean":
         raise ValueError(f"unknown pooling {how!r}; expected one of {', '.join(POOLINGS)}")
-    acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 or better
+    acc = fp32_or_better(hidden.dtype)
     m = mask.unsqueeze(-1).to(acc)  # (B, T, 1)
     summed = (hidden.to(acc) * m).sum(1)  # (B, H)
     return (summed / m.sum(1).clamp(min=1)).to(hidden.dtype)  # (B, H)

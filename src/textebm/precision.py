@@ -56,6 +56,15 @@ class PrecisionChoice:
         return asdict(self)
 
 
+def fp32_or_better(*dtypes: torch.dtype) -> torch.dtype:
+    """The dtype metrics and sums are computed in: fp32, or fp64 where an input is fp64 (a model
+    that ran in bf16 still gives fp32 numbers; a float64 reference stays exact)."""
+    out = torch.float32
+    for dt in dtypes:
+        out = torch.promote_types(out, dt)
+    return out
+
+
 def cpu_flags() -> set[str]:
     """CPU feature flags from /proc/cpuinfo (Linux); empty where unreadable."""
     try:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from textebm.precision import fp32_or_better
+
 REDUCTIONS = ("mean", "none")
 
 
@@ -46,7 +48,7 @@ def _prepare(phi: Tensor, A: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tens
         raise ValueError("every sentence must have at least one token (mask[:, 0] all true)")
     if T > 1 and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
         raise ValueError("mask must be right-padded (no real token after a padding position)")
-    dt = torch.promote_types(torch.promote_types(phi.dtype, A.dtype), torch.float32)
+    dt = fp32_or_better(phi.dtype, A.dtype)
     phi = phi.to(dt).masked_fill(~mask.unsqueeze(-1), 0.0)  # (B, T, K): padding never read
     return phi, A.to(dt), mask
 

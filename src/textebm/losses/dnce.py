@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from textebm.losses.nce import NCEOutput, nce_core
+from textebm.precision import fp32_or_better
 
 
 def trf_log_density(u: Tensor, lengths: Tensor, zeta: Tensor, log_pi: Tensor) -> Tensor:
@@ -55,7 +56,7 @@ def trf_log_density(u: Tensor, lengths: Tensor, zeta: Tensor, log_pi: Tensor) ->
     if lengths.numel() and (int(lengths.min()) < 1 or int(lengths.max()) >= zeta.shape[0]):
         raise ValueError(f"sentence lengths must lie in [1, {zeta.shape[0] - 1}], got "
                          f"{int(lengths.min())}..{int(lengths.max())}")
-    dt = torch.promote_types(u.dtype, torch.float32)
+    dt = fp32_or_better(u.dtype)
     return u.to(dt) - zeta.to(dt)[lengths] + log_pi.to(dt)[lengths]  # (B,)
 
 

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from textebm.energy import fp32_linear
 from textebm.models.trf import check_length_probs
+from textebm.precision import fp32_or_better
 
 
 class NoiseLM(nn.Module):
@@ -70,7 +71,7 @@ class NoiseLM(nn.Module):
         lengths = lengths.to(device)
         T = int(lengths.max())
         ids = torch.full((n, T), self.pad_id, dtype=torch.long, device=device)  # (n, T)
-        logq = torch.zeros(n, dtype=torch.promote_types(self.out.weight.dtype, torch.float32), device=device)  # (n,)
+        logq = torch.zeros(n, dtype=fp32_or_better(self.out.weight.dtype), device=device)  # (n,)
         x = self.start.expand(n, 1, -1)  # (n, 1, E)
         state = None
         for t in range(T):

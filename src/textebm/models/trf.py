@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from textebm.losses.crf import crf_log_partition
 from textebm.losses.dnce import trf_log_density
 from textebm.models.crf import BiLSTMCRF
+from textebm.precision import fp32_or_better
 
 
 def length_distribution(lengths: Sequence[int] | Tensor, max_len: int) -> Tensor:
@@ -52,7 +53,7 @@ def eq3_potential(before: Tensor, after: Tensor, out_embed: Tensor, input_ids: T
     before, after: (B, T, H) h_f at t−1 and h_b at t+1, zero where there is none
     (`BiLSTMCRF.neighbour_states`). out_embed: (V, H) output embeddings e. input_ids, mask: (B, T).
     -> (B,)."""
-    dt = torch.promote_types(before.dtype, torch.float32)
+    dt = fp32_or_better(before.dtype)
     e = out_embed[input_ids].to(dt)  # (B, T, H)
     per_token = ((before.to(dt) + after.to(dt)) * e).sum(-1)  # (B, T)
     return (per_token * mask.to(dt)).sum(1)  # (B,)

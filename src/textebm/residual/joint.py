@@ -31,6 +31,7 @@ from textebm.energy import fp32_linear
 from textebm.errors import TextebmError
 from textebm.lm.generate import Generation, banned_ids, generate
 from textebm.models.lm import cache_arg, special_ids
+from textebm.precision import fp32_or_better
 from textebm.tokenizer import same_vocab
 
 
@@ -157,7 +158,7 @@ def _unit_energies(model, prefix: list[int], conts: list[list[int]], batch_size:
         cache = DynamicCache(config=body.config)
         out = body(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **cache_arg(body, cache))
         h_prefix = out.last_hidden_state  # (1, p, H)
-        acc = torch.promote_types(h_prefix.dtype, torch.float32)  # fp32 or better, as energy.pool
+        acc = fp32_or_better(h_prefix.dtype)  # as energy.pool
         prefix_sum = h_prefix.to(acc).sum(1)  # (1, H)
         res = []
         for s in range(0, len(conts), batch_size):
