@@ -397,6 +397,38 @@ def test_unitransf_starts_from_the_lm_and_bitransf_from_an_encoder(corpus, train
     assert np.isfinite(sc.score_ids([r["positive"] for r in rows])).all()
 
 
+def test_bitransf_starts_from_a_masked_lm_trained_here_in_the_shared_vocabulary(corpus, trained, tmp_path):
+    """Paper d's BiT starts from a BERT trained on the same data: here `cloze train --objective
+    mlm` in the shared vocabulary. The energy takes the MLM's encoder as it is (no re-tokenising);
+    a two-tower cloze model, which has no encoder, is refused naming the option."""
+    from textebm.detection.detect import EnergyScorer
+    from textebm.models.load import load_cloze
+
+    mlm = tmp_path / "mlm"
+    assert main(["cloze", "train", "--data", str(corpus["data"]), "--tokenizer", str(corpus["vocab"]), "--objective",
+                 "mlm", "--layers", "1", "--width", "32", "--heads", "2", "--max-steps", "2", "--batch-size", "4",
+                 "--max-len", "40", "--out", str(mlm), "--no-progress", "--eval-split", ""]) == 0
+    run = tmp_path / "bit"
+    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+                 str(corpus["vocab"]), "--energy", "bitransf", "--pool", "mean", "--init", str(mlm),
+                 "--max-steps", "1", "--lr", "1e-9", "--out", str(run), "--no-progress"]) == 0
+    spec = json.loads((run / "model" / "energy.json").read_text())
+    assert not spec["retokenize"] and spec["pool"] == "mean" and spec["vocab_size"] == len(corpus_vocab(corpus))
+    cloze, _ = load_cloze(mlm)
+    sc = EnergyScorer(run)
+    w = cloze.encoder.embeddings.word_embeddings.weight
+    assert torch.allclose(sc.model.encoder.embeddings.word_embeddings.weight, w, atol=1e-4)
+    tt = tmp_path / "tt"
+    assert main(["cloze", "train", "--data", str(corpus["data"]), "--tokenizer", str(corpus["vocab"]), "--objective",
+                 "twotower", "--layers", "1", "--width", "32", "--heads", "2", "--max-steps", "1", "--batch-size",
+                 "4", "--max-len", "40", "--out", str(tt), "--no-progress", "--eval-split", ""]) == 0
+    out = tmp_path / "refused"
+    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+                 str(corpus["vocab"]), "--energy", "bitransf", "--init", str(tt), "--max-steps", "1",
+                 "--out", str(out), "--no-progress"]) == 2
+    assert not out.exists()
+
+
 def test_zeroshot_fit_and_score_with_a_calibrated_probability(corpus, trained, tmp_path):
     det = tmp_path / "fd"
     gen = corpus["gens"][("transformer", "l2r", 0)]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Paper d (residual EBM generation) on two corpora, end to end on CPU: data, shared vocabulary,
-# base LMs, untruncated negatives, energies (UniT, BiT, BiT from MiniLM) trained by conditional
+# base LMs, untruncated negatives, a masked LM, energies (UniT, BiT from that MLM, BiT from MiniLM) trained by conditional
 # NCE with appendix A.3's settings, RALM and BALM, the perplexity bounds, joint sampling and its
 # judge. Every step is cached: a finished output is skipped, an interrupted one resumes, so the
 # script can be stopped and started again (a later session continues it).
@@ -19,6 +19,7 @@ SAMPLES=${SAMPLES:-1000}          # base-LM samples per prefix behind log Z
 POSITIONS=${POSITIONS:-8}         # prefixes of the per-position estimate (eq. 5)
 POS_SAMPLES=${POS_SAMPLES:-256}   # samples per position
 N_GEN=${N_GEN:-100}               # candidates per prefix of joint sampling
+EPOCHS=${EPOCHS:-8}                # of UniT and BiT over the 6,000 windows (each draws one of its 4 negatives)
 PREC=${PREC:-auto}                # bf16 where the CPU multiplies it natively; metrics stay float64
 mkdir -p "$W"; cd "$W"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -49,14 +50,17 @@ if has negatives; then  # untruncated (top-k 0): eq. 3 and Theorem 1 need P_LM's
 fi
 
 if has energies; then  # conditional NCE: BCE on one of the k negatives at random; A.3's settings
-  mkdir -p energy
+  mkdir -p energy mlm
   for c in $CORPORA; do
+    # BiT's body: a masked LM trained on the same corpus (the paper's BERT trained on its data)
+    done_run mlm/$c || $T cloze train --data data/$c --tokenizer vocab --objective mlm --layers 2 --width 128 \
+      --heads 4 --max-len 80 --batch-size 32 --lr 0.0005 --epochs 2 --out mlm/$c $(resume mlm/$c) $Q
     common="--train neg/$c-train.jsonl --val neg/$c-dev.jsonl --vocab vocab --loss bce --negatives random \
       --schedule cosine --warmup 0.05 --precision $PREC $Q"
     done_run energy/$c-unit || $T residual train $common --energy unitransf --init base/$c-s0 \
-      --grad-clip 10 --lr 0.0003 --batch-size 32 --epochs 2 --out energy/$c-unit $(resume energy/$c-unit)
-    done_run energy/$c-bit || $T residual train $common --energy bitransf --pool mean --layers 2 --width 128 \
-      --heads 4 --grad-clip 0.25 --lr 0.0003 --batch-size 32 --epochs 2 --out energy/$c-bit $(resume energy/$c-bit)
+      --grad-clip 10 --lr 0.0003 --batch-size 32 --epochs $EPOCHS --out energy/$c-unit $(resume energy/$c-unit)
+    done_run energy/$c-bit || $T residual train $common --energy bitransf --pool mean --init mlm/$c \
+      --grad-clip 0.25 --lr 0.0003 --batch-size 32 --epochs $EPOCHS --out energy/$c-bit $(resume energy/$c-bit)
     done_run energy/$c-bit-minilm || $T residual train $common --energy bitransf --pool mean --init minilm-l6 \
       --grad-clip 0.25 --lr 0.00005 --batch-size 16 --max-steps 500 --out energy/$c-bit-minilm \
       $(resume energy/$c-bit-minilm)

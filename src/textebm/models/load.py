@@ -65,7 +65,8 @@ LOAD_ERRORS = (OSError, ValueError, RuntimeError, SafetensorError)
 # What each command needs, as said in its error message.
 NEEDS = {
     CAUSAL_LM: "a causal LM (train one with `textebm lm train`, or use `smollm2-135m`)",
-    ENCODER: "a pretrained text encoder (`minilm-l6`, `mpnet-base`, or a BERT-like Hugging Face folder)",
+    ENCODER: "a pretrained text encoder (`minilm-l6`, `mpnet-base`, a BERT-like Hugging Face folder, or a "
+             "masked LM trained with `textebm cloze train --objective mlm`)",
     **{k.name: k.needs for k in MARKED.values()},
 }
 NAMES = {CAUSAL_LM: "a causal LM", ENCODER: "an encoder", **{k.name: k.noun for k in MARKED.values()}}
@@ -330,9 +331,17 @@ def _freeze_pooler(encoder: torch.nn.Module) -> torch.nn.Module:
 
 
 def load_encoder(name_or_path: str | Path, dtype: torch.dtype = torch.float32, option: str = "--encoder"):
-    """(encoder, tokenizer): a pretrained text encoder (`AutoModel`) without its pooler."""
+    """(encoder, tokenizer): a pretrained text encoder (`AutoModel`) without its pooler, or the
+    encoder of a cloze model trained here (`cloze train --objective mlm|electric|electra`): paper
+    d's BiT starts from a masked LM trained on the same corpus."""
     from transformers import AutoConfig, AutoModel
 
+    if Path(name_or_path).expanduser().is_dir() and folder_kind(name_or_path) == CLOZE:
+        model, tokenizer = load_cloze(name_or_path, dtype=dtype, option=option)
+        if model.encoder is None:
+            raise TextebmError(f"{option} {name_or_path}: a two-tower cloze model has no encoder; expected "
+                               f"{NEEDS[ENCODER]} or a cloze model with one (--objective mlm, electric or electra)")
+        return model.encoder, tokenizer
     path = find_model(name_or_path, ENCODER, option).path
     tokenizer = _tokenizer(option, path)
     try:
