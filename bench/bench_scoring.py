@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from textebm.precision import matmul_peak
+
 HERE = Path(__file__).resolve().parent
 MINICONS = HERE / ".minicons"
 
@@ -93,16 +95,6 @@ def ensure_minicons() -> bool:
             print("minicons could not be installed:", r.stderr[-500:])
             return False
     return True
-
-
-def matmul_peak(dtype: torch.dtype, n: int = 1024, seconds: float = 1.5) -> float:
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    a @ b
-    reps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a @ b
-        reps += 1
-    return 2 * n**3 * reps / (time.perf_counter() - start)
 
 
 def timed(fn, flops_fn=None) -> tuple[float, float]:
@@ -198,7 +190,7 @@ def main() -> None:
     tok = models["electric"][1]
     n_tokens = [len(x) for x in tok(texts, add_special_tokens=False)["input_ids"]]
     mean_tokens = sum(n_tokens) / len(n_tokens)
-    peak = matmul_peak(dtype)
+    peak = matmul_peak(dtype)  # textebm.precision's one definition: 1024 x 1024, these threads
     bs = args.batch_size
     runs = {
         "electric (one pass)": lambda: cloze_scores(*models["electric"], texts, "electric", bs),

@@ -176,3 +176,42 @@ def test_ctrl_c_says_that_resume_continues_the_run(data, tmp_path, capsys, monke
     assert "checkpoint of step 2 is kept" in err and "--resume" in err
     assert main([*args, "--resume"]) == 0
     assert json.loads((tmp_path / "r" / "metrics.json").read_text())["train"]["steps"] == 5
+
+
+@pytest.mark.parametrize("objective", ["causal", "infill"])
+def test_lm_loss_runs_the_head_on_labelled_rows_only_and_equals_the_full_logits_path(tmp_path, monkeypatch,
+                                                                                       objective):
+    """The fast path (the output layer on the labelled positions only) gives the loss, the token
+    count and every gradient of the plain path (full logits, cross-entropy with ignore_index), in
+    fp32 to rounding, with padding and infill's unlabelled positions in the batch."""
+    from textebm.lm import scoring
+    from textebm.lm.train import LMBatcher, lm_loss
+    from textebm.models.lm import special_ids
+    from textebm.models.load import load_lm
+    from test_lm_sampling import make_tiny_lm, sentence
+
+    model, tok, meta = load_lm(make_tiny_lm(tmp_path / "lm", objective=objective, seed=3))
+    model.train()
+    batcher = LMBatcher(special_ids(tok, meta), objective, "l2r", 0.4, seed=1)
+    batch = batcher([(i, tok(sentence(i, n), add_special_tokens=False)["input_ids"])
+                     for i, n in enumerate([9, 3, 6, 2])])
+    assert (batch["attention_mask"] == 0).any() and (batch["labels"][:, 1:] == -100).any()
+
+    def run():
+        model.zero_grad()
+        nll, n = lm_loss(model, batch)
+        nll.backward()
+        return nll.detach(), int(n), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    calls = []
+    head = model.lm_head.forward
+    monkeypatch.setattr(model.lm_head, "forward", lambda x: calls.append(x.shape[0]) or head(x))
+    fast = run()
+    labelled = int((batch["labels"][:, 1:] != -100).sum())
+    assert calls == [labelled] and labelled < batch["input_ids"].numel()  # the head saw the labelled rows only
+    monkeypatch.setattr(scoring, "HEAD_SPLIT_TYPES", ())
+    slow = run()
+    assert fast[1] == slow[1] == labelled
+    torch.testing.assert_close(fast[0], slow[0], rtol=1e-6, atol=1e-5)
+    for k in slow[2]:
+        torch.testing.assert_close(fast[2][k], slow[2][k], rtol=1e-5, atol=1e-6, msg=k)

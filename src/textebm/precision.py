@@ -117,6 +117,18 @@ def matmul_probe(n: int = 256, budget_s: float = 0.5) -> tuple[float, float]:
     return out[0], out[1]
 
 
+def matmul_peak(dtype: torch.dtype, n: int = 1024, budget_s: float = 1.0) -> float:
+    """FLOP/s of an n x n matrix product in `dtype` at the current thread count: the fastest of
+    several repetitions (`best_rate`) after one warm-up. The project's one definition of the
+    "peak" that benchmarks state their fraction of (bench/bench_hot_paths.py, bench_scoring.py):
+    a large product, so it measures the matrix units and not the call overhead, on the threads the
+    measured work runs on, in the same process and run."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=g).to(dtype), torch.randn(n, n, generator=g).to(dtype)
+    a @ b  # warm-up
+    return best_rate(lambda: a @ b, 2.0 * n**3, max_reps=1000, budget_s=budget_s)
+
+
 def resolve_precision(requested: str = "auto", device: str | None = None) -> PrecisionChoice:
     """The precision to run in, with its reason (see the module doc)."""
     if requested not in CHOICES:

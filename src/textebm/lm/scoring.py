@@ -59,11 +59,43 @@ def next_token_targets(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tens
     return logits[:, :-1].float(), target  # (B, T-1, V), (B, T-1)
 
 
+# Causal LMs whose logits are exactly lm_head(model(...).last_hidden_state): no logit scaling or
+# soft-capping between the two (Llama: textebm's transformer LMs and SmolLM2).
+HEAD_SPLIT_TYPES = ("llama",)
+
+
+def _body_and_head(model):
+    """(decoder body, output layer) of a causal LM whose logits are head(body(...)), else None."""
+    head, body = getattr(model, "lm_head", None), getattr(model, "model", None)
+    if getattr(getattr(model, "config", None), "model_type", None) in HEAD_SPLIT_TYPES and head is not None \
+            and body is not None:
+        return body, head
+    return None
+
+
+def labelled_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fp32 logits of the positions that predict a labelled token, and those tokens:
+    (N, V), (N,) with N = the labelled positions of `labels` (B, T) after the first (-100: not
+    predicted). The same rows as `next_token_targets` keeps, but the output layer runs only on
+    them where the model allows (`HEAD_SPLIT_TYPES`): an infill LM predicts about half of its
+    positions, and the 8k-vocabulary head and its fp32 copy were most of the step's waste."""
+    target = labels[:, 1:]  # (B, T-1)
+    keep = target != -100  # (B, T-1)
+    split = _body_and_head(model)
+    if split is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
+        return logits[:, :-1][keep].float(), target[keep]  # (N, V), (N,)
+    body, head = split
+    h = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
+    return head(h[:, :-1][keep]).float(), target[keep]  # (N, V), (N,)
+
+
 def next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """log p(ids[:, t+1] | ids[:, :t+1]) from a causal LM's logits (B, T, V), in fp32: (B, T-1),
     0 where position t+1 is outside `mask` (see `next_token_targets`). The one home of next-token
     log-probabilities: scoring and the LM's evaluation use it; the LM's training loss applies
-    cross-entropy to the same shift (`next_token_targets`), whose rounding its recorded losses keep."""
+    cross-entropy to the same shift, on the labelled rows only (`labelled_logits`)."""
     logits, target = next_token_targets(logits, ids, mask)  # (B, T-1, V), (B, T-1)
     keep = target != -100  # (B, T-1)
     lp = logits.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)  # (B, T-1)

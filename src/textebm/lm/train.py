@@ -25,7 +25,7 @@ from textebm.data.streams import chunks, doc_streams
 from textebm.errors import TextebmError
 from textebm.fingerprint import folder_sha256
 from textebm.inference import batched
-from textebm.lm.scoring import item_texts, next_token_logprobs, next_token_targets
+from textebm.lm.scoring import item_texts, labelled_logits, next_token_logprobs
 from textebm.models.build import SmallLMConfig, build_causal_lm
 from textebm.models.lm import ensure_special_tokens, save_lm, special_ids
 from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_example
@@ -235,12 +235,9 @@ class LMBatcher:
 def lm_loss(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum of token NLLs over labelled positions and their count (next-token shift inside)."""
 
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (B, T, V)
-    labels = batch["labels"]  # (B, T), -100 where not predicted
-    logits, target = next_token_targets(logits, labels, labels != -100)  # (B, T-1, V), (B, T-1)
-    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                                            ignore_index=-100, reduction="sum")
-    return nll, (target != -100).sum()
+    logits, target = labelled_logits(model, batch["input_ids"], batch["attention_mask"], batch["labels"])  # (N, V), (N,)
+    nll = torch.nn.functional.cross_entropy(logits, target, reduction="sum")
+    return nll, torch.tensor(target.numel())
 
 
 def lm_train(cfg: LMTrainConfig) -> dict:
