@@ -59,12 +59,14 @@ PRESETS = {"bf16": {"train_limit": 2500, "lm_epochs": 4.0}, "fp32": {"train_limi
 # Seconds per unit of work on a 2-core CPU with native bf16 (AMD EPYC, avx512_bf16), for the
 # start-of-run estimate: noise-LM step (batch 32), sampled sequence, classifier step (batch 32;
 # baseline, PosCal, joint EBM with K=1) and predicted example in evaluation (which runs in fp32).
-# bf16: the stages of a fresh-clone quickstart (2026-11-25); fp32: bench/bench_quickstart_steps.py
-# side by side with bf16. A CPU without native bf16 runs fp32 about 1.3x slower than this one
-# (37 min measured there for what these figures put at 28): see docs/classify.md.
+# bf16: the stages of a quickstart run with nothing else on the CPU (2026-11-26, 1,396 s; noise LM
+# with its output layer on the masked positions only). fp32: those figures times the fp32/bf16
+# ratios measured side by side (bench/bench_quickstart_steps.py on 2026-11-25; the noise-LM step's
+# by bench/bench_hot_paths.py, 1.39x). A CPU without native bf16 runs fp32 about 1.3x slower than
+# this one: see docs/classify.md and docs/performance.md.
 STEP_SECONDS = {
-    "bf16": {"lm": 0.50, "sample": 0.0078, "baseline": 0.34, "poscal": 0.38, "ebm": 0.66, "eval": 0.0043},
-    "fp32": {"lm": 0.54, "sample": 0.0145, "baseline": 0.49, "poscal": 0.55, "ebm": 1.02, "eval": 0.0043},
+    "bf16": {"lm": 0.362, "sample": 0.0127, "baseline": 0.40, "poscal": 0.48, "ebm": 0.75, "eval": 0.0050},
+    "fp32": {"lm": 0.50, "sample": 0.0236, "baseline": 0.58, "poscal": 0.70, "ebm": 1.16, "eval": 0.0050},
 }
 QUICKSTART_KIND = "quickstart"
 
@@ -202,7 +204,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     if cfg.noise_lm:
         log.info("[quickstart] the estimate counts a small noise LM from scratch; --noise-lm %s is larger and its "
                  "noise LM and noise take longer (SmolLM2-135M measured 7.1 s per noise-LM step on one thread of a "
-                 "2-core AVX512 CPU in bf16, the small LM 0.5 s on both threads)", cfg.noise_lm)
+                 "2-core AVX512 CPU in bf16, the small LM 0.36 s on both threads)", cfg.noise_lm)
 
     per_seed = {}
     for s in seeds_of(cfg):

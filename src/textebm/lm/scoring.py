@@ -73,22 +73,28 @@ def _body_and_head(model):
     return None
 
 
+def shifted_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """fp32 logits (N, V) of the positions t where keep[:, t] (keep: (B, T-1)), position t
+    predicting token t+1, in row-major order. The output layer runs only on those rows where the
+    model allows (`HEAD_SPLIT_TYPES`): an infill LM predicts about half of its positions, a padded
+    batch fewer than all, and the 8k-50k-vocabulary head and its fp32 copy were much of the work."""
+    split = _body_and_head(model)
+    if split is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits  # (B, T, V)
+        return logits[:, :-1][keep].float()  # (N, V)
+    body, head = split
+    h = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # (B, T, H)
+    return head(h[:, :-1][keep]).float()  # (N, V)
+
+
 def labelled_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fp32 logits of the positions that predict a labelled token, and those tokens:
     (N, V), (N,) with N = the labelled positions of `labels` (B, T) after the first (-100: not
-    predicted). The same rows as `next_token_targets` keeps, but the output layer runs only on
-    them where the model allows (`HEAD_SPLIT_TYPES`): an infill LM predicts about half of its
-    positions, and the 8k-vocabulary head and its fp32 copy were most of the step's waste."""
+    predicted); the same rows `next_token_targets` keeps (`shifted_logits`)."""
     target = labels[:, 1:]  # (B, T-1)
     keep = target != -100  # (B, T-1)
-    split = _body_and_head(model)
-    if split is None:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
-        return logits[:, :-1][keep].float(), target[keep]  # (N, V), (N,)
-    body, head = split
-    h = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
-    return head(h[:, :-1][keep]).float(), target[keep]  # (N, V), (N,)
+    return shifted_logits(model, input_ids, attention_mask, keep), target[keep]  # (N, V), (N,)
 
 
 def next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -116,8 +122,13 @@ def score_sequences(model, seqs: list[list[int]], pad: int, batch_size: int = 16
     def run(batch: list[list[int]]) -> list[list[float]]:
         ids, mask = right_pad(batch, pad)  # (B, T)
         ids, mask = ids.to(device), mask.to(device)
-        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits  # (B, T, V)
-        lp = next_token_logprobs(logits, ids, mask).cpu()  # (B, T-1)
+        keep = mask[:, 1:] != 0  # (B, T-1): the real tokens after the first
+        logits = shifted_logits(model, ids, mask, keep)  # (N, V) fp32
+        target = ids[:, 1:][keep]  # (N,)
+        rows = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)  # (N,)
+        lp = torch.zeros(keep.shape, dtype=rows.dtype, device=rows.device)  # (B, T-1)
+        lp[keep] = rows
+        lp = lp.cpu()
         return [lp[b, :len(seq) - 1].tolist() for b, seq in enumerate(batch)]
 
     return batched(seqs, [len(s) for s in seqs], batch_size, run, sort=bucket, progress=progress,
