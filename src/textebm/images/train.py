@@ -386,6 +386,17 @@ class EBMRecipe(Recipe):
         write_json(Path(folder) / SPLIT_FILE, self.record)
 
 
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), for reports; the platform's processor elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def write_report(run: Path, config: dict, metrics: dict) -> None:
     """RUN/report.md: what was trained on what, and the test figures."""
     ev, tr = metrics.get("eval", {}), metrics.get("train", {})
@@ -395,8 +406,8 @@ def write_report(run: Path, config: dict, metrics: dict) -> None:
              f"{config.get('labelled_images', '-')} / {config['unlabelled_images']} / "
              f"{ev.get('test_images', config.get('test_images', '-'))}"],
             ["steps", tr.get("steps")], ["wall time", f"{tr.get('wall_seconds', 0):.1f} s"],
-            ["precision", f"{tr.get('precision')} (CPU capability {metrics['precision_choice']['cpu_capability']}, "
-                          f"{platform.machine()})"]]
+            ["precision", f"{tr.get('precision')} ({cpu_name()}, torch CPU capability "
+                          f"{metrics['precision_choice']['cpu_capability']})"]]
     rows += [[k.replace("_", " "), f"{v:.4f}" if isinstance(v, float) else v] for k, v in ev.items()]
     text = f"# ssl-images: {config.get('method')}\n\n" + table(["", ""], rows) + "\n"
     with atomic_write(run / REPORT) as f:
