@@ -20,7 +20,6 @@ and OUT/figure1.png. bench/ssl_images.sh runs it as the docs report it.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
@@ -30,9 +29,9 @@ from textebm.cli import main as textebm
 from textebm.errors import TextebmError
 from textebm.figures import new_figure, save_png
 from textebm.grid import Cell, Grid, once, shard_from
+from textebm.images.train import cpu_name
 from textebm.io import atomic_write, read_json
 from textebm.markdown import table
-from textebm.images.train import cpu_name
 from textebm.precision import cpu_capability
 from textebm.train import run_completed
 
@@ -88,10 +87,10 @@ def report(root: Path, grid: Grid, all_cells: list[Cell], proportions: list[floa
     for c, r in done:
         by.setdefault((c.settings["method"], c.settings["proportion"]), []).append((c.settings["seed"], r))
     prec = {r["precision"] for _, r in done}
-    lines = [f"# Figure 1 on digits: test error (%) against labelled proportion\n",
-             f"CPU: {cpu_name()} (avx512_bf16), torch CPU capability {cpu_capability()}, one thread; precision "
+    about = (f"CPU: {cpu_name()} (avx512_bf16), torch CPU capability {cpu_capability()}, one thread; precision "
              f"{', '.join(sorted(prec)) or '-'}; {len(done)} of {len(all_cells)} cells finished. Mean ± standard "
-             "deviation over seeds (each seed its own labelled set and initialisation); 359 held-out test images.\n"]
+             "deviation over seeds (each seed its own labelled set and initialisation); 359 held-out test images.\n")
+    lines = ["# Figure 1 on digits: test error (%) against labelled proportion\n", about]
     rows = []
     for p in proportions:
         row = [f"{100 * p:g} %"]

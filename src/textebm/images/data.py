@@ -65,7 +65,8 @@ def _digest(x: np.ndarray, y: np.ndarray) -> str:
 def load_images(data: str) -> ImageData:
     """`digits` (scikit-learn's) or an .npz file with arrays X and y (see the module doc)."""
     if data == DIGITS:
-        from sklearn.datasets import load_digits  # offline: the data ship with scikit-learn
+        # offline: the data ship with scikit-learn
+        from sklearn.datasets import load_digits
 
         d = load_digits()
         x, y = d.images.astype(np.float32) / 16.0, d.target.astype(np.int64)  # (1797, 8, 8), (1797,)

@@ -38,16 +38,37 @@ import torch
 
 from textebm.errors import TextebmError
 from textebm.fingerprint import folder_sha256
-from textebm.images.data import DIGITS, ImageData, SSLSplit, check_shape, load_images, ssl_split
+from textebm.images.data import (
+    DIGITS,
+    ImageData,
+    SSLSplit,
+    check_shape,
+    load_images,
+    ssl_split,
+)
 from textebm.images.sampler import ChainSampler
 from textebm.io import atomic_write, read_json_object, write_json
 from textebm.losses.ebm import ebm_ml_loss, joint_ssl_loss, marginal_potential
 from textebm.markdown import table
-from textebm.models.convnet import ConvNet, ConvNetSpec, classifier_from_ebm, save_convnet
+from textebm.models.convnet import (
+    ConvNet,
+    ConvNetSpec,
+    classifier_from_ebm,
+    save_convnet,
+)
 from textebm.models.load import IMAGE_NET, find_model, load_convnet
 from textebm.options import check_config, refuse_unused
 from textebm.seeds import derive_seed
-from textebm.train import MAIN, Recipe, Stream, TrainOptions, check_run_dir, options_dict, seed_everything, train
+from textebm.train import (
+    MAIN,
+    Recipe,
+    Stream,
+    TrainOptions,
+    check_run_dir,
+    options_dict,
+    seed_everything,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +306,7 @@ class ClassifierRecipe(Recipe):
         self.run_files = (REPORT,)
 
     def loss(self, model, batch, at):
-        b = batch[MAIN] if MAIN in batch else batch
+        b = batch.get(MAIN, batch)  # the main stream's batch (joint), or the batch itself
         ce = torch.nn.functional.cross_entropy(model(b["x"]), b["y"])
         return ce, {}
 
@@ -400,14 +421,14 @@ def cpu_name() -> str:
 def write_report(run: Path, config: dict, metrics: dict) -> None:
     """RUN/report.md: what was trained on what, and the test figures."""
     ev, tr = metrics.get("eval", {}), metrics.get("train", {})
+    images = (f"{config.get('labelled_images', '-')} / {config['unlabelled_images']} / "
+              f"{ev.get('test_images', config.get('test_images', '-'))}")
+    precision = f"{tr.get('precision')} ({cpu_name()}, torch CPU capability {metrics['precision_choice']['cpu_capability']})"
     rows = [["method", config.get("method")], ["data", f"{config['data']} (sha256 {config['data_sha256'][:12]})"],
             ["labelled proportion", f"{config['labelled_proportion']:g}"],
-            ["labelled / unlabelled / test images",
-             f"{config.get('labelled_images', '-')} / {config['unlabelled_images']} / "
-             f"{ev.get('test_images', config.get('test_images', '-'))}"],
+            ["labelled / unlabelled / test images", images],
             ["steps", tr.get("steps")], ["wall time", f"{tr.get('wall_seconds', 0):.1f} s"],
-            ["precision", f"{tr.get('precision')} ({cpu_name()}, torch CPU capability "
-                          f"{metrics['precision_choice']['cpu_capability']})"]]
+            ["precision", precision]]
     rows += [[k.replace("_", " "), f"{v:.4f}" if isinstance(v, float) else v] for k, v in ev.items()]
     text = f"# ssl-images: {config.get('method')}\n\n" + table(["", ""], rows) + "\n"
     with atomic_write(run / REPORT) as f:
