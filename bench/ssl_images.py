@@ -13,7 +13,8 @@ rerun, an interrupted run folder is resumed (--resume), `--plan` lists what is l
 time, `--shard I/N` splits the cells among processes sharing OUT.
 
 At the end it writes OUT/figure1.md (mean ± standard deviation of the test error over seeds, per
-method and proportion; each seed's numbers; joint's and pre-training's change against supervised)
+method and proportion; each seed's numbers; the paired changes (same seed, same labelled set):
+pre-training and joint against supervised, joint against pre-training)
 and OUT/figure1.png. bench/ssl_images.sh runs it as the docs report it.
 """
 
@@ -99,13 +100,13 @@ def report(root: Path, grid: Grid, all_cells: list[Cell], proportions: list[floa
         for m in METHODS:
             rs = by.get((m, p), [])
             row.append(_pm([r["test_error"] for _, r in rs]) + f" (n={len(rs)})" if rs else "-")
-        for m in ("pretrain", "joint"):
-            a, b = dict(by.get(("supervised", p), [])), dict(by.get((m, p), []))
+        for base, m in (("supervised", "pretrain"), ("supervised", "joint"), ("pretrain", "joint")):
+            a, b = dict(by.get((base, p), [])), dict(by.get((m, p), []))
             d = [b[s]["test_error"] - a[s]["test_error"] for s in sorted(set(a) & set(b))]
             row.append(f"{100 * statistics.mean(d):+.2f} ({sum(x < 0 for x in d)}/{len(d)} seeds lower)" if d else "-")
         rows.append(row)
-    lines.append(table(["labelled", "images", "supervised", "pretrain", "joint", "pretrain − sup.", "joint − sup."],
-                       rows, ["left"] + ["right"] * 6))
+    lines.append(table(["labelled", "images", "supervised", "pretrain", "joint", "pretrain − sup.", "joint − sup.",
+                        "joint − pretrain"], rows, ["left"] + ["right"] * 7))
     full = by.get(("supervised", 1.0), [])
     if full:
         lines.append(f"\nSupervised on 100 % of the labels ({full[0][1]['labelled_images']} images): "
@@ -132,10 +133,11 @@ def report(root: Path, grid: Grid, all_cells: list[Cell], proportions: list[floa
         ax.axhline(100 * statistics.mean(r["test_error"] for _, r in full), ls="--", c="grey",
                    label="supervised, 100 %")
     ax.set_xscale("log")
+    ax.minorticks_off()
     ax.set_xticks([100 * p for p in proportions], [f"{100 * p:g}" for p in proportions])
     ax.set_xlabel("labelled proportion (%)")
     ax.set_ylabel("test error (%)")
-    ax.set_title("digits: error against labelled proportion")
+    ax.set_title("digits: test error against labelled proportion\n(mean ± sd over seeds; fp32, CPU)", fontsize=10)
     ax.legend()
     save_png(fig, root / "figure1.png")
     return text
