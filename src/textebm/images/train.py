@@ -32,7 +32,7 @@ import logging
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -438,8 +438,3 @@ def write_report(run: Path, config: dict, metrics: dict) -> None:
 def format_metrics(metrics: dict) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in metrics.get("eval", {}).items() if isinstance(v, (int, float)))
 
-
-def run_summary(run: Path) -> dict[str, Any]:
-    """metrics.json and config.json of a finished run folder (for tables over runs)."""
-    return {"config": read_json_object(run / "config.json", "run config"),
-            "metrics": read_json_object(run / "metrics.json", "run metrics")}
