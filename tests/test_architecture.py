@@ -22,7 +22,7 @@ LAYERS = [
     {"models"},  # 3 every model and the one loader
     {"train"},  # 4 the one training loop
     {"lm"},  # 5 language models: training recipe, the sampler, scoring (noise models, generators)
-    {"classify", "cloze", "scoring", "detection", "residual", "tagging"},  # 6 the five systems
+    {"classify", "cloze", "scoring", "detection", "residual", "tagging", "images"},  # 6 the five systems
     {"cli", "__main__"},  # 7 the command line
 ]
 ALLOWED = {("residual", "detection"),  # paper d builds on paper c's windows, negatives and energies

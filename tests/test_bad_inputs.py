@@ -161,6 +161,33 @@ def _tag_predict(w, *extra, model=None, out=None):
             "--out", out or w["root"] / "tagged.conll", *extra]
 
 
+def _img(w) -> dict[str, Path]:
+    """ssl-images: an EBM (stage 1 of pre-training) and a classifier, one step each, and an .npz of
+    images of the wrong shape (made once, before the case's snapshot)."""
+    import numpy as np
+
+    d = w["root"] / "img"
+    if not d.is_dir():
+        d.mkdir()
+        quick = ["--max-steps", "1", "--threads", "1", "--sgld-steps", "1", "--samples", "4", "--buffer-size", "8"]
+        assert main(["ssl-images", "pretrain", "--out", str(d / "ebm"), *quick]) == 0
+        assert main(["ssl-images", "train", "--out", str(d / "sup"), "--max-steps", "1", "--threads", "1"]) == 0
+        np.savez(d / "wrong.npz", X=np.zeros((10, 64), np.float32), y=np.zeros(10, np.int64))
+    return {"ebm": d / "ebm", "sup": d / "sup", "wrong": d / "wrong.npz"}
+
+
+def _img_train(w, *extra):
+    return ["ssl-images", "train", "--out", w["root"] / "new-img", "--max-steps", "1", "--threads", "1", *extra]
+
+
+def _img_pretrain(w, *extra):
+    return ["ssl-images", "pretrain", "--out", w["root"] / "new-ebm", "--max-steps", "1", "--threads", "1", *extra]
+
+
+def _img_eval(w, *extra, model=None):
+    return ["ssl-images", "eval", "--model", model or _img(w)["sup"], *extra]
+
+
 def _quickstart(w, *extra):
     return ["quickstart", "--data", w["data"], "--encoder", w["encoder"], "--out", w["root"] / "qs",
             "--no-progress", *extra]
@@ -366,6 +393,8 @@ OUTPUTS = [
     ("models-fetch", lambda w: ["models", "fetch", "minilm-l6"], "--out"),
     ("quickstart", _quickstart, "--out"),
     ("tag-train", _tag_train, "--out"), ("tag-eval", _tag_eval, "--out"), ("tag-predict", _tag_predict, "--out"),
+    ("ssl-images-train", _img_train, "--out"), ("ssl-images-pretrain", _img_pretrain, "--out"),
+    ("ssl-images-eval", lambda w: _img_eval(w, "--out", w["root"] / "img-eval.json"), "--out"),
 ]
 
 # (case id, argv builder, the text the message must contain)
@@ -916,6 +945,72 @@ CASES = [
      "was not written by textebm"),
     *[(f"tag-predict {flag} {val}", lambda w, f=flag, v=val: _tag_predict(w, f, v), flag)
       for flag, val in [("--batch-size", "0"), ("--threads", "-1")]],
+    # ssl-images train / pretrain / eval (paper e's image methods)
+    *[(f"ssl-images-train {flag} {val}", lambda w, f=flag, v=val: _img_train(w, f, v), flag)
+      for flag, val in [("--seed", "-1"), ("--epochs", "0"), ("--max-steps", "0"), ("--batch-size", "0"),
+                        ("--grad-accum", "0"), ("--weight-decay", "-0.1"), ("--warmup", "1.5"), ("--grad-clip", "-1"),
+                        ("--schedule", "step"), ("--precision", "fp17"), ("--checkpoint-every", "0"),
+                        ("--log-every", "0"), ("--threads", "-1"), ("--lr", "nan"), ("--test-fraction", "1"),
+                        ("--test-seed", "-1"), ("--labelled-proportion", "0"), ("--labelled-proportion", "1.5"),
+                        ("--split-seed", "-1"), ("--channels", "0"), ("--hidden", "0"), ("--method", "ebm")]],
+    *[(f"ssl-images-train {flag} {val} (joint)", lambda w, f=flag, v=val: _img_train(w, "--method", "joint", f, v), flag)
+      for flag, val in [("--sgld-steps", "0"), ("--sgld-step-size", "0"), ("--sgld-noise", "-1"), ("--buffer-size", "0"),
+                        ("--reinit", "1.5"), ("--samples", "0"), ("--data-noise", "-1"), ("--energy-reg", "-1"),
+                        ("--max-energy", "0"), ("--unlabelled-batch-size", "0"), ("--ebm-weight", "0")]],
+    ("ssl-images-train --sgld-steps with --method supervised", lambda w: _img_train(w, "--sgld-steps", "5"),
+     "--sgld-steps has no effect with --method supervised"),
+    ("ssl-images-train --ebm-weight with --method pretrain",
+     lambda w: _img_train(w, "--method", "pretrain", "--init", _img(w)["ebm"], "--ebm-weight", "2"), "--ebm-weight"),
+    ("ssl-images-train --init with --method joint", lambda w: _img_train(w, "--method", "joint", "--init", _img(w)["ebm"]),
+     "--init has no effect with --method joint"),
+    ("ssl-images-train --init a classifier run", lambda w: _img_train(w, "--method", "pretrain", "--init", _img(w)["sup"]),
+     "a classifier, not an EBM"),
+    ("ssl-images-train --init a tagger", lambda w: _img_train(w, "--method", "pretrain", "--init", _tag(w)["run"]),
+     "--init"),
+    ("ssl-images-train --init of another split",
+     lambda w: _img_train(w, "--method", "pretrain", "--init", _img(w)["ebm"], "--labelled-proportion", "0.05"),
+     "another split"),
+    ("ssl-images-train --method pretrain without --init", lambda w: _img_train(w, "--method", "pretrain"), "needs --init"),
+    ("ssl-images-train --hidden with --method pretrain",
+     lambda w: _img_train(w, "--method", "pretrain", "--init", _img(w)["ebm"], "--hidden", "8"), "--hidden"),
+    ("ssl-images-train --data images of the wrong shape", lambda w: _img_train(w, "--data", _img(w)["wrong"]),
+     "wrong.npz: X has shape (10, 64)"),
+    ("ssl-images-train --data missing", lambda w: _img_train(w, "--data", w["root"] / "nope.npz"), "nope.npz"),
+    ("ssl-images-train --labelled-proportion leaving no image", lambda w: _img_train(w, "--labelled-proportion", "1e-4"),
+     "leaves no labelled image"),
+    ("ssl-images-train --labelled-proportion 1 leaves nothing unlabelled for joint",
+     lambda w: _img_train(w, "--method", "joint", "--labelled-proportion", "1"), "no unlabelled image"),
+    ("ssl-images-train --resume with nothing to resume", lambda w: _img_train(w, "--resume"), "nothing to resume"),
+    ("ssl-images-train --overwrite an EBM run", lambda w: _set(_img_train(w, "--overwrite"), "--out", _img(w)["ebm"]),
+     "holds the output of `ssl-images pretrain`"),
+    *[(f"ssl-images-pretrain {flag} {val}", lambda w, f=flag, v=val: _img_pretrain(w, f, v), flag)
+      for flag, val in [("--seed", "-1"), ("--epochs", "0"), ("--max-steps", "0"), ("--batch-size", "0"),
+                        ("--grad-accum", "0"), ("--weight-decay", "-0.1"), ("--warmup", "1.5"), ("--grad-clip", "-1"),
+                        ("--schedule", "step"), ("--precision", "fp17"), ("--checkpoint-every", "0"),
+                        ("--log-every", "0"), ("--threads", "-1"), ("--lr", "nan"), ("--test-fraction", "1"),
+                        ("--test-seed", "-1"), ("--labelled-proportion", "0"), ("--labelled-proportion", "1.5"),
+                        ("--split-seed", "-1"), ("--channels", "0"), ("--hidden", "0"), ("--sgld-steps", "0"), ("--sgld-step-size", "0"), ("--sgld-noise", "-1"), ("--buffer-size", "0"),
+                        ("--reinit", "1.5"), ("--samples", "0"), ("--data-noise", "-1"), ("--energy-reg", "-1"),
+                        ("--max-energy", "0")]],
+    ("ssl-images-pretrain --data images of the wrong shape", lambda w: _img_pretrain(w, "--data", _img(w)["wrong"]),
+     "wrong.npz: X has shape (10, 64)"),
+    ("ssl-images-pretrain --labelled-proportion 1 leaves nothing to pre-train on",
+     lambda w: _img_pretrain(w, "--labelled-proportion", "1"), "no unlabelled image"),
+    ("ssl-images-pretrain --resume with nothing to resume", lambda w: _img_pretrain(w, "--resume"), "nothing to resume"),
+    ("ssl-images-pretrain --overwrite a classifier run",
+     lambda w: _set(_img_pretrain(w, "--overwrite"), "--out", _img(w)["sup"]), "holds the output of `ssl-images train`"),
+    ("ssl-images-eval --model an EBM", lambda w: _img_eval(w, model=_img(w)["ebm"]), "an EBM of `ssl-images pretrain`"),
+    ("ssl-images-eval --model a tagger", lambda w: _img_eval(w, model=_tag(w)["run"]), "expected an image network"),
+    ("ssl-images-eval --data images of the wrong shape", lambda w: _img_eval(w, "--data", _img(w)["wrong"]),
+     "wrong.npz: X has shape (10, 64)"),
+    ("ssl-images-eval --split holdout", lambda w: _img_eval(w, "--split", "holdout"), "holdout"),
+    ("ssl-images-eval --test-fraction 0", lambda w: _img_eval(w, "--test-fraction", "0"), "--test-fraction"),
+    ("ssl-images-eval --test-seed with --split all", lambda w: _img_eval(w, "--split", "all", "--test-seed", "1"),
+     "--test-seed"),
+    ("ssl-images-eval --test-seed -1", lambda w: _img_eval(w, "--test-seed", "-1"), "--test-seed"),
+    ("ssl-images-eval --threads -1", lambda w: _img_eval(w, "--threads", "-1"), "--threads"),
+    ("ssl-images-eval --out an existing file", lambda w: _img_eval(w, "--out", w["existing"]), "existing.jsonl: exists"),
+    ("ssl-images-eval --overwrite without --out", lambda w: _img_eval(w, "--overwrite"), "--overwrite"),
     # an output where nothing can be written (a pseudo file system) or under a file: every command
     *[(f"{name} {flag} {where}", lambda w, b=build, f=flag, x=where: _set(b(w), f, _unwritable(w, x, f)),
        "cannot write in /proc" if where == "/proc/x" else "is a file")
@@ -976,7 +1071,8 @@ def test_the_table_covers_every_command():
 # is the word after the command in its id ("residual-eval --test windows of another length").
 PER_OPTION = ["score", "rerank", "negatives-generate", "residual-train", "residual-fit", "residual-eval",
               "residual-score", "residual-threshold", "residual-analyze", "residual-matrix", "cloze-train",
-              "tokenizer-train", "residual-generate", "residual-ppl", "tag-train", "tag-eval", "tag-predict"]
+              "tokenizer-train", "residual-generate", "residual-ppl", "tag-train", "tag-eval", "tag-predict",
+              "ssl-images-train", "ssl-images-pretrain", "ssl-images-eval"]
 # Options that cannot take a bad value: on/off switches whose either state is valid in any mode.
 NO_BAD_VALUE = {
     "--progress",  # a progress bar or none

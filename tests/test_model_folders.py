@@ -167,7 +167,7 @@ def test_each_textebm_kind_is_declared_beside_its_model_and_recognised_by_its_ma
     message names it with the kind's own noun."""
     from textebm.models.load import MARKED, inspect_folder
 
-    assert set(MARKED) == {"classifier", "cloze", "energy", "residual-lm", "tagger"}
+    assert set(MARKED) == {"classifier", "cloze", "energy", "residual-lm", "tagger", "image-net"}
     for kind in MARKED.values():
         folder = tmp_path / kind.name
         folder.mkdir()

@@ -35,6 +35,8 @@ GROUPS = {
     "rerank": ("textebm.cli.rerank", "rerank speech n-best lists with text scores (Clark et al. 2020, sec. 3.2): "
                "lambda on dev, WER on test"),
     "tag": ("textebm.cli.tag", "BiLSTM-CRF taggers of paper e (Song & Ou 2021): train, eval, predict"),
+    "ssl-images": ("textebm.cli.ssl_images", "paper e's image methods on 8x8 digits: supervised, EBM pre-training, "
+                   "joint training (SGLD); train, pretrain, eval"),
 }
 
 

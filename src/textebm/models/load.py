@@ -10,12 +10,13 @@ contains, never by its name (`inspect_folder`):
 | `cloze` | `cloze.json` (written by `cloze train`: Electric, ELECTRA-TT, masked LM, TwoTower) |
 | `residual-lm` | `residual_lm.json` (written by `lm train --residual-of`: a RALM, phi beside a frozen base LM; a causal LM wherever one is asked for) |
 | `tagger` | `tagger.json` (a BiLSTM-CRF tagger of paper e, `models/crf.py`: `save_tagger`) |
+| `image-net` | `convnet.json` (paper e's image network, a classifier or an EBM, `models/convnet.py`: `save_convnet`) |
 | `causal-lm` | `config.json` whose `architectures` is a `...ForCausalLM` / `...LMHeadModel`, or no architectures and a decoder-only `model_type` |
 | `encoder` | `config.json` of an encoder family (BERT, RoBERTa, ELECTRA, MPNet, ...: a `model_type` with a masked-LM head in transformers), whatever head it was saved with |
 | `other` | any other Hugging Face model (e.g. a `LlamaModel` without its LM head) |
 | `none` | no `config.json` |
 
-`load_lm`, `load_encoder`, `load_classifier`, `load_cloze`, `load_energy` and `load_tagger` refuse a
+`load_lm`, `load_encoder`, `load_classifier`, `load_cloze`, `load_energy`, `load_tagger` and `load_convnet` refuse a
 folder of another kind with a `TextebmError` (exit 2) that names the folder, what it holds and what
 was expected, before any weights are read; a folder whose weights are missing or do not fit its
 config is refused too (transformers would otherwise fill the gaps with random layers and carry on).
@@ -42,7 +43,7 @@ from textebm.checkpoint import tied_names
 from textebm.errors import TextebmError
 from textebm.fingerprint import folder_sha256
 from textebm.io import read_json_object
-from textebm.models import classifier, cloze, crf, ralm, seq_energy
+from textebm.models import classifier, cloze, convnet, crf, ralm, seq_energy
 from textebm.models.classifier import EBMClassifier
 from textebm.models.cloze import ClozeModel
 from textebm.models.kinds import ModelKind
@@ -52,9 +53,10 @@ from textebm.outputs import read_marker
 
 # Folders textebm writes, recognised by their marker file (each kind declared beside its model).
 MARKED: dict[str, ModelKind] = {k.name: k for k in (classifier.KIND, cloze.KIND, seq_energy.KIND, ralm.KIND,
-                                                    crf.KIND)}
+                                                    crf.KIND, convnet.KIND)}
 CLASSIFIER, CLOZE, ENERGY, RESIDUAL_LM = classifier.KIND.name, cloze.KIND.name, seq_energy.KIND.name, ralm.KIND.name
 TAGGER = crf.KIND.name
+IMAGE_NET = convnet.KIND.name
 CAUSAL_LM, ENCODER, OTHER, NONE = "causal-lm", "encoder", "other", "none"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -470,3 +472,14 @@ def load_tagger(name_or_path: str | Path, dtype: torch.dtype | None = None,
     spec = crf.spec_from_dict(read_json_object(spec_file, "tagger description"), spec_file)
     model = crf.BiLSTMCRF(spec)
     return _with_weights(model, path / "model.safetensors", option, crf.SPEC_FILE, dtype, device)
+
+
+def load_convnet(name_or_path: str | Path, dtype: torch.dtype | None = None,
+                 device: str | torch.device | None = None, option: str = "--model") -> convnet.ConvNet:
+    """Paper e's image network (models/convnet.py) in eval mode from a folder written by
+    `save_convnet` (RUN or RUN/model). Checks `convnet.json` field by field (InputError naming the file)."""
+    path = find_model(name_or_path, IMAGE_NET, option, ids=False).path
+    spec_file = path / convnet.SPEC_FILE
+    spec = convnet.spec_from_dict(read_json_object(spec_file, "image network description"), spec_file)
+    model = convnet.ConvNet(spec)
+    return _with_weights(model, path / "model.safetensors", option, convnet.SPEC_FILE, dtype, device)
