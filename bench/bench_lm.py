@@ -8,7 +8,9 @@ Sampling: `textebm.lm.sample_command.generate` (our cached top-k sampler) vs `mo
 exactly the same work: `min_new_tokens` for generate, a banned [eos] for ours).
 
 Scoring: `textebm.lm.scoring.score_texts` (length-bucketed) vs a plain loop (same [bos] x [eos]
-sequences, batch 16, dataset order, right padding, full log-softmax) over 300 PTB test sentences.
+sequences, batch 16, dataset order, right padding, full log-softmax) and vs minicons'
+IncrementalLMScorer (`sequence_score` with [bos] and [eos], sum of log-probabilities, batch 16;
+installed into bench/.minicons when missing, `--no-minicons` skips it) over 300 PTB test sentences.
 
 Both in fp32 and bf16 (weights loaded as bfloat16, as `--precision bf16` does). Each timing is
 the best of `--repeats` runs after one untimed warm-up of the same call; the machine is shared,
@@ -30,6 +32,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from peers import ensure_minicons, patch_tokenizer
 
 from textebm.data.batching import left_pad, right_pad
 from textebm.lm.generate import generate
@@ -103,6 +107,26 @@ def plain_score(model, tokenizer, sp, texts: list[str], batch_size: int) -> list
     return out
 
 
+def minicons_scorer(model_id: str, dtype: torch.dtype):
+    from minicons import scorer
+
+    from textebm.models.load import find_model, CAUSAL_LM
+
+    mc = scorer.IncrementalLMScorer(str(find_model(model_id, CAUSAL_LM).path), "cpu")
+    patch_tokenizer(mc)
+    mc.model = mc.model.to(dtype).eval()
+    return mc
+
+
+@torch.inference_mode()
+def minicons_score(mc, texts: list[str], batch_size: int) -> list[float]:
+    out = []
+    for s in range(0, len(texts), batch_size):
+        out += mc.sequence_score(texts[s:s + batch_size], reduction=lambda x: x.sum(0).item(), bos_token=True,
+                                 eos_token=True)
+    return out
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -128,6 +152,7 @@ def main() -> None:
     ap.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--no-minicons", action="store_true", help="skip minicons' scorer")
     args = ap.parse_args()
     torch.set_flush_denormal(True)
     if args.threads:
@@ -167,6 +192,12 @@ def main() -> None:
                                 lambda: plain_score(model, tokenizer, sp, texts[-32:], args.batch_size),
                                 args.repeats)
         add("score", "plain loop", precision, n_tok / t, t, mem)
+        if not args.no_minicons and ensure_minicons():
+            mc = minicons_scorer(args.model, DTYPES[precision])
+            t, mem, _ = measure(lambda: minicons_score(mc, score_set, args.batch_size),
+                                lambda: minicons_score(mc, texts[-32:], args.batch_size), args.repeats)
+            add("score", "minicons", precision, n_tok / t, t, mem)
+            del mc
         scores[precision] = (ours, plain)
         del model
 
@@ -179,7 +210,9 @@ def main() -> None:
 
     speed = {k: v["tokens_per_s"] for k, v in results.items()}
     print("\nratios (tokens/s)")
-    for task, other in (("sample", "generate"), ("score", "plain loop")):
+    pairs = [("sample", "generate"), ("score", "plain loop")]
+    pairs += [("score", "minicons")] if any(k.startswith("score/minicons/") for k in speed) else []
+    for task, other in pairs:
         for prec in args.precisions:
             r = speed[f"{task}/textebm/{prec}"] / speed[f"{task}/{other}/{prec}"]
             results[f"ratio {task} textebm/{other} {prec}"] = r

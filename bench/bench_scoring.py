@@ -27,10 +27,11 @@ from pathlib import Path
 
 import torch
 
+from peers import MINICONS, ensure_minicons, patch_tokenizer
+
 from textebm.precision import matmul_peak
 
 HERE = Path(__file__).resolve().parent
-MINICONS = HERE / ".minicons"
 
 
 def ptb_sentences(n: int, root: Path) -> list[str]:
@@ -85,16 +86,6 @@ def export_masked_lm(model, tokenizer, folder: Path) -> Path:
     hf.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
-
-
-def ensure_minicons() -> bool:
-    if not (MINICONS / "minicons").is_dir():
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(MINICONS),
-                            "minicons==0.3.39", "wonderwords"], capture_output=True, text=True)
-        if r.returncode != 0:
-            print("minicons could not be installed:", r.stderr[-500:])
-            return False
-    return True
 
 
 def timed(fn, flops_fn=None) -> tuple[float, float]:
@@ -214,8 +205,7 @@ def main() -> None:
 
         folder = export_masked_lm(models["mlm"][0].float(), tok, out / "masked-lm-hf")
         mc = scorer.MaskedLMScorer(str(folder), "cpu", PLL_metric="original")
-        # minicons 0.3.39 calls batch_encode_plus, which transformers 5 removed; __call__ is its successor
-        mc.tokenizer.batch_encode_plus = lambda *a, **k: mc.tokenizer(*a, **k)
+        patch_tokenizer(mc)
         if dtype == torch.bfloat16:
             mc.model = mc.model.to(dtype)
 
