@@ -342,7 +342,7 @@ def load_encoder(name_or_path: str | Path, dtype: torch.dtype = torch.float32, o
         model, tokenizer = load_cloze(name_or_path, dtype=dtype, option=option)
         if model.encoder is None:
             raise TextebmError(f"{option} {name_or_path}: a two-tower cloze model has no encoder; expected "
-                               f"{NEEDS[ENCODER]} or a cloze model with one (--objective mlm, electric or electra)")
+                               f"{NEEDS[ENCODER]}")
         return model.encoder, tokenizer
     path = find_model(name_or_path, ENCODER, option).path
     tokenizer = _tokenizer(option, path)
