@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import copy
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -36,15 +35,8 @@ from textebm.data.readers import load_split
 from textebm.lm import scoring
 from textebm.lm.train import LMBatcher, LMSpec, build_lm, lm_loss
 from textebm.models.lm import special_ids
-from textebm.precision import cpu_capability, cpu_flags, matmul_peak
+from textebm.precision import cpu_capability, cpu_flags, cpu_name, matmul_peak
 from textebm.train import BucketBatchSampler, TrainOptions, make_optimizer
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 @contextlib.contextmanager

@@ -30,10 +30,9 @@ from textebm.cli import main as textebm
 from textebm.errors import TextebmError
 from textebm.figures import new_figure, save_png
 from textebm.grid import Cell, Grid, once, shard_from
-from textebm.images.train import cpu_name
 from textebm.io import atomic_write, read_json
 from textebm.markdown import table
-from textebm.precision import cpu_capability
+from textebm.precision import cpu_capability, cpu_flags, cpu_name
 from textebm.train import run_completed
 
 METHODS = ("supervised", "pretrain", "joint")
@@ -88,7 +87,8 @@ def report(root: Path, grid: Grid, all_cells: list[Cell], proportions: list[floa
     for c, r in done:
         by.setdefault((c.settings["method"], c.settings["proportion"]), []).append((c.settings["seed"], r))
     prec = {r["precision"] for _, r in done}
-    about = (f"CPU: {cpu_name()} (avx512_bf16), torch CPU capability {cpu_capability()}, one thread; precision "
+    bf16 = "native bf16" if {"avx512_bf16", "amx_bf16"} & cpu_flags() else "no native bf16"
+    about = (f"CPU: {cpu_name()} ({bf16}), torch CPU capability {cpu_capability()}, one thread; precision "
              f"{', '.join(sorted(prec)) or '-'}; {len(done)} of {len(all_cells)} cells finished. Mean ± standard "
              "deviation over seeds (each seed its own labelled set and initialisation); 359 held-out test images.\n")
     lines = ["# Figure 1 on digits: test error (%) against labelled proportion\n", about]

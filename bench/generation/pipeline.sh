@@ -13,6 +13,7 @@ W=${1:?usage: pipeline.sh WORK [STAGE...]}; shift || true
 STAGES=${*:-base negatives energies baselines ppl judge generate}
 T=${TEXTEBM:-textebm}
 CORPORA=${CORPORA:-news brown}
+PPL_ENERGIES=${PPL_ENERGIES:-}     # a subset of "unit bit bit-minilm" for `residual ppl` (into ppl/CORPUS-A+B)
 JUDGED=${JUDGED:-news}            # corpora whose generations a detector of another base LM judges
 WINDOWS=${WINDOWS:-200}           # test prefixes
 SAMPLES=${SAMPLES:-1000}          # base-LM samples per prefix behind log Z
@@ -83,10 +84,11 @@ if has ppl; then
   mkdir -p ppl
   for c in $CORPORA; do
     cmp=""; for b in ralm balm; do [ -f baseline/$c-$b/metrics.json ] && cmp="$cmp baseline/$c-$b"; done
-    [ -f ppl/$c/metrics.json ] || $T residual ppl --base base/$c-s0 \
-      --energy energy/$c-unit energy/$c-bit energy/$c-bit-minilm ${cmp:+--compare $cmp} \
+    out=ppl/$c${PPL_ENERGIES:+-$(echo $PPL_ENERGIES | tr ' ' '+')}
+    [ -f $out/metrics.json ] || $T residual ppl --base base/$c-s0 \
+      --energy $(for e in ${PPL_ENERGIES:-unit bit bit-minilm}; do echo energy/$c-$e; done) ${cmp:+--compare $cmp} \
       --data data/$c --split test --windows $WINDOWS --samples $SAMPLES --positions $POSITIONS \
-      --position-samples $POS_SAMPLES --precision $PREC --out ppl/$c
+      --position-samples $POS_SAMPLES --precision $PREC --out $out
   done
 fi
 

@@ -22,6 +22,7 @@ import functools
 import logging
 import math
 import os
+import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -73,6 +74,18 @@ def cpu_flags() -> set[str]:
         return set()
     line = next((ln for ln in info.splitlines() if ln.startswith("flags")), "")
     return set(line.split(":", 1)[1].split()) if ":" in line else set()
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), for the labels of timings; the platform's processor
+    elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def cpu_capability() -> str:

@@ -29,7 +29,6 @@ not finite) stops with exit 2 and keeps its last checkpoint.
 from __future__ import annotations
 
 import logging
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -57,6 +56,7 @@ from textebm.models.convnet import (
     save_convnet,
 )
 from textebm.models.load import IMAGE_NET, find_model, load_convnet
+from textebm.precision import cpu_name
 from textebm.options import check_config, refuse_unused
 from textebm.seeds import derive_seed
 from textebm.train import (
@@ -405,17 +405,6 @@ class EBMRecipe(Recipe):
     def save(self, folder):
         save_convnet(self.model, folder)
         write_json(Path(folder) / SPLIT_FILE, self.record)
-
-
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), for reports; the platform's processor elsewhere."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def write_report(run: Path, config: dict, metrics: dict) -> None:
