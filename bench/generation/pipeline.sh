@@ -24,6 +24,7 @@ EPOCHS=${EPOCHS:-8}                # of UniT and BiT over the 6,000 windows (eac
 PREC=${PREC:-auto}                # bf16 where the CPU multiplies it natively; metrics stay float64
 mkdir -p "$W"; cd "$W"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
+want() { [[ " ${ENERGY_SET:-mlm unit bit bit-minilm} " == *" $1 "* ]]; }  # ENERGY_SET: a subset, e.g. to run two at once
 done_run() { [ -f "$1/metrics.json" ]; }
 resume() { [ -f "$1/config.json" ] && echo --resume || true; }  # continue an interrupted run
 Q="--no-progress"
@@ -54,17 +55,17 @@ if has energies; then  # conditional NCE: BCE on one of the k negatives at rando
   mkdir -p energy mlm
   for c in $CORPORA; do
     # BiT's body: a masked LM trained on the same corpus (the paper's BERT trained on its data)
-    done_run mlm/$c || $T cloze train --data data/$c --tokenizer vocab --objective mlm --layers 2 --width 128 \
-      --heads 4 --max-len 80 --batch-size 32 --lr 0.0005 --epochs 2 --out mlm/$c $(resume mlm/$c) $Q
+    want mlm && { done_run mlm/$c || $T cloze train --data data/$c --tokenizer vocab --objective mlm --layers 2 \
+      --width 128 --heads 4 --max-len 80 --batch-size 32 --lr 0.0005 --max-steps 1200 --out mlm/$c $(resume mlm/$c) $Q; }
     common="--train neg/$c-train.jsonl --val neg/$c-dev.jsonl --vocab vocab --loss bce --negatives random \
       --schedule cosine --warmup 0.05 --precision $PREC $Q"
-    done_run energy/$c-unit || $T residual train $common --energy unitransf --init base/$c-s0 \
-      --grad-clip 10 --lr 0.0003 --batch-size 32 --epochs $EPOCHS --out energy/$c-unit $(resume energy/$c-unit)
-    done_run energy/$c-bit || $T residual train $common --energy bitransf --pool mean --init mlm/$c \
-      --grad-clip 0.25 --lr 0.0003 --batch-size 32 --epochs $EPOCHS --out energy/$c-bit $(resume energy/$c-bit)
-    done_run energy/$c-bit-minilm || $T residual train $common --energy bitransf --pool mean --init minilm-l6 \
+    want unit && { done_run energy/$c-unit || $T residual train $common --energy unitransf --init base/$c-s0 \
+      --grad-clip 10 --lr 0.0003 --batch-size 32 --epochs $EPOCHS --out energy/$c-unit $(resume energy/$c-unit); }
+    want bit && { done_run energy/$c-bit || $T residual train $common --energy bitransf --pool mean --init mlm/$c \
+      --grad-clip 0.25 --lr 0.0003 --batch-size 32 --epochs $EPOCHS --out energy/$c-bit $(resume energy/$c-bit); }
+    want bit-minilm && { done_run energy/$c-bit-minilm || $T residual train $common --energy bitransf --pool mean --init minilm-l6 \
       --grad-clip 0.25 --lr 0.00005 --batch-size 16 --max-steps 500 --out energy/$c-bit-minilm \
-      $(resume energy/$c-bit-minilm)
+      $(resume energy/$c-bit-minilm); }
   done
 fi
 
