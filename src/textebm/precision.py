@@ -18,6 +18,7 @@ are always computed in fp32 or better, whatever precision the model ran in.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -79,12 +80,10 @@ def cpu_flags() -> set[str]:
 def cpu_name() -> str:
     """The CPU's model name (/proc/cpuinfo), for the labels of timings; the platform's processor
     elsewhere."""
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
