@@ -88,7 +88,7 @@ class TRFRecipe(Recipe):
 
     def loss(self, model, batch, at):
         out = dnce_step(model.pretrain_log_density, model.noise, batch["input_ids"], batch["mask"], self.spec)
-        return out.dnce + out.noise_nll, {"dnce": float(out.dnce), "noise_nll": float(out.noise_nll),
+        return out.dnce + out.noise_nll, {"dnce": float(out.dnce.detach()), "noise_nll": float(out.noise_nll.detach()),
                                           "nce_accuracy": out.accuracy}
 
     def save(self, folder):
@@ -151,8 +151,8 @@ class JointRecipe(TaggerRecipe):
         nll = crf_nll(phi, tagger.transitions, lab["tags"], lab["mask"])
         w = ramp_weight(at.step, self.weight, self.ramp_steps)
         out = dnce_step(model.joint_log_density, model.noise, unl["input_ids"], unl["mask"], self.spec)
-        return nll + w * out.dnce + out.noise_nll, {"crf_nll": float(nll), "dnce": float(out.dnce),
-                                                    "noise_nll": float(out.noise_nll), "weight": w,
+        return nll + w * out.dnce + out.noise_nll, {"crf_nll": float(nll.detach()), "dnce": float(out.dnce.detach()),
+                                                    "noise_nll": float(out.noise_nll.detach()), "weight": w,
                                                     "nce_accuracy": out.accuracy}
 
 
