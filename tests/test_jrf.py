@@ -29,7 +29,7 @@ from textebm.tagging.vocab import build_vocab
 def _args(method, data, out, *extra, sizes: bool = True) -> list[str]:
     """A tiny run: 40 labelled sentences of the 160; semi-supervised, U/L = 2 (80 unlabelled)."""
     args = ["tag", "train", "--method", method, "--data", str(data), "--out", str(out), "--batch-size", "8",
-            "--min-count", "1", "--labelled", "40", "--precision", "fp32", "--no-progress"]
+            "--min-count", "1", "--labelled", "40", "--precision", "fp32", "--no-progress", "--threads", "1"]
     if sizes:
         args += ["--embed", "16", "--hidden", "16"]
     if method != "supervised":
@@ -37,7 +37,7 @@ def _args(method, data, out, *extra, sizes: bool = True) -> list[str]:
     return args + [str(a) for a in extra]
 
 
-PRETRAIN = ("--pretrain-epochs", "1", "--pretrain-lr", "0.01", "--epochs", "6", "--lr", "0.05")
+PRETRAIN = ("--pretrain-epochs", "1", "--pretrain-lr", "0.01", "--epochs", "4", "--lr", "0.05")
 JOINT = ("--epochs", "2", "--lr", "0.02", "--ramp-steps", "5", "--unlabelled-weight", "0.1", "--log-every", "1")
 
 
@@ -75,6 +75,7 @@ def test_dnce_step_on_the_jrf_marginal_matches_enumeration():
     got = dnce_step(model.joint_log_density, noise, ids, mask, DNCESpec(alpha, nu), torch.Generator().manual_seed(7))
     x_n, m_n, log_q_n = noise.sample(9, generator=torch.Generator().manual_seed(7))  # the same draws
 
+    @torch.no_grad()
     def log_p(sentence: list[int]) -> float:
         x = torch.tensor([sentence])
         phi = tagger.potentials(x, torch.ones_like(x, dtype=torch.bool))[0]  # (l, K)
@@ -163,7 +164,7 @@ def test_pretrain_learns_with_the_bilstm_frozen_and_tag_eval_reads_it(tagged, pr
 
 def test_joint_from_a_supervised_tagger_learns_and_tag_predict_reads_it(tagged, tmp_path):  # noqa: F811
     sup = tmp_path / "sup"
-    assert main(supervised_args(tagged, sup, "--labelled", "40", "--max-steps", "20")) == 0
+    assert main(supervised_args(tagged, sup, "--labelled", "40", "--max-steps", "20", "--threads", "1")) == 0
     joint = tmp_path / "joint"
     assert main(_args("joint", tagged, joint, *JOINT, "--init", sup)) == 2  # --embed, --hidden: init's
     assert not joint.exists()
