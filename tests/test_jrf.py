@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-
 from test_tagging import _train as supervised_args
 from test_tagging import tagged  # noqa: F401  (the module fixture: a tiny tagged dataset)
+
 from textebm.cli import main
 from textebm.models.crf import BiLSTMCRF, TaggerSpec
 from textebm.models.noise_lm import NoiseLM
@@ -213,15 +213,15 @@ def test_resume_after_interruptions_equals_an_uninterrupted_run(tagged, tmp_path
 
 
 BAD = [
-    ("U/L larger than the pool", ("pretrain", "--ratio", "4"), "--ratio 4: U/L = 4 with 40 labelled sentences "
-                                                                "needs 160"),
+    ("U/L larger than the pool", ("pretrain", "--ratio", "4"),
+     "--ratio 4: U/L = 4 with 40 labelled sentences needs 160"),
     ("no pool without --labelled", ("joint", "--labelled", "0", "--ratio", "1"), "--ratio 1"),
     ("a semi-supervised option under supervised", ("supervised", "--noise-ratio", "2"),
      "--noise-ratio has no effect with --method supervised"),
-    ("a joint option under pretrain", ("pretrain", "--ramp-steps", "3"), "--ramp-steps has no effect with --method "
-                                                                           "pretrain"),
-    ("a pretrain option under joint", ("joint", "--pretrain-lr", "0.1"), "--pretrain-lr has no effect with --method "
-                                                                         "joint"),
+    ("a joint option under pretrain", ("pretrain", "--ramp-steps", "3"),
+     "--ramp-steps has no effect with --method pretrain"),
+    ("a pretrain option under joint", ("joint", "--pretrain-lr", "0.1"),
+     "--pretrain-lr has no effect with --method joint"),
     ("sizes with --init", ("joint", "--init", "NOWHERE"), "--embed, --hidden have no effect with --init"),
 ]
 

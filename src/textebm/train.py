@@ -44,6 +44,11 @@ models trained together are several prefixes of the recipe's one module). Each g
 weight decay off biases and norms; warm-up and decay scale every group alike; the history logs
 `lr_<name>` next to `lr`.
 
+First stages. `recipe.prepare(run)` runs before the loop, once RUN's config.json is written: a
+recipe whose model starts from a stage of its own (paper e's pre-training) trains it there as a run
+of its own in a folder of RUN named in `run_files` (it resumes by itself), then loads its result.
+A run stopped after such a stage made progress keeps it for --resume.
+
 Schedules. `recipe.loss` gets a `Progress` (optimizer steps done, the run's total, the epoch):
 a schedule that depends on it (a loss weight's warm-up) resumes exactly, since the step count
 comes from the checkpoint. `recipe.end_step(step)` runs on every process after each optimizer

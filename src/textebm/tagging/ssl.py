@@ -18,8 +18,8 @@ for the JRF), the noise LM's log q of the real ones with gradient (its own maxim
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor, nn

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -49,7 +50,15 @@ from textebm.tagging.folder import load_tagging_model
 from textebm.tagging.ssl import DNCESpec, SemiSupervisedTagger, dnce_step, ramp_weight
 from textebm.tagging.train import TaggerRecipe, TagTrainConfig, ssl_rows
 from textebm.tagging.vocab import WordVocab, build_vocab, save_vocab
-from textebm.train import MAIN, ParamGroup, Recipe, Stream, TrainOptions, options_dict, train
+from textebm.train import (
+    MAIN,
+    ParamGroup,
+    Recipe,
+    Stream,
+    TrainOptions,
+    options_dict,
+    train,
+)
 
 log = logging.getLogger(__name__)
 

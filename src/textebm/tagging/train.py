@@ -12,6 +12,9 @@ split of the semi-supervised grid (`data/ssl_split.py`): `--labelled N` sentence
 set from the whole training split; dev tags unseen in training stop the run before it starts.
 Dev accuracy is measured after every epoch and at the end (in fp32, as `tag eval` does), and
 RUN/model holds tagger.json, model.safetensors and words.json.
+
+`--method pretrain` and `--method joint` (sec. 3.2-3.3) add `--ratio` times as many unlabelled
+sentences from the nested split's pool (`ssl_rows`); their recipes are in `tagging/ssl_train.py`.
 """
 
 from __future__ import annotations
