@@ -21,7 +21,13 @@ from textebm.cli import main
 from textebm.models.crf import BiLSTMCRF, TaggerSpec
 from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, length_distribution
-from textebm.tagging.ssl import DNCESpec, SemiSupervisedTagger, dnce_step, ramp_weight
+from textebm.tagging.ssl import (
+    DNCESpec,
+    SemiSupervisedTagger,
+    dnce_step,
+    estimate_zeta,
+    ramp_weight,
+)
 from textebm.tagging.ssl_train import transfer_tagger
 from textebm.tagging.vocab import build_vocab
 
@@ -97,13 +103,30 @@ def test_dnce_step_on_the_jrf_marginal_matches_enumeration():
         p_data = r / (r + nu * math.exp(lq))
         total += -math.log(p_data) if data_side else -math.log(1 - p_data)
     assert got.n_noise == 9
-    assert float(got.dnce) == pytest.approx(total / 6, rel=1e-9)
-    assert float(got.noise_nll) == pytest.approx(-sum(lq_real) / 6, rel=1e-9)
+    assert float(got.dnce.detach()) == pytest.approx(total / 6, rel=1e-9)
+    assert float(got.noise_nll.detach()) == pytest.approx(-sum(lq_real) / 6, rel=1e-9)
     # the DNCE part trains the tagger and ζ, never the noise LM
     got.dnce.backward()
     assert tagger.lstm.weight_hh_l0.grad.abs().sum() > 0 and tagger.transitions.grad.abs().sum() > 0
     assert head.zeta.grad.abs().sum() > 0
     assert all(p.grad is None for p in noise.parameters())
+
+
+def test_the_starting_zeta_estimates_log_z_per_length():
+    """estimate_zeta against log Σ_x exp u(x) over every sentence of the 4 words (id 0 is padding)
+    of lengths 1..3, u the JRF's marginal of a random tagger; lengths π never gives keep l·log 4."""
+    torch.manual_seed(2)
+    tagger = BiLSTMCRF(TaggerSpec(vocab_size=5, tags=["A", "B"], embed=3, hidden=2)).double()
+    pi = torch.tensor([0, 0.5, 0, 0.5], dtype=torch.float64)  # no sentence of length 2
+    u = lambda ids, m: TRFHead.marginal_potential(tagger, ids, m)
+    got = estimate_zeta(u, pi, 5, 0, n=4000, generator=torch.Generator().manual_seed(0))
+    for n in (1, 3):
+        every = torch.tensor(list(itertools.product(range(1, 5), repeat=n)))  # (4^n, n)
+        want = float(torch.logsumexp(u(every, torch.ones_like(every, dtype=torch.bool)), 0))
+        assert float(got[n]) == pytest.approx(want, abs=0.02), n
+    assert float(got[2]) == pytest.approx(2 * math.log(4)) and float(got[0]) == 0.0
+    zero = estimate_zeta(lambda ids, m: torch.zeros(ids.shape[0]), pi, 5, 2, n=3)
+    torch.testing.assert_close(zero, torch.arange(4, dtype=torch.float32) * math.log(4))
 
 
 def test_the_unlabelled_weight_ramps_as_the_papers_code():

@@ -95,6 +95,26 @@ def dnce_step(log_density: Callable[[Tensor, Tensor], Tensor], noise: NoiseLM, i
                     accuracy=float(out.accuracy))
 
 
+@torch.no_grad()
+def estimate_zeta(log_potential: Callable[[Tensor, Tensor], Tensor], length_probs: Tensor, vocab_size: int,
+                  pad_id: int, n: int = 8, generator: torch.Generator | None = None) -> Tensor:
+    """ζ_l ≈ log Z_l = log Σ_{x ∈ W^l} exp u(x) = l·log|W| + log E_{x ~ uniform(W^l)} exp u(x), W the
+    words (every id but `pad_id`), estimated with n uniform sentences per length (a log-mean-exp:
+    biased low by Jensen, by little where u varies little across x); lengths that π never gives
+    keep l·log|W|. `log_potential(ids, mask)` -> u (B,). -> (L + 1,) float32, entry 0 is 0."""
+    L = length_probs.shape[0] - 1
+    words = vocab_size - 1
+    zeta = torch.arange(L + 1, dtype=torch.float64) * math.log(words)  # (L + 1,)
+    for l in range(1, L + 1):
+        if float(length_probs[l]) == 0.0:
+            continue
+        ids = torch.randint(0, words, (n, l), generator=generator)  # (n, l) over the words ...
+        ids = ids + (ids >= pad_id).long()  # ... skipping the padding id
+        u = log_potential(ids, torch.ones(n, l, dtype=torch.bool)).double()  # (n,)
+        zeta[l] += float(torch.logsumexp(u, 0)) - math.log(n)
+    return zeta.float()
+
+
 def ramp_weight(step: int, peak: float, steps: int) -> float:
     """The unlabelled loss's weight at optimizer step `step` (0-based, the steps done):
     peak · sqrt(min(step, N) / N) (thu-spmi/semi-EBM: 0.1 · sqrt(min(step, 40000) / 40000));

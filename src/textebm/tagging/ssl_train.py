@@ -46,8 +46,15 @@ from textebm.losses.crf import crf_nll
 from textebm.models.crf import BiLSTMCRF, TaggerSpec, save_tagger
 from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, length_distribution
+from textebm.seeds import derive_seed
 from textebm.tagging.folder import load_tagging_model
-from textebm.tagging.ssl import DNCESpec, SemiSupervisedTagger, dnce_step, ramp_weight
+from textebm.tagging.ssl import (
+    DNCESpec,
+    SemiSupervisedTagger,
+    dnce_step,
+    estimate_zeta,
+    ramp_weight,
+)
 from textebm.tagging.train import TaggerRecipe, TagTrainConfig, ssl_rows
 from textebm.tagging.vocab import WordVocab, build_vocab, save_vocab
 from textebm.train import (
@@ -178,6 +185,22 @@ def transfer_tagger(init: BiLSTMCRF, init_vocab: WordVocab, vocab: WordVocab, dr
     return model
 
 
+def start_zeta(model: SemiSupervisedTagger, joint: bool, seed: int) -> None:
+    """ζ of `model`'s TRF set to `estimate_zeta`'s log Z_l of its potential at the start (the
+    tagger in eval mode: no dropout), instead of l·log V, the zero potential's: the JRF of a trained
+    tagger (--init) has log-partitions far above zero, which DNCE would otherwise first push down."""
+    potential = ((lambda ids, m: TRFHead.marginal_potential(model.tagger, ids, m)) if joint
+                 else (lambda ids, m: model.trf.potential(model.tagger, ids, m)))
+    generator = torch.Generator().manual_seed(derive_seed(seed, "tag-train", "zeta"))
+    was = model.training
+    model.eval()
+    spec = model.tagger.spec
+    zeta = estimate_zeta(potential, model.trf.log_pi.exp(), spec.vocab_size, spec.pad_id, generator=generator)
+    with torch.no_grad():
+        model.trf.zeta.copy_(zeta)
+    model.train(was)
+
+
 def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[str], eval_split: str,
               eval_rows: list[dict[str, Any]]) -> dict:
     """`tag train --method pretrain | joint` (see the module doc); returns metrics.json."""
@@ -213,11 +236,13 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
     config = {**options_dict(cfg), **inputs}
     if cfg.method == "joint":
         model = SemiSupervisedTagger(tagger, TRFHead(len(vocab), None, pi), noise)
+        start_zeta(model, joint=True, seed=cfg.seed)
         recipe = JointRecipe(model, vocab, rows, unlabelled, eval_split, eval_rows, cfg.batch_size, spec,
                              cfg.unlabelled_weight, cfg.ramp_steps, cfg.noise_lr)
         return train(cfg, config, recipe)
     # pretrain: stage 1 in RUN/pretrain, trained (or resumed, or found finished) by the stage-2 recipe's prepare
     trf_model = SemiSupervisedTagger(BiLSTMCRF(tagger.spec), TRFHead(len(vocab), tagger.spec.hidden, pi), noise)
+    start_zeta(trf_model, joint=False, seed=cfg.seed)
     stage1_keys = ["seed", "batch_size", "grad_accum", "weight_decay", "warmup", "schedule", "grad_clip",
                    "precision", "checkpoint_every", "log_every", "keep_checkpoint", "threads", "progress"]
 
