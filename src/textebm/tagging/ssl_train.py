@@ -242,7 +242,6 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
         return train(cfg, config, recipe)
     # pretrain: stage 1 in RUN/pretrain, trained (or resumed, or found finished) by the stage-2 recipe's prepare
     trf_model = SemiSupervisedTagger(BiLSTMCRF(tagger.spec), TRFHead(len(vocab), tagger.spec.hidden, pi), noise)
-    start_zeta(trf_model, joint=False, seed=cfg.seed)
     stage1_keys = ["seed", "batch_size", "grad_accum", "weight_decay", "warmup", "schedule", "grad_clip",
                    "precision", "checkpoint_every", "log_every", "keep_checkpoint", "threads", "progress"]
 
@@ -252,9 +251,11 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
                                     lr=cfg.pretrain_lr, resume=(out / "config.json").is_file(),
                                     **{k: getattr(cfg, k) for k in stage1_keys})
         own = {k: getattr(cfg, k) for k in ("data", "labelled", "proportion", "split_seed", "ratio", "lowercase",
-                                            "min_count", "embed", "hidden", "layers", "dropout", *
-                                            ("dnce_alpha", "noise_ratio", "noise_lr", "noise_embed", "noise_hidden"))}
+                                            "min_count", "embed", "hidden", "layers", "dropout", "dnce_alpha",
+                                            "noise_ratio", "noise_lr", "noise_embed", "noise_hidden")}
         log.info("stage 1 (the TRF language model) in %s", out)
+        if not run_completed(out):
+            start_zeta(trf_model, joint=False, seed=cfg.seed)  # a checkpoint, if any, then replaces it
         train(opts, {**options_dict(opts), **own, **inputs}, TRFRecipe(trf_model, vocab, unlabelled, spec,
                                                                          cfg.noise_lr))
         log.info("stage 2: the output layer and A on the labelled sentences, the BiLSTM frozen")
