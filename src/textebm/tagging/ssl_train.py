@@ -64,6 +64,7 @@ from textebm.train import (
     Stream,
     TrainOptions,
     options_dict,
+    run_completed,
     train,
 )
 
