@@ -44,6 +44,11 @@ models trained together are several prefixes of the recipe's one module). Each g
 weight decay off biases and norms; warm-up and decay scale every group alike; the history logs
 `lr_<name>` next to `lr`.
 
+First stages. `recipe.prepare(run)` runs before the loop, once RUN's config.json is written: a
+recipe whose model starts from a stage of its own (paper e's pre-training) trains it there as a run
+of its own in a folder of RUN named in `run_files` (it resumes by itself), then loads its result.
+A run stopped after such a stage made progress keeps it for --resume.
+
 Schedules. `recipe.loss` gets a `Progress` (optimizer steps done, the run's total, the epoch):
 a schedule that depends on it (a loss weight's warm-up) resumes exactly, since the step count
 comes from the checkpoint. `recipe.end_step(step)` runs on every process after each optimizer
@@ -300,6 +305,15 @@ class Recipe:
         """Metrics of the trained model for metrics.json (after `save`, under no_grad and autocast)."""
         return None
 
+    def prepare(self, run: Path) -> bool:
+        """Before the loop, on every process, once RUN's config.json is written (also on --resume):
+        a first stage of training of the recipe's own, e.g. paper e's pre-training, a run of its
+        own in a folder of RUN named in `run_files` that resumes by itself, whose result the
+        recipe then loads into `model`. Return True when it ran the loop (it made an Accelerator of
+        its own, so `train` makes its one again); a run whose first stage holds a checkpoint or a
+        model is kept when a later failure stops it, for --resume."""
+        return False
+
     def start_epoch(self, epoch: int) -> None:
         """Before every epoch's batches, also a resumed epoch's."""
 
@@ -521,12 +535,23 @@ def drop_set_aside(run: Path) -> None:
     remove(run / SET_ASIDE)
 
 
+def holds_progress(run: Path) -> bool:
+    """True when RUN holds something a --resume continues from: a checkpoint or the model."""
+    return (run / "checkpoint" / "state.json").is_file() or (run / "model").exists()
+
+
+def stages_with_progress(run: Path, entries: Sequence[str]) -> list[str]:
+    """The entries of RUN that are runs of their own (a recipe's first stage, `Recipe.prepare`)
+    holding a checkpoint or a model."""
+    return [n for n in entries if n not in RUN_ENTRIES and (run / n).is_dir() and holds_progress(run / n)]
+
+
 def abandon_failed_start(run: Path, created: bool, entries: Sequence[str] = tuple(RUN_ENTRIES)) -> None:
     """After a failure before the first checkpoint, remove what this run wrote (nothing there
     could be resumed), so the same command can simply be run again, and bring back the earlier
     run that --overwrite had set aside."""
 
-    if (run / "checkpoint" / "state.json").is_file() or (run / "model").exists():
+    if holds_progress(run) or stages_with_progress(run, entries):
         return
     for name in [*entries, MARKER]:
         remove(run / name)
@@ -579,6 +604,9 @@ def train(opts: TrainOptions, config: dict, recipe: Recipe, accelerator=None) ->
         return read_json(run / "metrics.json")
     folder = RunFolder(run, accelerator)
     try:
+        if recipe.prepare(run):  # a first stage trained with an Accelerator of its own
+            accelerator = make_accelerator(opts, choice.precision)
+            folder = RunFolder(run, accelerator)
         done = optimise(opts, recipe, accelerator, folder)
         return finish_run(opts, recipe, accelerator, folder, done, choice)
     except BaseException as e:
@@ -589,7 +617,7 @@ def train(opts: TrainOptions, config: dict, recipe: Recipe, accelerator=None) ->
                      else "no checkpoint was written yet")
             raise TrainingDiverged(f"{e} ({where}). Try a lower --lr, --precision fp32, or --grad-clip.") from None
         if isinstance(e, KeyboardInterrupt) and not isinstance(e, TrainingInterrupted):
-            raise TrainingInterrupted(interrupted_message(folder)) from None
+            raise TrainingInterrupted(interrupted_message(folder, entries)) from None
         raise
 
 
@@ -819,12 +847,15 @@ def _gather(accelerator, obj) -> list:
     return gather_object([obj])
 
 
-def interrupted_message(folder: RunFolder) -> str:
+def interrupted_message(folder: RunFolder, entries: Sequence[str] = ()) -> str:
     """What the user reads after Ctrl-C: how to continue the run, or that nothing was kept."""
     if folder.has_checkpoint():
         step = read_json(folder.checkpoint / "state.json").get("step")
         return (f"--out {folder.path}: the checkpoint of step {step} is kept; run the same command with "
                 "--resume to continue it")
+    if stages := stages_with_progress(folder.path, entries):
+        return (f"--out {folder.path}: stopped before its first checkpoint; what its first stage trained "
+                f"({', '.join(stages)}) is kept: run the same command with --resume to continue")
     return f"--out {folder.path}: stopped before its first checkpoint, nothing was kept; run the command again"
 
 

@@ -1,6 +1,7 @@
 """tag commands: paper e's BiLSTM-CRF taggers (Song & Ou 2021).
 
   textebm tag train   --data data/brown-pos --out runs/pos --method supervised --labelled 2500
+  textebm tag train   --data data/brown-pos --out runs/joint --method joint --init runs/pos --labelled 2500 --ratio 50
   textebm tag eval    --model runs/pos --data data/wsj-pos --split test
   textebm tag predict --model runs/pos --input sentences.jsonl --out tagged.conll
 
@@ -12,7 +13,7 @@ from textebm.tagging.train import TagTrainConfig
 
 
 def train(cfg: TagTrainConfig) -> None:
-    """Train a BiLSTM-CRF tagger (--method supervised), dev accuracy after each epoch."""
+    """Train a BiLSTM-CRF tagger (--method supervised | pretrain | joint), dev accuracy after each epoch."""
     from textebm.tagging.train import tag_train
 
     m = tag_train(cfg)

@@ -62,13 +62,14 @@ def eq3_potential(before: Tensor, after: Tensor, out_embed: Tensor, input_ids: T
 class TRFHead(nn.Module):
     """What the TRF adds to a tagger: output embeddings e (V, H), log-normalisers ζ (L + 1,) and
     log π (L + 1,) (a buffer). ζ_l starts at l·zeta_per_token (log V by default: the log-normaliser
-    of a zero potential)."""
+    of a zero potential). `hidden=None`: no output embeddings, for the JRF, whose potential is the
+    CRF's log-partition (`marginal_potential`)."""
 
-    def __init__(self, vocab_size: int, hidden: int, length_probs: Tensor, zeta_per_token: float | None = None,
-                 init_std: float = 0.1):
+    def __init__(self, vocab_size: int, hidden: int | None, length_probs: Tensor,
+                 zeta_per_token: float | None = None, init_std: float = 0.1):
         super().__init__()
         check_length_probs(length_probs)
-        self.out_embed = nn.Parameter(torch.randn(vocab_size, hidden) * init_std)  # (V, H)
+        self.out_embed = None if hidden is None else nn.Parameter(torch.randn(vocab_size, hidden) * init_std)  # (V, H)
         per_token = math.log(vocab_size) if zeta_per_token is None else zeta_per_token
         self.zeta = nn.Parameter(torch.arange(length_probs.shape[0], dtype=torch.float32) * per_token)  # (L + 1,)
         self.register_buffer("log_pi", length_probs.to(torch.float32).log())  # (L + 1,), −inf where π_l = 0
@@ -79,6 +80,8 @@ class TRFHead(nn.Module):
 
     def potential(self, tagger: BiLSTMCRF, input_ids: Tensor, mask: Tensor) -> Tensor:
         """Eq. (3)'s u(x) (B,) over the tagger's BiLSTM (pre-training)."""
+        if self.out_embed is None:
+            raise ValueError("this TRF head has no output embeddings (hidden=None): eq. (3) needs them")
         before, after = tagger.neighbour_states(input_ids, mask)  # (B, T, H) each
         return eq3_potential(before, after, self.out_embed, input_ids, mask)
 

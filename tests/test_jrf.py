@@ -1,0 +1,270 @@
+"""Paper e's semi-supervised taggers (`tag train --method pretrain | joint`): the DNCE step on the
+JRF's marginal against enumeration of every tag sequence, the joint weight's ramp, the start from a
+supervised tagger, both methods end to end on a tiny synthetic corpus (stage 2's BiLSTM frozen
+byte for byte), resume of each equal to an uninterrupted run, and bad inputs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_tagging import _train as supervised_args
+from test_tagging import tagged  # noqa: F401  (the module fixture: a tiny tagged dataset)
+
+from textebm.cli import main
+from textebm.models.crf import BiLSTMCRF, TaggerSpec
+from textebm.models.noise_lm import NoiseLM
+from textebm.models.trf import TRFHead, length_distribution
+from textebm.tagging.ssl import (
+    DNCESpec,
+    SemiSupervisedTagger,
+    dnce_step,
+    estimate_zeta,
+    ramp_weight,
+)
+from textebm.tagging.ssl_train import transfer_tagger
+from textebm.tagging.vocab import build_vocab
+
+
+def _args(method, data, out, *extra, sizes: bool = True) -> list[str]:
+    """A tiny run: 40 labelled sentences of the 160; semi-supervised, U/L = 2 (80 unlabelled)."""
+    args = ["tag", "train", "--method", method, "--data", str(data), "--out", str(out), "--batch-size", "8",
+            "--min-count", "1", "--labelled", "40", "--precision", "fp32", "--no-progress", "--threads", "1"]
+    if sizes:
+        args += ["--embed", "16", "--hidden", "16"]
+    if method != "supervised":
+        args += ["--noise-embed", "16", "--noise-hidden", "16", "--ratio", "2"]
+    return args + [str(a) for a in extra]
+
+
+PRETRAIN = ("--pretrain-epochs", "1", "--pretrain-lr", "0.01", "--epochs", "4", "--lr", "0.05")
+JOINT = ("--epochs", "2", "--lr", "0.02", "--ramp-steps", "5", "--unlabelled-weight", "0.1", "--log-every", "1")
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _majority(data: Path) -> float:
+    dev = [json.loads(line) for line in (data / "dev.jsonl").read_text().splitlines()]
+    counts = Counter(t for r in dev for t in r["tags"])
+    return counts.most_common(1)[0][1] / sum(counts.values())
+
+
+# ---------------------------------------------------------------- the pieces
+
+
+def test_dnce_step_on_the_jrf_marginal_matches_enumeration():
+    """One DNCE step of the JRF (α = 0.5, ν = 1: 3 real sentences, 3 noise ones mixed into the data
+    side, 6 on the noise side) against the loss written out in floats, each log p from u(x) = log
+    Σ_y exp u(x, y) over every tag sequence y, and the noise LM's own loss."""
+    torch.manual_seed(0)
+    V, K = 5, 3
+    pi = length_distribution([1, 2, 3, 3], 3)
+    tagger = BiLSTMCRF(TaggerSpec(vocab_size=V, tags=["A", "B", "C"], embed=4, hidden=3)).double()
+    with torch.no_grad():
+        tagger.transitions.copy_(torch.randn(K, K, dtype=torch.float64))
+    head = TRFHead(V, None, pi).double()
+    with torch.no_grad():
+        head.zeta.copy_(torch.tensor([0.0, 1.3, 2.9, 4.1], dtype=torch.float64))
+    noise = NoiseLM(V, pi, embed=4, hidden=5).double()
+    model = SemiSupervisedTagger(tagger, head, noise)
+    ids = torch.tensor([[1, 2, 3], [4, 2, 0], [3, 0, 0]])
+    mask = ids != 0
+    alpha, nu = 0.5, 1.0
+    got = dnce_step(model.joint_log_density, noise, ids, mask, DNCESpec(alpha, nu), torch.Generator().manual_seed(7))
+    x_n, m_n, log_q_n = noise.sample(9, generator=torch.Generator().manual_seed(7))  # the same draws
+
+    @torch.no_grad()
+    def log_p(sentence: list[int]) -> float:
+        x = torch.tensor([sentence])
+        phi = tagger.potentials(x, torch.ones_like(x, dtype=torch.bool))[0]  # (l, K)
+        scores = [sum(float(phi[t, y[t]]) for t in range(len(y))) + sum(float(tagger.transitions[a, b])
+                                                                        for a, b in itertools.pairwise(y))
+                  for y in itertools.product(range(K), repeat=len(sentence))]
+        u = math.log(sum(math.exp(s) for s in scores))
+        n = len(sentence)
+        return u - float(head.zeta[n]) + math.log(float(pi[n]))
+
+    real = [[1, 2, 3], [4, 2], [3]]
+    drawn = [x_n[i, :int(m_n[i].sum())].tolist() for i in range(9)]
+    lq_real = [float(noise.log_prob(torch.tensor([s]), torch.ones(1, len(s), dtype=torch.bool)).detach()) for s in real]
+    samples = [(s, lq, True) for s, lq in zip(real, lq_real)]
+    samples += [(s, float(lq), i < 3) for i, (s, lq) in enumerate(zip(drawn, log_q_n))]  # 3 mixed in, 6 noise
+    total = 0.0
+    for s, lq, data_side in samples:
+        r = alpha * math.exp(log_p(s)) + (1 - alpha) * math.exp(lq)
+        p_data = r / (r + nu * math.exp(lq))
+        total += -math.log(p_data) if data_side else -math.log(1 - p_data)
+    assert got.n_noise == 9
+    assert float(got.dnce.detach()) == pytest.approx(total / 6, rel=1e-9)
+    assert float(got.noise_nll.detach()) == pytest.approx(-sum(lq_real) / 6, rel=1e-9)
+    # the DNCE part trains the tagger and ζ, never the noise LM
+    got.dnce.backward()
+    assert tagger.lstm.weight_hh_l0.grad.abs().sum() > 0 and tagger.transitions.grad.abs().sum() > 0
+    assert head.zeta.grad.abs().sum() > 0
+    assert all(p.grad is None for p in noise.parameters())
+
+
+def test_the_starting_zeta_estimates_log_z_per_length():
+    """estimate_zeta against log Σ_x exp u(x) over every sentence of the 4 words (id 0 is padding)
+    of lengths 1..3, u the JRF's marginal of a random tagger; lengths π never gives keep l·log 4."""
+    torch.manual_seed(2)
+    tagger = BiLSTMCRF(TaggerSpec(vocab_size=5, tags=["A", "B"], embed=3, hidden=2)).double()
+    pi = torch.tensor([0, 0.5, 0, 0.5], dtype=torch.float64)  # no sentence of length 2
+    u = lambda ids, m: TRFHead.marginal_potential(tagger, ids, m)
+    got = estimate_zeta(u, pi, 5, 0, n=4000, generator=torch.Generator().manual_seed(0))
+    for n in (1, 3):
+        every = torch.tensor(list(itertools.product(range(1, 5), repeat=n)))  # (4^n, n)
+        with torch.no_grad():
+            want = float(torch.logsumexp(u(every, torch.ones_like(every, dtype=torch.bool)), 0))
+        assert float(got[n]) == pytest.approx(want, abs=0.02), n
+    assert float(got[2]) == pytest.approx(2 * math.log(4)) and float(got[0]) == 0.0
+    zero = estimate_zeta(lambda ids, m: torch.zeros(ids.shape[0]), pi, 5, 2, n=3)
+    torch.testing.assert_close(zero, torch.arange(4, dtype=torch.float32) * math.log(4))
+
+
+def test_the_unlabelled_weight_ramps_as_the_papers_code():
+    assert ramp_weight(0, 0.1, 40000) == 0.0
+    assert ramp_weight(10000, 0.1, 40000) == pytest.approx(0.05)
+    assert ramp_weight(40000, 0.1, 40000) == pytest.approx(0.1)
+    assert ramp_weight(90000, 0.1, 40000) == pytest.approx(0.1)
+    assert ramp_weight(4, 0.2, 16) == pytest.approx(0.1)
+    assert ramp_weight(0, 0.1, 0) == 0.1  # no ramp
+
+
+def test_a_tagger_moved_to_a_larger_vocabulary_tags_as_before():
+    torch.manual_seed(1)
+    rows = [{"tokens": ["the", "dog", "runs"]}, {"tokens": ["the", "cat", "runs"]}]
+    small = build_vocab(rows, min_count=2)  # the, runs
+    big = build_vocab(rows + [{"tokens": ["a", "dog", "sits"]}], min_count=1)
+    init = BiLSTMCRF(TaggerSpec(vocab_size=len(small), tags=["D", "N", "V"], embed=4, hidden=3))
+    with torch.no_grad():
+        init.transitions.copy_(torch.randn(3, 3))
+    moved = transfer_tagger(init, small, big, dropout=0.0)
+    sent = ["the", "fox", "sits", "a", "runs", "dog"]  # "sits", "a", "dog": known to big only
+    a = init.potentials(torch.tensor([small.encode(sent)]), torch.ones(1, 6, dtype=torch.bool))
+    b = moved.potentials(torch.tensor([big.encode(sent)]), torch.ones(1, 6, dtype=torch.bool))
+    assert big.encode(sent) != small.encode(sent) and moved.spec.vocab_size == len(big)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert torch.equal(moved.transitions, init.transitions)
+
+
+# ---------------------------------------------------------------- the commands end to end
+
+
+@pytest.fixture(scope="module")
+def pretrained(tagged, tmp_path_factory) -> Path:  # noqa: F811
+    out = tmp_path_factory.mktemp("jrf") / "pre"
+    assert main(_args("pretrain", tagged, out, *PRETRAIN)) == 0
+    return out
+
+
+def test_pretrain_learns_with_the_bilstm_frozen_and_tag_eval_reads_it(tagged, pretrained, tmp_path):  # noqa: F811
+    metrics = json.loads((pretrained / "metrics.json").read_text())
+    acc = metrics["eval"]["dev_accuracy"]
+    assert acc > _majority(tagged) + 0.3, acc
+    stage1 = json.loads((pretrained / "pretrain" / "metrics.json").read_text())
+    assert stage1["completed"] and {"dnce", "noise_nll"} <= set(stage1["train"]["history"][-1])
+    config = json.loads((pretrained / "config.json").read_text())
+    assert (config["labelled_sentences"], config["unlabelled_sentences"]) == (40, 80)
+    # stage 2 kept the embeddings and the BiLSTM of stage 1 byte for byte; the output layer learnt
+    first, final = _weights(pretrained / "pretrain" / "model"), _weights(pretrained / "model")
+    frozen = [k for k in final if k.startswith(("embed.", "lstm."))]
+    assert frozen and all(torch.equal(first[k], final[k]) for k in frozen)
+    assert not torch.equal(first["out.weight"], final["out.weight"])
+    assert (pretrained / "pretrain" / "model" / "trf.safetensors").is_file()
+    out = tmp_path / "dev.json"
+    assert main(["tag", "eval", "--model", str(pretrained), "--data", str(tagged), "--split", "dev",
+                 "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["dev_accuracy"] == pytest.approx(acc, abs=1e-12)
+
+
+def test_joint_from_a_supervised_tagger_learns_and_tag_predict_reads_it(tagged, tmp_path):  # noqa: F811
+    sup = tmp_path / "sup"
+    assert main(supervised_args(tagged, sup, "--labelled", "40", "--max-steps", "20", "--threads", "1")) == 0
+    joint = tmp_path / "joint"
+    assert main(_args("joint", tagged, joint, *JOINT, "--init", sup)) == 2  # --embed, --hidden: init's
+    assert not joint.exists()
+    assert main(_args("joint", tagged, joint, *JOINT, "--init", sup, sizes=False)) == 0
+    metrics = json.loads((joint / "metrics.json").read_text())
+    history = metrics["train"]["history"]
+    assert metrics["eval"]["dev_accuracy"] > _majority(tagged) + 0.3, metrics["eval"]
+    assert history[-1]["weight"] == pytest.approx(0.1) and "crf_nll" in history[-1]
+    assert metrics["train"]["steps"] == 20  # 2 epochs of 80 unlabelled sentences in batches of 8: the main stream
+    pred = tmp_path / "p.conll"
+    assert main(["tag", "predict", "--model", str(joint), "--input", str(tagged / "dev.jsonl"),
+                 "--out", str(pred)]) == 0
+    assert pred.read_text().count("\n\n") == 40
+
+
+@pytest.mark.parametrize("method", ["pretrain", "joint"])
+def test_resume_after_interruptions_equals_an_uninterrupted_run(tagged, tmp_path, monkeypatch, method):  # noqa: F811
+    from textebm.tagging import ssl_train
+
+    extra = (("--pretrain-steps", "9", "--max-steps", "9", "--pretrain-epochs", "1", "--epochs", "3")
+             if method == "pretrain" else ("--max-steps", "9", "--ramp-steps", "4", "--dropout", "0.2"))
+    args = (*extra, "--checkpoint-every", "4")
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main(_args(method, tagged, whole, *args)) == 0
+
+    def stop(self, step):
+        if step == 6:
+            raise KeyboardInterrupt
+
+    # pretrain: stopped in stage 1, then in stage 2; joint: stopped once
+    stages = [ssl_train.TRFRecipe, ssl_train.FineTuneRecipe] if method == "pretrain" else [ssl_train.JointRecipe]
+    for i, recipe in enumerate(stages):
+        monkeypatch.setattr(recipe, "end_step", stop)
+        assert main([*_args(method, tagged, cut, *args), *(["--resume"] if i else [])]) == 130
+        monkeypatch.undo()
+    assert main([*_args(method, tagged, cut, *args), "--resume"]) == 0
+    folders = ["model", "pretrain/model"] if method == "pretrain" else ["model"]
+    for f in folders:
+        a, b = _weights(whole / f), _weights(cut / f)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f
+    ma, mb = (json.loads((r / "metrics.json").read_text())["eval"] for r in (whole, cut))
+    assert ma == mb
+
+
+# ---------------------------------------------------------------- bad inputs: exit 2, nothing written
+
+
+BAD = [
+    ("U/L larger than the pool", ("pretrain", "--ratio", "4"),
+     "--ratio 4: U/L = 4 with 40 labelled sentences needs 160"),
+    ("no pool without --labelled", ("joint", "--labelled", "0", "--ratio", "1"), "--ratio 1"),
+    ("a semi-supervised option under supervised", ("supervised", "--noise-ratio", "2"),
+     "--noise-ratio has no effect with --method supervised"),
+    ("a joint option under pretrain", ("pretrain", "--ramp-steps", "3"),
+     "--ramp-steps has no effect with --method pretrain"),
+    ("a pretrain option under joint", ("joint", "--pretrain-lr", "0.1"),
+     "--pretrain-lr has no effect with --method joint"),
+    ("sizes with --init", ("joint", "--init", "NOWHERE"), "--embed, --hidden have no effect with --init"),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_inputs_exit_2_naming_the_option_and_write_nothing(tagged, tmp_path, case, capsys):  # noqa: F811
+    _, (method, *extra), expected = case
+    before = sorted(tmp_path.rglob("*")), sorted(tagged.rglob("*"))
+    capsys.readouterr()
+    assert main(_args(method, tagged, tmp_path / "o", *extra)) == 2, case[0]
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err, err
+    assert (sorted(tmp_path.rglob("*")), sorted(tagged.rglob("*"))) == before
+
+
+def test_init_must_be_a_tagger_with_the_training_tags(tagged, tmp_path, capsys):  # noqa: F811
+    clf = tmp_path / "clf" / "model"
+    clf.mkdir(parents=True)
+    (clf / "classifier.json").write_text("{}")
+    capsys.readouterr()
+    assert main(_args("joint", tagged, tmp_path / "o", "--init", tmp_path / "clf", sizes=False)) == 2
+    assert "--init" in capsys.readouterr().err and not (tmp_path / "o").exists()
