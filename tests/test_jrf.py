@@ -21,6 +21,7 @@ from textebm.cli import main
 from textebm.models.crf import BiLSTMCRF, TaggerSpec
 from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, length_distribution
+from textebm.tagging.recipes import transfer_tagger
 from textebm.tagging.ssl import (
     DNCESpec,
     SemiSupervisedTagger,
@@ -28,7 +29,6 @@ from textebm.tagging.ssl import (
     estimate_zeta,
     ramp_weight,
 )
-from textebm.tagging.ssl_train import transfer_tagger
 from textebm.tagging.vocab import build_vocab
 
 
@@ -206,7 +206,7 @@ def test_joint_from_a_supervised_tagger_learns_and_tag_predict_reads_it(tagged, 
 
 @pytest.mark.parametrize("method", ["pretrain", "joint"])
 def test_resume_after_interruptions_equals_an_uninterrupted_run(tagged, tmp_path, monkeypatch, method):  # noqa: F811
-    from textebm.tagging import ssl_train
+    from textebm.tagging import recipes
 
     extra = (("--pretrain-steps", "9", "--max-steps", "9", "--pretrain-epochs", "1", "--epochs", "3")
              if method == "pretrain" else ("--max-steps", "9", "--ramp-steps", "4", "--dropout", "0.2"))
@@ -219,7 +219,7 @@ def test_resume_after_interruptions_equals_an_uninterrupted_run(tagged, tmp_path
             raise KeyboardInterrupt
 
     # pretrain: stopped in stage 1, then in stage 2; joint: stopped once
-    stages = [ssl_train.TRFRecipe, ssl_train.FineTuneRecipe] if method == "pretrain" else [ssl_train.JointRecipe]
+    stages = [recipes.TRFRecipe, recipes.FineTuneRecipe] if method == "pretrain" else [recipes.JointRecipe]
     for i, recipe in enumerate(stages):
         monkeypatch.setattr(recipe, "end_step", stop)
         assert main([*_args(method, tagged, cut, *args), *(["--resume"] if i else [])]) == 130

@@ -16,7 +16,13 @@ from textebm.cli import main
 from textebm.data.conll import read_conll
 from textebm.data.layout import write_dataset
 from textebm.errors import InputError
-from textebm.tagging.metrics import is_bio, span_f1, spans, tagging_scores, token_accuracy
+from textebm.tagging.metrics import (
+    is_bio,
+    span_f1,
+    spans,
+    tagging_scores,
+    token_accuracy,
+)
 from textebm.tagging.vocab import UNK_ID, build_vocab, load_vocab, save_vocab
 
 NOUNS = ["dog", "cat", "bird", "fish", "cow", "fox"]

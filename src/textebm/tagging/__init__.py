@@ -5,10 +5,11 @@ applied by the `tag` commands.
   `words.json` beside `tagger.json`);
 - `metrics.py`: token accuracy and span F1 (BIO tags: chunking, NER);
 - `folder.py`: a tagger's folder loaded whole (weights, spec, words) and sentences tagged;
-- `train.py`: `tag train` (`TagTrainConfig`; `--method supervised`: CRF NLL on the one loop);
+- `train.py`: `tag train` (`TagTrainConfig`; `--method supervised | pretrain | joint`: the
+  labelled and unlabelled sets, the models, the run folders);
+- `recipes.py`: the three methods' recipes on the one loop (supervised CRF NLL; pre-training's
+  TRF by DNCE, then the output layer and A with the BiLSTM frozen; the JRF);
 - `ssl.py`: the semi-supervised pieces: tagger + TRF + noise LM as one module, one DNCE step, the
   joint method's weight ramp;
-- `ssl_train.py`: `--method pretrain` (a TRF language model on unlabelled sentences, then the
-  BiLSTM frozen) and `--method joint` (the JRF);
 - `commands.py`: `tag eval` and `tag predict`.
 """

@@ -13,8 +13,27 @@ set from the whole training split; dev tags unseen in training stop the run befo
 Dev accuracy is measured after every epoch and at the end (in fp32, as `tag eval` does), and
 RUN/model holds tagger.json, model.safetensors and words.json.
 
-`--method pretrain` and `--method joint` (sec. 3.2-3.3) add `--ratio` times as many unlabelled
-sentences from the nested split's pool (`ssl_rows`); their recipes are in `tagging/ssl_train.py`.
+`--method pretrain` and `--method joint` (sec. 3.2-3.3) read the labelled set and an unlabelled
+pool of `--ratio` times as many sentences, drawn by the nested split from the training sentences
+outside the --labelled set (dev and test sentences left out; their tags are never read), and build
+the word vocabulary from both. Their TRF is trained by DNCE (`tagging/ssl.py`) with a 1-layer LSTM
+noise LM trained along by maximum likelihood in a parameter group of its own (`--noise-lr`); ζ per
+length learnt, π the unlabelled sentences' length distribution. Their recipes are in
+`tagging/recipes.py`.
+
+pretrain: stage 1 is a run of its own in RUN/pretrain (`--pretrain-epochs`, `--pretrain-lr`,
+`--pretrain-steps`; the TRF language model of eq. (3) over the BiLSTM, on the unlabelled
+sentences only), keyed by its inputs (data, split, vocabulary, options) and resumed by itself;
+stage 2 is RUN's own run: the embeddings and the BiLSTM loaded from stage 1 and frozen, the linear
+output layer (new, as initialised) and A trained on the labelled sentences by the CRF NLL.
+
+joint: one run, the unlabelled sentences the main stream (epochs count passes over them: they
+are the many, and the cost) and the labelled ones a cycling stream (they are few, so each
+unlabelled epoch passes over them ratio times); loss = CRF NLL (labelled batch) + w(step) · DNCE
+of the JRF's marginal (unlabelled batch) + the noise LM's NLL, w(step) = --unlabelled-weight ·
+sqrt(min(step, N) / N), N = --ramp-steps. `--init RUN` starts from a supervised tagger.
+
+RUN/model is a tagger folder like the supervised method's, so `tag eval` and `tag predict` read it.
 """
 
 from __future__ import annotations
@@ -24,26 +43,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
-
 from textebm.data.conll import CONLL_SUFFIX
 from textebm.data.readers import split_path
 from textebm.data.ssl_split import nested_split
 from textebm.data.tagging import check_known_tags, load_tagged, tag_set
 from textebm.errors import TextebmError
-from textebm.fingerprint import file_sha256
-from textebm.losses.crf import crf_nll
-from textebm.models.crf import BiLSTMCRF, TaggerSpec, save_tagger
+from textebm.fingerprint import file_sha256, json_sha256
+from textebm.models.crf import BiLSTMCRF, TaggerSpec
+from textebm.models.noise_lm import NoiseLM
+from textebm.models.trf import TRFHead, length_distribution
 from textebm.options import check_config, refuse_unused
-from textebm.tagging.folder import tag_batch, tag_sentences
-from textebm.tagging.metrics import tagging_scores
-from textebm.tagging.vocab import WordVocab, build_vocab, save_vocab
+from textebm.tagging.folder import load_tagging_model
+from textebm.tagging.recipes import (
+    STAGE1,
+    FineTuneRecipe,
+    JointRecipe,
+    TaggerRecipe,
+    TRFRecipe,
+    encode,
+    start_zeta,
+    transfer_tagger,
+)
+from textebm.tagging.ssl import DNCESpec, SemiSupervisedTagger
+from textebm.tagging.vocab import build_vocab
 from textebm.train import (
-    Recipe,
     TrainOptions,
     check_run_dir,
     eval_split_of,
     options_dict,
+    run_completed,
     seed_everything,
     train,
 )
@@ -185,7 +213,6 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     if eval_rows:
         check_known_tags(eval_rows, tags, split_path(cfg.data, eval_split))
     if cfg.method != "supervised":
-        from textebm.tagging.ssl_train import ssl_train
 
         return ssl_train(cfg, train_rows, tags, eval_split, eval_rows)
     rows = labelled_rows(train_rows, cfg.labelled, cfg.proportion, cfg.split_seed, cfg.data)
@@ -202,53 +229,74 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     return train(cfg, config, recipe)
 
 
-class TaggerRecipe(Recipe):
-    """The supervised tagger on the loop: CRF NLL per sentence, dev accuracy after each epoch."""
+@dataclass(kw_only=True)
+class PretrainStageOptions(TrainOptions):
+    """Stage 1 of `tag train --method pretrain`, the run in RUN/pretrain (made from the command's
+    options, never given by the user)."""
 
-    def __init__(self, model: BiLSTMCRF, vocab: WordVocab, rows: list[dict[str, Any]], eval_split: str,
-                 eval_rows: list[dict[str, Any]], batch_size: int):
-        self.model, self.vocab, self.eval_split, self.eval_rows = model, vocab, eval_split, eval_rows
-        self.tagger = model  # what is scored and saved (the loop's `model` may hold more: paper e's JRF)
-        self.batch_size = batch_size
-        tag_id = {t: k for k, t in enumerate(model.spec.tags)}
-        self.dataset = [(vocab.encode(r["tokens"]), [tag_id[t] for t in r["tags"]]) for r in rows]
-        self.lengths = [len(w) for w, _ in self.dataset]
-        self.collate = lambda items: tag_batch(items, vocab.pad_id)
-        self.by_epoch: list[float] = []  # dev accuracy after each full epoch (kept in checkpoints)
+    COMMAND: ClassVar[str] = "tag train --method pretrain (stage 1)"
 
-    def loss(self, model, batch, at):
-        phi = model(batch["input_ids"], batch["mask"])  # (B, T, K) in fp32
-        nll = crf_nll(phi, self.model.transitions, batch["tags"], batch["mask"])  # mean over sentences
-        return nll, {"tokens": float(batch["mask"].sum())}
 
-    def _scores(self) -> dict[str, float]:
-        """Dev metrics in fp32 (autocast off), as `tag eval` computes them."""
-        device = next(self.tagger.parameters()).device
-        with torch.autocast(device.type, enabled=False):
-            pred = tag_sentences(self.tagger, self.vocab, self.eval_rows, self.batch_size)
-        gold = [r["tags"] for r in self.eval_rows]
-        return tagging_scores(gold, pred, self.tagger.spec.tags, self.eval_split)
+def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[str], eval_split: str,
+              eval_rows: list[dict[str, Any]]) -> dict:
+    """`tag train --method pretrain | joint` (see the module doc); returns metrics.json."""
+    init = None
+    if cfg.init:
+        init, init_vocab, init_path = load_tagging_model(cfg.init, "cpu", option="--init")
+        if init.spec.tags != tags:
+            raise TextebmError(f"--init {cfg.init}: its tags {init.spec.tags} are not the training split's {tags}")
+    exclude = [r["tokens"] for r in eval_rows]
+    if Path(cfg.data).is_dir() and eval_split != "test" and split_path(cfg.data, "test").is_file():
+        exclude += [r["tokens"] for r in load_tagged(cfg.data, "test", tags=False)]
+    rows, unlabelled_rows = ssl_rows(train_rows, cfg.labelled, cfg.proportion, cfg.ratio, cfg.split_seed, cfg.data,
+                                     exclude)
+    lowercase = init_vocab.lowercase if init is not None else cfg.lowercase
+    vocab = build_vocab(rows + unlabelled_rows, lowercase, cfg.min_count)
+    unlabelled = encode(vocab, unlabelled_rows)
+    lengths = [len(s) for s in unlabelled]
+    pi = length_distribution(lengths, max(lengths))
+    if init is not None:
+        tagger = transfer_tagger(init, init_vocab, vocab, cfg.dropout)
+    else:
+        tagger = BiLSTMCRF(TaggerSpec(vocab_size=len(vocab), tags=tags, embed=cfg.embed, hidden=cfg.hidden,
+                                      layers=cfg.layers, dropout=cfg.dropout, pad_id=vocab.pad_id))
+    noise = NoiseLM(len(vocab), pi, embed=cfg.noise_embed, hidden=cfg.noise_hidden, pad_id=vocab.pad_id)
+    spec = DNCESpec(alpha=cfg.dnce_alpha, nu=cfg.noise_ratio)
+    log.info("%s: %d labelled sentences, %d unlabelled (%d tokens, lengths 1..%d), %d words, %d tags", cfg.method,
+             len(rows), len(unlabelled), sum(lengths), max(lengths), len(vocab), len(tags))
+    inputs = {"train_sha256": file_sha256(split_path(cfg.data, "train")), "labelled_sentences": len(rows),
+              "unlabelled_sentences": len(unlabelled), "unlabelled_sha256": json_sha256(unlabelled),
+              "vocab_size": len(vocab), "vocab_sha256": json_sha256(list(vocab.words)), "tags": tags}
+    if init is not None:
+        inputs["init_sha256"] = file_sha256(init_path / "model.safetensors")
+    config = {**options_dict(cfg), **inputs}
+    if cfg.method == "joint":
+        model = SemiSupervisedTagger(tagger, TRFHead(len(vocab), None, pi), noise)
+        start_zeta(model, joint=True, seed=cfg.seed)
+        recipe = JointRecipe(model, vocab, rows, unlabelled, eval_split, eval_rows, cfg.batch_size, spec,
+                             cfg.unlabelled_weight, cfg.ramp_steps, cfg.noise_lr)
+        return train(cfg, config, recipe)
+    # pretrain: stage 1 in RUN/pretrain, trained (or resumed, or found finished) by the stage-2 recipe's prepare
+    trf_model = SemiSupervisedTagger(BiLSTMCRF(tagger.spec), TRFHead(len(vocab), tagger.spec.hidden, pi), noise)
+    stage1_keys = ["seed", "batch_size", "grad_accum", "weight_decay", "warmup", "schedule", "grad_clip",
+                   "precision", "checkpoint_every", "log_every", "keep_checkpoint", "threads", "progress"]
 
-    def end_epoch(self, epoch):
-        if self.eval_rows:
-            acc = self._scores()[f"{self.eval_split}_accuracy"]
-            self.by_epoch.append(acc)
-            log.info("epoch %d: %s accuracy %.4f", epoch + 1, self.eval_split, acc)
+    def stage1(run: Path) -> Path:
+        out = run / STAGE1
+        opts = PretrainStageOptions(out=str(out), epochs=cfg.pretrain_epochs, max_steps=cfg.pretrain_steps,
+                                    lr=cfg.pretrain_lr, resume=(out / "config.json").is_file(),
+                                    **{k: getattr(cfg, k) for k in stage1_keys})
+        own = {k: getattr(cfg, k) for k in ("data", "labelled", "proportion", "split_seed", "ratio", "lowercase",
+                                            "min_count", "embed", "hidden", "layers", "dropout", "dnce_alpha",
+                                            "noise_ratio", "noise_lr", "noise_embed", "noise_hidden")}
+        log.info("stage 1 (the TRF language model) in %s", out)
+        if not run_completed(out):
+            start_zeta(trf_model, joint=False, seed=cfg.seed)  # a checkpoint, if any, then replaces it
+        train(opts, {**options_dict(opts), **own, **inputs}, TRFRecipe(trf_model, vocab, unlabelled, spec,
+                                                                         cfg.noise_lr))
+        log.info("stage 2: the output layer and A on the labelled sentences, the BiLSTM frozen")
+        return out / "model"
 
-    def state(self):
-        return {"by_epoch": torch.tensor(self.by_epoch, dtype=torch.float64)} if self.by_epoch else {}
-
-    def load_state(self, tensors):
-        self.by_epoch = tensors["by_epoch"].tolist() if "by_epoch" in tensors else []
-
-    def evaluate(self):
-        if not self.eval_rows:
-            return None
-        out = self._scores()
-        out[f"{self.eval_split}_accuracy_by_epoch"] = [*self.by_epoch, out[f"{self.eval_split}_accuracy"]]
-        return out
-
-    def save(self, folder):
-        save_tagger(self.tagger, folder)
-        save_vocab(self.vocab, folder)
+    recipe = FineTuneRecipe(tagger, vocab, rows, eval_split, eval_rows, cfg.batch_size, stage1=stage1)
+    return train(cfg, config, recipe)
 

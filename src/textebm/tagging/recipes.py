@@ -1,0 +1,219 @@
+"""The training recipes of `tag train` on the one loop (`textebm.train`), free of the command's
+options (the command, `tagging/train.py`, builds them):
+
+    TaggerRecipe    the supervised tagger: CRF NLL per sentence, dev accuracy after each epoch
+    TRFRecipe       stage 1 of pre-training: the TRF language model of eq. (3) over the BiLSTM by
+                    DNCE on unlabelled sentences, the noise LM by maximum likelihood (paper e, 3.2)
+    FineTuneRecipe  stage 2 of pre-training: `prepare` runs stage 1 and loads its embeddings and
+                    BiLSTM, frozen; the output layer and A learn on the labelled sentences
+    JointRecipe     the JRF (eq. 6): CRF NLL on a labelled batch + w(step) · DNCE of the marginal on
+                    an unlabelled batch + the noise LM's NLL (paper e, 3.3)
+
+with `transfer_tagger` (a tagger moved onto a larger vocabulary, tagging as before) and
+`start_zeta` (ζ started at an estimate of log Z_l).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from textebm.data.batching import right_pad
+from textebm.errors import TextebmError
+from textebm.losses.crf import crf_nll
+from textebm.models.crf import BiLSTMCRF, save_tagger
+from textebm.models.trf import TRFHead
+from textebm.seeds import derive_seed
+from textebm.tagging.folder import tag_batch, tag_sentences
+from textebm.tagging.metrics import tagging_scores
+from textebm.tagging.ssl import (
+    DNCESpec,
+    SemiSupervisedTagger,
+    dnce_step,
+    estimate_zeta,
+    ramp_weight,
+)
+from textebm.tagging.vocab import WordVocab, save_vocab
+from textebm.train import MAIN, ParamGroup, Recipe, Stream
+
+log = logging.getLogger(__name__)
+
+STAGE1 = "pretrain"  # RUN/pretrain: stage 1 of --method pretrain
+TRF_FILE = "trf.safetensors"  # beside a stage-1 tagger: the TRF head and the noise LM
+
+
+class TaggerRecipe(Recipe):
+    """The supervised tagger on the loop: CRF NLL per sentence, dev accuracy after each epoch."""
+
+    def __init__(self, model: BiLSTMCRF, vocab: WordVocab, rows: list[dict[str, Any]], eval_split: str,
+                 eval_rows: list[dict[str, Any]], batch_size: int):
+        self.model, self.vocab, self.eval_split, self.eval_rows = model, vocab, eval_split, eval_rows
+        self.tagger = model  # what is scored and saved (the loop's `model` may hold more: paper e's JRF)
+        self.batch_size = batch_size
+        tag_id = {t: k for k, t in enumerate(model.spec.tags)}
+        self.dataset = [(vocab.encode(r["tokens"]), [tag_id[t] for t in r["tags"]]) for r in rows]
+        self.lengths = [len(w) for w, _ in self.dataset]
+        self.collate = lambda items: tag_batch(items, vocab.pad_id)
+        self.by_epoch: list[float] = []  # dev accuracy after each full epoch (kept in checkpoints)
+
+    def loss(self, model, batch, at):
+        phi = model(batch["input_ids"], batch["mask"])  # (B, T, K) in fp32
+        nll = crf_nll(phi, self.model.transitions, batch["tags"], batch["mask"])  # mean over sentences
+        return nll, {"tokens": float(batch["mask"].sum())}
+
+    def _scores(self) -> dict[str, float]:
+        """Dev metrics in fp32 (autocast off), as `tag eval` computes them."""
+        device = next(self.tagger.parameters()).device
+        with torch.autocast(device.type, enabled=False):
+            pred = tag_sentences(self.tagger, self.vocab, self.eval_rows, self.batch_size)
+        gold = [r["tags"] for r in self.eval_rows]
+        return tagging_scores(gold, pred, self.tagger.spec.tags, self.eval_split)
+
+    def end_epoch(self, epoch):
+        if self.eval_rows:
+            acc = self._scores()[f"{self.eval_split}_accuracy"]
+            self.by_epoch.append(acc)
+            log.info("epoch %d: %s accuracy %.4f", epoch + 1, self.eval_split, acc)
+
+    def state(self):
+        return {"by_epoch": torch.tensor(self.by_epoch, dtype=torch.float64)} if self.by_epoch else {}
+
+    def load_state(self, tensors):
+        self.by_epoch = tensors["by_epoch"].tolist() if "by_epoch" in tensors else []
+
+    def evaluate(self):
+        if not self.eval_rows:
+            return None
+        out = self._scores()
+        out[f"{self.eval_split}_accuracy_by_epoch"] = [*self.by_epoch, out[f"{self.eval_split}_accuracy"]]
+        return out
+
+    def save(self, folder):
+        save_tagger(self.tagger, folder)
+        save_vocab(self.vocab, folder)
+
+
+def encode(vocab: WordVocab, rows: list[dict[str, Any]]) -> list[list[int]]:
+    return [vocab.encode(r["tokens"]) for r in rows]
+
+
+def pad_batch(items: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Word-id lists -> {"input_ids", "mask"}, each (B, T), right-padded."""
+    ids, mask = right_pad(items, pad_id)  # (B, T)
+    return {"input_ids": ids, "mask": mask.bool()}
+
+
+class TRFRecipe(Recipe):
+    """Stage 1 of pre-training: the TRF language model (eq. 3 over the BiLSTM) by DNCE on
+    unlabelled sentences, the noise LM by maximum likelihood, in one loop."""
+
+    def __init__(self, model: SemiSupervisedTagger, vocab: WordVocab, sentences: list[list[int]], spec: DNCESpec,
+                 noise_lr: float):
+        self.model, self.vocab, self.spec = model, vocab, spec
+        self.dataset, self.lengths = sentences, [len(s) for s in sentences]
+        self.collate = lambda items: pad_batch(items, vocab.pad_id)
+        self.param_groups = [ParamGroup(name="noise", prefix="noise.", lr=noise_lr)]
+
+    def loss(self, model, batch, at):
+        out = dnce_step(model.pretrain_log_density, model.noise, batch["input_ids"], batch["mask"], self.spec)
+        return out.dnce + out.noise_nll, {"dnce": float(out.dnce.detach()), "noise_nll": float(out.noise_nll.detach()),
+                                          "nce_accuracy": out.accuracy}
+
+    def save(self, folder):
+        save_tagger(self.model.tagger, folder)
+        save_vocab(self.vocab, folder)
+        state = {f"trf.{k}": v for k, v in self.model.trf.state_dict().items()}
+        state.update({f"noise.{k}": v for k, v in self.model.noise.state_dict().items()})
+        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(Path(folder) / TRF_FILE))
+
+
+FROZEN = ("embed.", "lstm.")  # what stage 2 of pre-training keeps from stage 1
+
+
+class FineTuneRecipe(TaggerRecipe):
+    """Stage 2 of pre-training: `prepare` runs stage 1 (RUN/pretrain) and loads its embeddings and
+    BiLSTM into the tagger, whose embeddings and BiLSTM are frozen: the output layer and A learn."""
+
+    run_files = (STAGE1,)
+
+    def __init__(self, *args, stage1: Callable[[Path], Path], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stage1 = stage1
+        for name, p in self.model.named_parameters():
+            p.requires_grad_(not name.startswith(FROZEN))
+
+    def prepare(self, run):
+        folder = self.stage1(run)
+        weights = load_file(str(folder / "model.safetensors"))
+        kept = {k: v for k, v in weights.items() if k.startswith(FROZEN)}
+        missing = sorted(k for k, _ in self.model.named_parameters() if k.startswith(FROZEN) and k not in kept)
+        if missing:
+            raise TextebmError(f"{folder}: the pre-trained tagger lacks {missing[:3]}")
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                if name in kept:
+                    p.copy_(kept[name])
+        return True
+
+
+class JointRecipe(TaggerRecipe):
+    """The JRF (eq. 6): CRF NLL on a labelled batch + w(step) · DNCE of the marginal on an
+    unlabelled batch + the noise LM's NLL; the unlabelled sentences are the main stream."""
+
+    def __init__(self, model: SemiSupervisedTagger, vocab: WordVocab, rows: list[dict[str, Any]],
+                 unlabelled: list[list[int]], eval_split: str, eval_rows: list[dict[str, Any]], batch_size: int,
+                 spec: DNCESpec, weight: float, ramp_steps: int, noise_lr: float):
+        super().__init__(model.tagger, vocab, rows, eval_split, eval_rows, batch_size)
+        labelled = Stream(dataset=self.dataset, lengths=self.lengths, collate=self.collate, batch_size=batch_size,
+                          lockstep=False)
+        self.streams = {"labelled": labelled}
+        self.model, self.spec, self.weight, self.ramp_steps = model, spec, weight, ramp_steps
+        self.dataset, self.lengths = unlabelled, [len(s) for s in unlabelled]
+        self.collate = lambda items: pad_batch(items, vocab.pad_id)
+        self.param_groups = [ParamGroup(name="noise", prefix="noise.", lr=noise_lr)]
+
+    def loss(self, model, batch, at):
+        lab, unl = batch["labelled"], batch[MAIN]
+        tagger = model.tagger
+        phi = tagger(lab["input_ids"], lab["mask"])  # (B, T, K) in fp32
+        nll = crf_nll(phi, tagger.transitions, lab["tags"], lab["mask"])
+        w = ramp_weight(at.step, self.weight, self.ramp_steps)
+        out = dnce_step(model.joint_log_density, model.noise, unl["input_ids"], unl["mask"], self.spec)
+        return nll + w * out.dnce + out.noise_nll, {"crf_nll": float(nll.detach()), "dnce": float(out.dnce.detach()),
+                                                    "noise_nll": float(out.noise_nll.detach()), "weight": w,
+                                                    "nce_accuracy": out.accuracy}
+
+
+def transfer_tagger(init: BiLSTMCRF, init_vocab: WordVocab, vocab: WordVocab, dropout: float) -> BiLSTMCRF:
+    """A tagger over `vocab` with `init`'s weights: each word's embedding is init's for the same
+    word, or init's unknown word's (what init gave it); so it tags every sentence as init does."""
+    spec = dataclasses.replace(init.spec, vocab_size=len(vocab), dropout=dropout, pad_id=vocab.pad_id)
+    model = BiLSTMCRF(spec)
+    state = {k: v for k, v in init.state_dict().items() if not k.startswith("embed.")}
+    rows = torch.tensor([init_vocab.index.get(w, init_vocab.unk_id) for w in vocab.words])  # (V,)
+    rows[vocab.pad_id] = init_vocab.pad_id
+    state["embed.weight"] = init.embed.weight.detach()[rows].clone()  # (V, E)
+    model.load_state_dict(state)
+    return model
+
+
+def start_zeta(model: SemiSupervisedTagger, joint: bool, seed: int) -> None:
+    """ζ of `model`'s TRF set to `estimate_zeta`'s log Z_l of its potential at the start (the
+    tagger in eval mode: no dropout), instead of l·log V, the zero potential's: the JRF of a trained
+    tagger (--init) has log-partitions far above zero, which DNCE would otherwise first push down."""
+    potential = ((lambda ids, m: TRFHead.marginal_potential(model.tagger, ids, m)) if joint
+                 else (lambda ids, m: model.trf.potential(model.tagger, ids, m)))
+    generator = torch.Generator().manual_seed(derive_seed(seed, "tag-train", "zeta"))
+    was = model.training
+    model.eval()
+    spec = model.tagger.spec
+    zeta = estimate_zeta(potential, model.trf.log_pi.exp(), spec.vocab_size, spec.pad_id, generator=generator)
+    with torch.no_grad():
+        model.trf.zeta.copy_(zeta)
+    model.train(was)
