@@ -475,6 +475,8 @@ def plot(summary: dict, cfg: dict, ratios: dict[float, list[int]], path: Path) -
             ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=m if m == "supervised" else f"{m}, U/L={r}",
                         linestyle="-" if m != "pretrain" else "--")
     ax.set_xscale("log")
+    ax.set_xticks([p * 100 for p in cfg["proportions"]], [f"{p * 100:g}" for p in cfg["proportions"]])
+    ax.minorticks_off()
     ax.set_xlabel("labelled proportion (%)")
     ax.set_ylabel("test accuracy (%)")
     ax.legend(fontsize=7)
