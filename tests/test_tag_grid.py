@@ -74,6 +74,16 @@ def test_a_tiny_grid_end_to_end_then_cached(tagged, tmp_path, monkeypatch, capsy
     assert _grid(cfg, out, "--plan") == 0
     assert "6 cells, 6 cached, 0 to run here" in capsys.readouterr().out
 
+    # cells are keyed by their settings: another supervised learning rate makes new supervised cells
+    # and new joint ones (they start from the supervised run); the pre-training cells stay cached
+    cfg2 = json.loads(cfg.read_text())
+    cfg2["options"]["supervised"] = {"lr": 0.03}
+    cfg.write_text(json.dumps(cfg2))
+    assert _grid(cfg, out, "--plan") == 0
+    plan = capsys.readouterr().out
+    assert "6 cells, 2 cached, 4 to run here" in plan
+    assert {line.split()[0] for line in plan.splitlines()[1:-1]} == {n for n in NAMES if "pretrain" not in n}
+
 
 def test_shards_split_the_cells(tagged, tmp_path, capsys):  # noqa: F811
     cfg, out = _config(tmp_path, tagged), tmp_path / "grid"
