@@ -112,6 +112,7 @@ def test_a_ratio_past_the_pool_becomes_the_largest_it_allows(tagged, tmp_path, c
 
 @pytest.mark.parametrize("over, key", [
     ({"ratio": [50]}, "`ratio` is not a setting"),
+    ({"labelled": 500}, "`labelled`: 500 is more than the 160 training sentences"),
     ({"proportions": [0.5, 2]}, "`proportions` must be"),
     ({"methods": ["supervised", "semi"]}, "`methods` must be"),
     ({"methods": ["joint"]}, "`methods`: joint starts from the supervised"),

@@ -124,6 +124,9 @@ def read_config(path: str | Path) -> dict:
                                "(run `textebm data prepare brown-pos`)")
     if not integer(cfg["labelled"]) or cfg["labelled"] < 1:
         raise InputError(path, f"`labelled` must be a whole number >= 1, got {cfg['labelled']!r}")
+    if cfg["labelled"] > (n := TagGrid.count(cfg["data"], "train")):
+        raise InputError(path, f"`labelled`: {cfg['labelled']:,} is more than the {n:,} training sentences of "
+                               f"{cfg['data']}")
     checks = {"proportions": (lambda v: number(v) and 0 < v <= 1, "fractions in (0, 1]"),
               "ratios": (lambda v: integer(v) and v >= 1, "whole numbers >= 1"),
               "methods": (lambda v: v in METHODS, "of " + ", ".join(METHODS)),
@@ -249,9 +252,9 @@ class TagGrid:
         train = [r["tokens"] for r in load_tagged(cfg["data"], "train", tags=False)]
         largest = {p: math.inf for p in cfg["proportions"]}
         for method in ssl:
+            excluded = self._excluded(method)
             for seed in cfg["seeds"]:
-                split = nested_split(train, cfg["labelled"], seed, proportions=cfg["proportions"],
-                                     exclude=self._excluded(method))
+                split = nested_split(train, cfg["labelled"], seed, proportions=cfg["proportions"], exclude=excluded)
                 for p in cfg["proportions"]:
                     largest[p] = min(largest[p], split.max_ratio(p))
         ratios, deviations = {}, []
@@ -337,14 +340,15 @@ class TagGrid:
 
     def _eval_sentences(self, opts: dict) -> int:
         split = opts.get("eval_split", "dev")
-        return self._count(self.cfg["data"], split) if split else 0
+        return self.count(self.cfg["data"], split) if split else 0
 
     def _test_sentences(self, s: Setting) -> int:
-        n = self._count(self.cfg["data"], self.cfg["test_split"])
-        return n + (self._count(self.cfg["ood"], self.cfg["ood_split"]) if self.ood_here(s) else 0)
+        n = self.count(self.cfg["data"], self.cfg["test_split"])
+        return n + (self.count(self.cfg["ood"], self.cfg["ood_split"]) if self.ood_here(s) else 0)
 
     @staticmethod
-    def _count(folder: str, split: str) -> int:
+    def count(folder: str, split: str) -> int:
+        """The sentences (non-blank lines) of FOLDER/SPLIT.jsonl; 0 when it is missing."""
         f = Path(folder, f"{split}.jsonl")
         if not f.is_file():
             return 0
