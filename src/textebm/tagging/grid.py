@@ -321,21 +321,24 @@ class TagGrid:
         def passes(n: int, epochs: float, max_steps: int) -> float:  # sentences processed
             return min(epochs * n, max_steps * batch) if max_steps else epochs * n
 
-        dev = self._eval_sentences(opts)
+        def evaluations(n: int) -> float:  # dev sentences tagged: after each full epoch run, and at the end
+            run = passes(n, epochs, opts.get("max_steps", 0)) / n
+            return self._eval_sentences(opts) * (math.floor(run) + 1)
+
         t = SECONDS["start"] + self._test_sentences(s) * SECONDS["eval"]
         if s.method == "supervised":
             t += passes(n_lab, epochs, opts.get("max_steps", 0)) * SECONDS["labelled"]
-            t += dev * SECONDS["eval"] * (math.ceil(epochs) + 1)
+            t += evaluations(n_lab) * SECONDS["eval"]
         elif s.method == "pretrain":
             n_unl = s.ratio * n_lab
             t += SECONDS["start"] + passes(n_unl, opts.get("pretrain_epochs", 1.0), opts.get("pretrain_steps", 0)) \
                 * SECONDS["unlabelled"]
             t += passes(n_lab, epochs, opts.get("max_steps", 0)) * SECONDS["frozen"]
-            t += dev * SECONDS["eval"] * (math.ceil(epochs) + 1)
+            t += evaluations(n_lab) * SECONDS["eval"]
         else:
             n_unl = s.ratio * n_lab
             t += passes(n_unl, epochs, opts.get("max_steps", 0)) * SECONDS["unlabelled"]
-            t += dev * SECONDS["eval"] * (math.ceil(epochs) + 1)
+            t += evaluations(n_unl) * SECONDS["eval"]
         return t
 
     def _eval_sentences(self, opts: dict) -> int:
