@@ -188,6 +188,16 @@ def _img_eval(w, *extra, model=None):
     return ["ssl-images", "eval", "--model", model or _img(w)["sup"], *extra]
 
 
+def _tag_grid(w, *extra, config="grid.json"):
+    """`tag grid` on the tiny tagged dataset: grid.json a good config, grid-bad.json one with a bad value."""
+    d = _tag(w)["data"].parent
+    if not (d / "grid.json").is_file():
+        good = {"data": str(_tag(w)["data"]), "labelled": 4, "proportions": [0.5], "ratios": [1], "seeds": [0]}
+        (d / "grid.json").write_text(json.dumps(good))
+        (d / "grid-bad.json").write_text(json.dumps({**good, "options": {"all": {"epochs": "two"}}}))
+    return ["tag", "grid", "--config", d / config, "--out", w["root"] / "tag-grid", *extra]
+
+
 def _quickstart(w, *extra):
     return ["quickstart", "--data", w["data"], "--encoder", w["encoder"], "--out", w["root"] / "qs",
             "--no-progress", *extra]
@@ -395,6 +405,7 @@ OUTPUTS = [
     ("tag-train", _tag_train, "--out"), ("tag-eval", _tag_eval, "--out"), ("tag-predict", _tag_predict, "--out"),
     ("ssl-images-train", _img_train, "--out"), ("ssl-images-pretrain", _img_pretrain, "--out"),
     ("ssl-images-eval", lambda w: _img_eval(w, "--out", w["root"] / "img-eval.json"), "--out"),
+    ("tag-grid", lambda w: _tag_grid(w)[:4], "--out"),
 ]
 
 # (case id, argv builder, the text the message must contain)
@@ -1022,6 +1033,16 @@ CASES = [
     *[(f"{name} {flag} {where}", lambda w, b=build, f=flag, x=where: _set(b(w), f, _unwritable(w, x, f)),
        "cannot write in /proc" if where == "/proc/x" else "is a file")
       for name, build, flag in OUTPUTS for where in ("/proc/x", "under a file")],
+    # tag grid: one bad value for each of its options
+    ("tag-grid --config a bad one", lambda w: _tag_grid(w, config="grid-bad.json"), "grid-bad.json"),
+    ("tag-grid --config missing", lambda w: _tag_grid(w, config="none.json"), "none.json"),
+    ("tag-grid --out a foreign folder", lambda w: _set(_tag_grid(w), "--out", w["foreign"]), "mine"),
+    ("tag-grid --shard 3/2", lambda w: _tag_grid(w, "--shard", "3/2"), "--shard"),
+    ("tag-grid --workers without --backend dask", lambda w: _tag_grid(w, "--workers", "4"), "--workers"),
+    ("tag-grid --address without --backend dask", lambda w: _tag_grid(w, "--address", "tcp://127.0.0.1:1"),
+     "--address"),
+    ("tag-grid --backend ray", lambda w: _tag_grid(w, "--backend", "ray"), "--backend"),
+    ("tag-grid --threads -1", lambda w: _tag_grid(w, "--threads", "-1"), "--threads"),
 ]
 
 
@@ -1079,13 +1100,13 @@ def test_the_table_covers_every_command():
 PER_OPTION = ["score", "rerank", "negatives-generate", "residual-train", "residual-fit", "residual-eval",
               "residual-score", "residual-threshold", "residual-analyze", "residual-matrix", "cloze-train",
               "tokenizer-train", "residual-generate", "residual-ppl", "tag-train", "tag-eval", "tag-predict",
-              "ssl-images-train", "ssl-images-pretrain", "ssl-images-eval"]
+              "ssl-images-train", "ssl-images-pretrain", "ssl-images-eval", "tag-grid"]
 # Options that cannot take a bad value: on/off switches whose either state is valid in any mode.
 NO_BAD_VALUE = {
     "--progress",  # a progress bar or none
     "--keep-checkpoint",  # keep checkpoint/ after a finished run or not
     "--lowercase",  # tokenizer train: either case handling is a valid tokenizer
-    "--plan",  # residual matrix: print the plan instead of running; valid with any config
+    "--plan",  # residual matrix, tag grid: print the plan instead of running; valid with any config
     "--per-token", "--per-word",  # score: extra fields in each row, valid for every method
     "--corpus",  # negatives generate: a free-text name in the rows' provenance
     "--exact-last",  # residual ppl: the last position scored exactly or estimated like the others

@@ -73,6 +73,25 @@ def check_value(f: dataclasses.Field, value: Any) -> None:
             raise TextebmError(f"{flag} must be less than {meta['lt']}, got {v}")
 
 
+def type_problem(f: dataclasses.Field, v: Any) -> str:
+    """'' when `v` (from a config file) fits option `f`'s type and choices, else what it should be."""
+    number = lambda x, t: isinstance(x, t) and not isinstance(x, bool)
+    t = str(f.type)
+    if t == "bool" and not isinstance(v, bool):
+        return "true or false"
+    if t == "int" and not number(v, int):
+        return "an integer"
+    if t == "float" and not number(v, (int, float)):
+        return "a number"
+    if t in ("str", "str | None") and not isinstance(v, str):
+        return "a string"
+    if t == "list[int]" and not (isinstance(v, list) and v and all(number(x, int) for x in v)):
+        return "a list of integers"
+    if "choices" in f.metadata and v not in f.metadata["choices"]:
+        return "one of " + ", ".join(map(str, f.metadata["choices"]))
+    return ""
+
+
 def check_config(cfg: Any) -> None:
     """Every field's bounds, then the config's own `check()` (rules between options)."""
     for f in cli_fields(type(cfg)):

@@ -4,11 +4,13 @@
   textebm tag train   --data data/brown-pos --out runs/joint --method joint --init runs/pos --labelled 2500 --ratio 50
   textebm tag eval    --model runs/pos --data data/wsj-pos --split test
   textebm tag predict --model runs/pos --input sentences.jsonl --out tagged.conll
+  textebm tag grid    --config bench/tagging/cpu.json --out runs/tag-grid [--plan] [--shard 1/2]
 
 Training runs on the one loop (checkpoints, --resume); eval and predict run in fp32.
 """
 
 from textebm.tagging.commands import TagEvalConfig, TagPredictConfig
+from textebm.tagging.grid import TagGridConfig
 from textebm.tagging.train import TagTrainConfig
 
 
@@ -35,8 +37,18 @@ def predict(cfg: TagPredictConfig) -> None:
     tag_predict(cfg)
 
 
+def grid(cfg: TagGridConfig) -> None:
+    """Paper e's semi-supervised grid (tables 3 and 4) from a config: every cell cached; results.json, tables.md."""
+    from textebm.tagging.grid import run_grid
+
+    report = run_grid(cfg)
+    if report:
+        print(f"{len(report['cells'])} cells; tables in {cfg.out}/tables.md")
+
+
 COMMANDS: dict = {
     "train": (TagTrainConfig, train),
     "eval": (TagEvalConfig, evaluate),
     "predict": (TagPredictConfig, predict),
+    "grid": (TagGridConfig, grid),
 }

@@ -62,6 +62,7 @@ from textebm.lm.train import LMTrainConfig, lm_train
 from textebm.losses.residual import NEGATIVES
 from textebm.models.seq_energy import KINDS as ENERGIES
 from textebm.options import check_config, flag_of, refuse_unused, threads_field
+from textebm.options import type_problem as _typed
 from textebm.outputs import (
     check_output_dir,
     output_dir,
@@ -217,23 +218,6 @@ def energy_options(spec: dict) -> dict:
     opts = {k: spec[k] for k in ("layers", "width", "heads", "max_tokens", "margin", "loss") if k in spec}
     return {"energy": spec["energy"], **train_length(spec), "batch_size": spec["batch_size"], "lr": spec["lr"],
             **opts}
-
-
-def _typed(f, v) -> str:
-    """'' when `v` fits option `f`'s type and choices, else what it should be."""
-    number = lambda x, t: isinstance(x, t) and not isinstance(x, bool)
-    t = str(f.type)
-    if t == "int" and not number(v, int):
-        return "an integer"
-    if t == "float" and not number(v, (int, float)):
-        return "a number"
-    if t == "str" and not isinstance(v, str):
-        return "a string"
-    if t == "list[int]" and not (isinstance(v, list) and v and all(number(x, int) for x in v)):
-        return "a list of integers"
-    if "choices" in f.metadata and v not in f.metadata["choices"]:
-        return "one of " + ", ".join(map(str, f.metadata["choices"]))
-    return ""
 
 
 def _check_section(path, where: str, spec: dict, cls, allowed: dict, probe) -> None:

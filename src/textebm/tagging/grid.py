@@ -1,0 +1,558 @@
+"""`textebm tag grid --config FILE --out DIR`: paper e's semi-supervised tagging grid (tables 3
+and 4 of Song & Ou 2021) as a config, on the grid runner (`textebm.grid`).
+
+    textebm tag grid --config bench/tagging/cpu.json --out runs/tag-grid --plan
+    textebm tag grid --config bench/tagging/cpu.json --out runs/tag-grid [--shard 1/2]
+
+The config (JSON, see bench/tagging/cpu.json and docs/ssl.md "The grid"):
+
+- `data`: a `data prepare brown-pos` folder (train, dev, test splits); `labelled`: the 100 % set's
+  size; `proportions` of it (nested: 2 % inside 10 % inside 100 %); `ratios` U/L; `methods` (of
+  supervised, pretrain, joint); `seeds` (each seeds the labelled draw, `--split-seed`, and the
+  training, `--seed`).
+- `ood` (optional): a tagged folder (a `wsj-pos` one) on whose `ood_split` (test) every cell at
+  labelled proportion `ood_proportion` (0.1) is evaluated too.
+- `options`: `tag train` options by method (`supervised`, `pretrain`, `joint`) and for all
+  (`all`), fixed for every cell as the paper fixed its hyper-parameters: keys are the option names
+  with underscores (`epochs`, `lr`, `pretrain_epochs`, ...); what the grid sets itself (data, out,
+  method, labelled, proportion, ratio, seed, split_seed, init, threads) is refused.
+
+Cells: supervised once per (proportion, seed), U/L = 0; pretrain and joint per (proportion, U/L,
+seed). A U/L larger than the unlabelled pool allows at a proportion is replaced by the largest the
+pool allows (once), stated in results.json and tables.md. Each cell trains `tag train` into
+DIR/runs/NAME-KEY (KEY: a hash of the data, the settings and the options; an interrupted run
+resumes) and evaluates it with `tag eval`; a joint cell starts from the supervised run of its
+(proportion, seed) (`--init`), built once under its lock (`grid.once`) whichever cell needs it
+first. DIR/cells/*.json are the finished cells; then DIR/results.json, DIR/tables.md (tables 3
+and 4 with mean ± sd over seeds, and the out-of-domain accuracy) and DIR/accuracy.png.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from textebm import grid
+from textebm.errors import InputError, TextebmError
+from textebm.inference import set_threads
+from textebm.io import atomic_write, read_json_object, write_json
+from textebm.options import check_config, refuse_unused, threads_field, type_problem
+from textebm.outputs import check_output_dir, own_entries, read_marker, write_marker
+
+log = logging.getLogger(__name__)
+
+KIND = "tag grid"  # the kind in the marker of an --out folder the grid wrote
+ENTRIES = ("runs", "cells", "results.json", "tables.md", "accuracy.png")
+METHODS = ("supervised", "pretrain", "joint")
+# `tag train` options the grid sets itself, per cell
+GRID_SET = ("data", "out", "method", "labelled", "proportion", "ratio", "seed", "split_seed", "init", "threads",
+            "progress", "resume", "overwrite", "tag_column")
+INIT_KEEPS = ("embed", "hidden", "layers", "lowercase")  # joint takes these from its --init (the supervised run)
+DEFAULTS = {"proportions": [0.02, 0.1, 1.0], "ratios": [50, 250, 500], "methods": list(METHODS), "seeds": [0, 1, 2],
+            "ood": "", "ood_split": "test", "ood_proportion": 0.1, "test_split": "test", "options": {}}
+
+# CPU seconds (user + sys) on one thread, AMD EPYC with avx512_bf16, `--precision auto` (bf16) for
+# training and fp32 for evaluation, at the default config's sizes (embed 64, hidden 100, noise LM
+# 64/100, batch 32): per sentence and pass, from `time`d `tag train` / `tag eval` runs on brown-pos
+# (docs/ssl.md "The grid": the runs, and how to recalibrate). DNCE's figure (27 ms measured with
+# 1,000 unlabelled sentences) is raised to 32 ms for the larger vocabularies of the larger pools.
+SECONDS = {"labelled": 0.0016,    # one labelled sentence through the CRF's forward + backward
+           "unlabelled": 0.032,   # one unlabelled sentence of DNCE (with its noise sentences and noise LM)
+           "frozen": 0.001,       # pretrain stage 2: a labelled sentence, the BiLSTM frozen
+           "eval": 0.00025,       # one sentence tagged (Viterbi) by `tag eval` or a dev evaluation
+           "start": 4.0}          # reading the data, drawing the split, building the vocabulary: per run
+
+
+@dataclass(kw_only=True)
+class TagGridConfig:
+    config: str = field(metadata={"help": "grid config JSON (see bench/tagging/cpu.json and docs/ssl.md)"})
+    out: str = field(metadata={"help": "folder of every run and cell and the results; a folder the grid wrote "
+                                       "continues where it stopped (it is a cache)"})
+    plan: bool = field(default=False, metadata={"help": "print the cells left and their estimated CPU time, then "
+                                                        "stop"})
+    threads: int = threads_field("CPU threads per process (0: torch default)")
+    shard: str = field(default="", metadata={"help": "I/N: run every N-th cell from the I-th (1-based), for N "
+                                                      "processes sharing --out (default: from a Slurm job array "
+                                                      "when in one)"})
+    backend: str = field(default="local", metadata={"help": "run the cells in this process, or as tasks on a Dask "
+                                                            "cluster (pip install 'textebm[grid]')",
+                                                    "choices": list(grid.BACKENDS)})
+    workers: int = field(default=2, metadata={"help": "--backend dask: worker processes of the local cluster",
+                                              "min": 1})
+    address: str = field(default="", metadata={"help": "--backend dask: scheduler address of an existing cluster"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    def check(self) -> None:
+        if self.shard:
+            grid.parse_shard(self.shard)
+        if self.backend != "dask":
+            refuse_unused(self, ["workers", "address"], "without --backend dask")
+        elif self.address:
+            refuse_unused(self, ["workers"], "with --address (the cluster has its own workers)")
+
+
+# ---------------------------------------------------------------- config
+
+
+def _train_fields() -> dict[str, dataclasses.Field]:
+    from textebm.tagging.train import TagTrainConfig
+
+    return {f.name: f for f in dataclasses.fields(TagTrainConfig)}
+
+
+def read_config(path: str | Path) -> dict:
+    """The checked config with its defaults; a bad key or value is an InputError naming the file and
+    the key."""
+    raw = read_json_object(path, "tag grid config")
+    known = {"data", "labelled", *DEFAULTS}
+    for k in raw:
+        if k not in known:
+            raise InputError(path, f"`{k}` is not a setting of the grid (known: {', '.join(sorted(known))})")
+    for k in ("data", "labelled"):
+        if k not in raw:
+            raise InputError(path, f"missing `{k}`")
+    cfg = {**DEFAULTS, **raw}
+    integer = lambda v: isinstance(v, int) and not isinstance(v, bool)
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    if not isinstance(cfg["data"], str) or not Path(cfg["data"], "train.jsonl").is_file():
+        raise InputError(path, f"`data`: {cfg['data']!r} is not a dataset folder with train.jsonl "
+                               "(run `textebm data prepare brown-pos`)")
+    if not integer(cfg["labelled"]) or cfg["labelled"] < 1:
+        raise InputError(path, f"`labelled` must be a whole number >= 1, got {cfg['labelled']!r}")
+    if cfg["labelled"] > (n := TagGrid.count(cfg["data"], "train")):
+        raise InputError(path, f"`labelled`: {cfg['labelled']:,} is more than the {n:,} training sentences of "
+                               f"{cfg['data']}")
+    checks = {"proportions": (lambda v: number(v) and 0 < v <= 1, "fractions in (0, 1]"),
+              "ratios": (lambda v: integer(v) and v >= 1, "whole numbers >= 1"),
+              "methods": (lambda v: v in METHODS, "of " + ", ".join(METHODS)),
+              "seeds": (lambda v: integer(v) and v >= 0, "whole numbers >= 0")}
+    for k, (ok, what) in checks.items():
+        v = cfg[k]
+        if not isinstance(v, list) or not v or not all(ok(x) for x in v) or len(set(v)) != len(v):
+            raise InputError(path, f"`{k}` must be a non-empty list of distinct {what}, got {v!r}")
+        if k != "methods":
+            cfg[k] = sorted(v)
+    for p in cfg["proportions"]:
+        if round(p * cfg["labelled"]) < 1:
+            raise InputError(path, f"`proportions`: {p:g} of labelled={cfg['labelled']:,} leaves no sentence")
+    if "joint" in cfg["methods"] and "supervised" not in cfg["methods"]:
+        raise InputError(path, "`methods`: joint starts from the supervised tagger of its cell, so it needs "
+                               "supervised too")
+    if not isinstance(cfg["ood"], str) or (cfg["ood"] and not Path(cfg["ood"]).is_dir()):
+        raise InputError(path, f"`ood`: {cfg['ood']!r} is not a dataset folder (run `textebm data prepare wsj-pos`)")
+    if cfg["ood"] and not Path(cfg["ood"], f"{cfg['ood_split']}.jsonl").is_file():
+        raise InputError(path, f"`ood_split`: {cfg['ood']} has no {cfg['ood_split']}.jsonl")
+    if not Path(cfg["data"], f"{cfg['test_split']}.jsonl").is_file():
+        raise InputError(path, f"`test_split`: {cfg['data']} has no {cfg['test_split']}.jsonl")
+    if cfg["ood"] and cfg["ood_proportion"] not in cfg["proportions"]:
+        raise InputError(path, f"`ood_proportion` must be one of `proportions`, got {cfg['ood_proportion']!r}")
+    _check_options(path, cfg)
+    return cfg
+
+
+def _check_options(path, cfg: dict) -> None:
+    """`options.{all,supervised,pretrain,joint}`: each key an option of `tag train` that the grid does
+    not set, of its type; then each method's options as `tag train` checks them (bounds, options
+    that do nothing with the method), the message naming the config section."""
+    from textebm.tagging.train import TagTrainConfig
+
+    opts = cfg["options"]
+    if not isinstance(opts, dict):
+        raise InputError(path, f"`options` must be an object of method -> options, got {opts!r}")
+    fields = _train_fields()
+    for section, spec in opts.items():
+        if section not in ("all", *METHODS):
+            raise InputError(path, f"`options.{section}`: not a method (known: all, {', '.join(METHODS)})")
+        if not isinstance(spec, dict):
+            raise InputError(path, f"`options.{section}` must be an object of `tag train` options, got {spec!r}")
+        for k, v in spec.items():
+            if k in GRID_SET:
+                raise InputError(path, f"`options.{section}.{k}`: the grid sets it for each cell; leave it out")
+            if k not in fields or k == "COMMAND":
+                raise InputError(path, f"`options.{section}.{k}` is not an option of `tag train`")
+            if want := type_problem(fields[k], v):
+                raise InputError(path, f"`options.{section}.{k}` must be {want}, got {v!r}")
+    for method in cfg["methods"]:
+        try:
+            check_config(TagTrainConfig(data=cfg["data"], out="-", method=method, labelled=cfg["labelled"],
+                                        **_ratio_init(method, 1, "supervised-run"), **method_options(cfg, method)))
+        except TextebmError as e:
+            raise InputError(path, f"`options` of {method}: {e}") from None
+
+
+def _ratio_init(method: str, ratio: int, init: str = "") -> dict:
+    if method == "supervised":
+        return {}
+    return {"ratio": ratio, **({"init": init} if method == "joint" and init else {})}
+
+
+def method_options(cfg: dict, method: str) -> dict:
+    """The `tag train` options of `method`'s cells: `options.all` with `options.{method}` on top
+    (keys of `all` that the method has no use for are left out, e.g. `ramp_steps` for supervised,
+    and for joint the sizes, which it takes from its supervised start)."""
+    from textebm.tagging.train import JOINT_OPTIONS, PRETRAIN_OPTIONS, SSL_OPTIONS
+
+    unused = {"supervised": SSL_OPTIONS + PRETRAIN_OPTIONS + JOINT_OPTIONS, "pretrain": JOINT_OPTIONS,
+              "joint": PRETRAIN_OPTIONS + list(INIT_KEEPS)}[method]
+    shared = {k: v for k, v in cfg["options"].get("all", {}).items() if k not in unused}
+    return {**shared, **cfg["options"].get(method, {})}
+
+
+# ---------------------------------------------------------------- cells
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One trained tagger: a method at a labelled proportion, U/L (0 for supervised) and seed."""
+
+    method: str
+    proportion: float
+    ratio: int
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}-p{self.proportion:g}-r{self.ratio}-s{self.seed}"
+
+
+def relative_error_reduction(accuracy: float, reference: float) -> float:
+    """Table 4's relative improvement, in %: the share of the reference's errors removed,
+    100 (e_ref - e) / e_ref with e = 1 - accuracy (negative when `accuracy` is below the reference)."""
+    if reference >= 1.0:
+        return 0.0 if accuracy >= 1.0 else -math.inf
+    return 100.0 * (accuracy - reference) / (1.0 - reference)
+
+
+class TagGrid:
+    """The grid's runs and cells in `out` (see the module doc)."""
+
+    def __init__(self, cfg: dict, out: Path, threads: int = 0, progress: bool = False):
+        from textebm.fingerprint import folder_sha256
+
+        self.cfg, self.out, self.threads, self.progress = cfg, out, threads, progress
+        self.data_sha = folder_sha256(cfg["data"])
+        self.ood_sha = folder_sha256(cfg["ood"]) if cfg["ood"] else ""
+        self.ratios, self.deviations = self.ratios_by_proportion()
+
+    def ratios_by_proportion(self) -> tuple[dict[float, list[int]], list[str]]:
+        """The U/L run at each proportion: the config's ratios that the pool allows, and in place
+        of those it does not, the largest it allows (smallest over seeds and methods), once."""
+        from textebm.data.ssl_split import nested_split
+        from textebm.data.tagging import load_tagged
+
+        cfg = self.cfg
+        ssl = [m for m in cfg["methods"] if m != "supervised"]
+        if not ssl:
+            return {p: [] for p in cfg["proportions"]}, []
+        train = [r["tokens"] for r in load_tagged(cfg["data"], "train", tags=False)]
+        largest = {p: math.inf for p in cfg["proportions"]}
+        for method in ssl:
+            excluded = self._excluded(method)
+            for seed in cfg["seeds"]:
+                split = nested_split(train, cfg["labelled"], seed, proportions=cfg["proportions"], exclude=excluded)
+                for p in cfg["proportions"]:
+                    largest[p] = min(largest[p], split.max_ratio(p))
+        ratios, deviations = {}, []
+        for p in cfg["proportions"]:
+            fit = [r for r in cfg["ratios"] if r <= largest[p]]
+            over = [r for r in cfg["ratios"] if r > largest[p]]
+            if over and largest[p] >= 1 and largest[p] not in fit:
+                fit.append(int(largest[p]))
+            if over:
+                deviations.append(f"labelled {p:g}: U/L {', '.join(map(str, over))} need more unlabelled sentences "
+                                  f"than the pool has (largest U/L it allows: {int(largest[p])}); "
+                                  + (f"run U/L {', '.join(map(str, fit))}" if fit else "no semi-supervised cell"))
+            ratios[p] = fit
+        return ratios, deviations
+
+    def _excluded(self, method: str) -> list[list[str]]:
+        """The sentences `tag train` keeps out of the pool (its dev split, and test): the same rule as
+        `tagging/ssl_train.py`, so that the ratios planned here are the ones it accepts."""
+        from textebm.data.tagging import load_tagged
+
+        data = self.cfg["data"]
+        eval_split = method_options(self.cfg, method).get("eval_split", None)
+        eval_split = "dev" if eval_split is None and Path(data, "dev.jsonl").is_file() else eval_split
+        out = [r["tokens"] for r in load_tagged(data, eval_split, tags=False)] if eval_split else []
+        if eval_split != "test" and Path(data, "test.jsonl").is_file():
+            out += [r["tokens"] for r in load_tagged(data, "test", tags=False)]
+        return out
+
+    def settings(self) -> list[Setting]:
+        cfg, out = self.cfg, []
+        for p in cfg["proportions"]:
+            for method in cfg["methods"]:
+                for r in ([0] if method == "supervised" else self.ratios[p]):
+                    out += [Setting(method, p, r, s) for s in cfg["seeds"]]
+        return out
+
+    def train_settings(self, s: Setting) -> dict:
+        """Everything a run's weights depend on (by content: the data folder's hash)."""
+        d = {"method": s.method, "data": self.data_sha, "labelled": self.cfg["labelled"], "proportion": s.proportion,
+             "ratio": s.ratio, "seed": s.seed, "options": method_options(self.cfg, s.method)}
+        if s.method == "joint":
+            d["init"] = self.train_settings(Setting("supervised", s.proportion, 0, s.seed))
+        return d
+
+    def run_dir(self, s: Setting) -> Path:
+        return self.out / "runs" / f"{s.name}-{grid.key(self.train_settings(s))}"
+
+    def ood_here(self, s: Setting) -> bool:
+        return bool(self.cfg["ood"]) and s.proportion == self.cfg["ood_proportion"]
+
+    def cell(self, s: Setting) -> grid.Cell:
+        settings = {"train": self.train_settings(s), "test_split": self.cfg["test_split"],
+                    "ood": {"data": self.ood_sha, "split": self.cfg["ood_split"]} if self.ood_here(s) else None}
+        return grid.Cell(s.name, settings, s, self.seconds(s))
+
+    def seconds(self, s: Setting) -> float:
+        """Estimated CPU seconds of a cell on one thread (a joint cell's supervised start is the
+        supervised cell's)."""
+        opts = method_options(self.cfg, s.method)
+        n_lab = round(s.proportion * self.cfg["labelled"])
+        batch = opts.get("batch_size", 32)
+        epochs = opts.get("epochs", 1.0)
+
+        def passes(n: int, epochs: float, max_steps: int) -> float:  # sentences processed
+            return min(epochs * n, max_steps * batch) if max_steps else epochs * n
+
+        def evaluations(n: int) -> float:  # dev sentences tagged: after each full epoch run, and at the end
+            run = passes(n, epochs, opts.get("max_steps", 0)) / n
+            return self._eval_sentences(opts) * (math.floor(run) + 1)
+
+        t = SECONDS["start"] + self._test_sentences(s) * SECONDS["eval"]
+        if s.method == "supervised":
+            t += passes(n_lab, epochs, opts.get("max_steps", 0)) * SECONDS["labelled"]
+            t += evaluations(n_lab) * SECONDS["eval"]
+        elif s.method == "pretrain":
+            n_unl = s.ratio * n_lab
+            t += SECONDS["start"] + passes(n_unl, opts.get("pretrain_epochs", 1.0), opts.get("pretrain_steps", 0)) \
+                * SECONDS["unlabelled"]
+            t += passes(n_lab, epochs, opts.get("max_steps", 0)) * SECONDS["frozen"]
+            t += evaluations(n_lab) * SECONDS["eval"]
+        else:
+            n_unl = s.ratio * n_lab
+            t += passes(n_unl, epochs, opts.get("max_steps", 0)) * SECONDS["unlabelled"]
+            t += evaluations(n_unl) * SECONDS["eval"]
+        return t
+
+    def _eval_sentences(self, opts: dict) -> int:
+        split = opts.get("eval_split", "dev")
+        return self.count(self.cfg["data"], split) if split else 0
+
+    def _test_sentences(self, s: Setting) -> int:
+        n = self.count(self.cfg["data"], self.cfg["test_split"])
+        return n + (self.count(self.cfg["ood"], self.cfg["ood_split"]) if self.ood_here(s) else 0)
+
+    @staticmethod
+    def count(folder: str, split: str) -> int:
+        """The sentences (non-blank lines) of FOLDER/SPLIT.jsonl; 0 when it is missing."""
+        f = Path(folder, f"{split}.jsonl")
+        if not f.is_file():
+            return 0
+        with open(f, "rb") as fh:
+            return sum(1 for line in fh if line.strip())
+
+    # ------------------------------------------------------------ computing
+
+    def ensure_run(self, s: Setting) -> Path:
+        """The trained tagger of setting `s` (trained once, under its lock; an interrupted run resumes)."""
+        from textebm.tagging.train import TagTrainConfig, tag_train
+        from textebm.train import run_completed
+
+        path = self.run_dir(s)
+
+        def build():
+            init = str(self.ensure_run(Setting("supervised", s.proportion, 0, s.seed))) if s.method == "joint" else ""
+            log.info("training %s", path.name)
+            tag_train(TagTrainConfig(
+                data=self.cfg["data"], out=str(path), method=s.method, labelled=self.cfg["labelled"],
+                proportion=s.proportion, seed=s.seed, split_seed=s.seed, threads=self.threads,
+                progress=self.progress, resume=(path / "config.json").is_file(), **_ratio_init(s.method, s.ratio, init),
+                **method_options(self.cfg, s.method)))
+
+        return grid.once(path, lambda: run_completed(path), build)
+
+    def compute(self, gcell: grid.Cell) -> dict:
+        """Train (unless trained) and evaluate one cell: the grid runner's compute."""
+        from textebm.tagging.commands import TagEvalConfig, tag_eval
+
+        s: Setting = gcell.task
+        run = self.ensure_run(s)
+        split = self.cfg["test_split"]
+        test = tag_eval(TagEvalConfig(model=str(run), data=self.cfg["data"], split=split, threads=self.threads))
+        out = {"method": s.method, "proportion": s.proportion, "ratio": s.ratio, "seed": s.seed,
+               "accuracy": test[f"{split}_accuracy"], "test_sentences": test[f"{split}_sentences"],
+               "run": str(run.relative_to(self.out))}
+        if self.ood_here(s):
+            ood_split = self.cfg["ood_split"]
+            ood = tag_eval(TagEvalConfig(model=str(run), data=self.cfg["ood"], split=ood_split, threads=self.threads))
+            out["ood_accuracy"] = ood[f"{ood_split}_accuracy"]
+        return out
+
+
+# ---------------------------------------------------------------- report
+
+
+def _mean_sd(xs: list[float], scale: float = 1.0, digits: int = 2) -> str:
+    if not xs:
+        return "-"
+    m = statistics.fmean(xs) * scale
+    if len(xs) == 1:
+        return f"{m:.{digits}f}"
+    return f"{m:.{digits}f} ± {statistics.stdev(xs) * scale:.{digits}f}"
+
+
+def summarise(results: list[dict], ratios: dict[float, list[int]]) -> dict:
+    """Per (method, proportion, U/L): the seeds' accuracies and out-of-domain accuracies; per
+    (proportion, U/L, seed), the relative error reductions (table 4), paired by seed."""
+    acc: dict[tuple, dict[int, dict]] = {}
+    for r in results:
+        acc.setdefault((r["method"], r["proportion"], r["ratio"]), {})[r["seed"]] = r
+    reductions: dict[tuple, dict[str, list[float]]] = {}
+    for p, rs in ratios.items():
+        sup = acc.get(("supervised", p, 0), {})
+        for ratio in rs:
+            pre, joint = acc.get(("pretrain", p, ratio), {}), acc.get(("joint", p, ratio), {})
+            red = {"pretrain over sup.": [relative_error_reduction(pre[s]["accuracy"], sup[s]["accuracy"])
+                                          for s in sorted(pre) if s in sup],
+                   "joint over sup.": [relative_error_reduction(joint[s]["accuracy"], sup[s]["accuracy"])
+                                       for s in sorted(joint) if s in sup],
+                   "joint over pre.": [relative_error_reduction(joint[s]["accuracy"], pre[s]["accuracy"])
+                                       for s in sorted(joint) if s in pre]}
+            reductions[(p, ratio)] = red
+    return {"accuracy": acc, "reductions": reductions}
+
+
+def tables(summary: dict, cfg: dict, ratios: dict[float, list[int]], deviations: list[str]) -> str:
+    from textebm.markdown import table
+
+    acc, red = summary["accuracy"], summary["reductions"]
+    get = lambda m, p, r, k="accuracy": [c[k] for c in acc.get((m, p, r), {}).values() if k in c]
+    rows3 = []
+    for p in cfg["proportions"]:
+        rows3.append([f"{p * 100:g}%", "0", _mean_sd(get("supervised", p, 0), 100), "", ""])
+        for r in ratios[p]:
+            rows3.append(["", str(r), "", _mean_sd(get("pretrain", p, r), 100), _mean_sd(get("joint", p, r), 100)])
+    seeds = ", ".join(map(str, cfg["seeds"]))
+    text = [f"# Semi-supervised tagging grid ({cfg['data']}, labelled set {cfg['labelled']:,})", "",
+            f"## Table 3: test accuracy (%), mean ± sd over seeds {seeds}", "",
+            "U/L = 0 is the supervised baseline; pre.: pre-training + fine-tuning; joint: joint training.", "",
+            table(["labelled", "U/L", "supervised", "pre.", "joint"], rows3, ["left", "right", "right", "right",
+                                                                               "right"]), "",
+            "## Table 4: relative error reduction (%), mean ± sd over seeds (paired by seed)", "",
+            "100 (e_ref − e) / e_ref, e = 1 − accuracy: the share of the reference's errors removed.", ""]
+    cols = ["pretrain over sup.", "joint over sup.", "joint over pre."]
+    rows4 = [[f"{p * 100:g}%", str(r), *(_mean_sd(red[(p, r)][c], 1, 1) for c in cols)]
+             for p in cfg["proportions"] for r in ratios[p]]
+    text += [table(["labelled", "U/L", *cols], rows4, ["left", "right", "right", "right", "right"]), ""]
+    if cfg["ood"]:
+        p = cfg["ood_proportion"]
+        rows = [["supervised", "0", _mean_sd(get("supervised", p, 0, "ood_accuracy"), 100)]]
+        rows += [[m, str(r), _mean_sd(get(m, p, r, "ood_accuracy"), 100)] for m in ("pretrain", "joint")
+                 if m in cfg["methods"] for r in ratios[p]]
+        text += [f"## Out of domain: {cfg['ood']} ({cfg['ood_split']}) accuracy (%) at {p * 100:g}% labelled", "",
+                 table(["method", "U/L", "accuracy"], rows, ["left", "right", "right"]), ""]
+    if deviations:
+        text += ["## Deviations from the config", "", *[f"- {d}" for d in deviations], ""]
+    return "\n".join(text)
+
+
+def plot(summary: dict, cfg: dict, ratios: dict[float, list[int]], path: Path) -> Path:
+    """Accuracy against labelled proportion (log scale): supervised, and each method at each U/L,
+    the mean over seeds with the sd as error bars."""
+    from textebm.figures import new_figure, save_png
+
+    fig = new_figure(figsize=(6, 4))
+    ax = fig.add_subplot(1, 1, 1)
+    lines = [("supervised", 0)] + [(m, r) for m in ("pretrain", "joint") if m in cfg["methods"]
+                                   for r in sorted({r for rs in ratios.values() for r in rs})]
+    for m, r in lines:
+        xs, ys, es = [], [], []
+        for p in cfg["proportions"]:
+            vals = [c["accuracy"] * 100 for c in summary["accuracy"].get((m, p, r), {}).values()]
+            if vals:
+                xs.append(p * 100)
+                ys.append(statistics.fmean(vals))
+                es.append(statistics.stdev(vals) if len(vals) > 1 else 0.0)
+        if xs:
+            ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=m if m == "supervised" else f"{m}, U/L={r}",
+                        linestyle="-" if m != "pretrain" else "--")
+    ax.set_xscale("log")
+    ax.set_xticks([p * 100 for p in cfg["proportions"]], [f"{p * 100:g}" for p in cfg["proportions"]])
+    ax.minorticks_off()
+    ax.set_xlabel("labelled proportion (%)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return save_png(fig, path)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def check_out(out: Path, plan: bool) -> None:
+    """A new or empty --out is written; one the grid wrote (its marker) continues; anything else is
+    refused. Then --out is created and marked, so an interrupted grid is recognised."""
+    marker = read_marker(out) if out.is_dir() else None
+    if marker is None or marker["kind"] != KIND:
+        check_output_dir(out, KIND, False)
+        marker = None
+    if plan:
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if marker is None or not set(ENTRIES) <= set(own_entries(marker)):
+            write_marker(out, KIND, [*own_entries(marker), *ENTRIES])
+    except OSError as e:
+        raise TextebmError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+
+
+def run_grid(cfg_: TagGridConfig) -> dict:
+    """Every cell of the config (cached), then results.json, tables.md and accuracy.png; with
+    --plan, the plan only (returns {})."""
+    check_config(cfg_)
+    threads = cfg_.threads
+    if cfg_.backend == "dask" and not cfg_.address and not threads:
+        threads = max(1, (os.cpu_count() or 1) // cfg_.workers)
+    set_threads(threads)
+    shard = grid.shard_from(cfg_.shard)
+    cfg = read_config(cfg_.config)
+    out = Path(cfg_.out)
+    check_out(out, cfg_.plan)
+    g = TagGrid(cfg, out, threads, cfg_.progress and cfg_.backend == "local")
+    cells = [g.cell(s) for s in g.settings()]
+    runner = grid.Grid(out / "cells", g.compute)
+    plan = runner.plan(cells, shard)
+    if g.deviations:
+        plan += "\n" + "\n".join(f"note: {d}" for d in g.deviations)
+    if cfg_.plan:
+        print(plan)
+        return {}
+    log.info("before it starts:\n%s", plan)
+
+    def on_result(cell: grid.Cell, r: dict) -> None:
+        log.info("%s: accuracy %.4f", cell.name, r["accuracy"])
+
+    results = runner.run(cells, shard, cfg_.backend, cfg_.workers, cfg_.address, on_result)
+    ratios = {p: rs for p, rs in g.ratios.items()}
+    summary = summarise(results, ratios)
+    report = {"config": cfg, "ratios": {f"{p:g}": rs for p, rs in ratios.items()}, "deviations": g.deviations,
+              "cells": results,
+              "table3": [{"method": m, "proportion": p, "ratio": r, "seeds": sorted(v),
+                          "accuracy": [v[s]["accuracy"] for s in sorted(v)],
+                          **({"ood_accuracy": [v[s]["ood_accuracy"] for s in sorted(v)]}
+                             if all("ood_accuracy" in c for c in v.values()) else {})}
+                         for (m, p, r), v in summary["accuracy"].items()],
+              "table4": [{"proportion": p, "ratio": r, "seeds": cfg["seeds"], **red}
+                         for (p, r), red in summary["reductions"].items()]}
+    write_json(out / "results.json", report)
+    with atomic_write(out / "tables.md") as f:
+        f.write(tables(summary, cfg, ratios, g.deviations))
+    plot(summary, cfg, ratios, out / "accuracy.png")
+    return report

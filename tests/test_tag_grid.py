@@ -1,0 +1,147 @@
+"""`textebm tag grid` (paper e's tables 3 and 4 as a config): a tiny grid end to end on the tiny
+tagged corpus of test_tagging.py, cached (a second run trains nothing), --plan and --shard, bad
+config values exiting 2 naming the key, and table 4's relative error reduction by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_tagging import tagged  # noqa: F401  (the module fixture: a tiny tagged dataset)
+
+from textebm.cli import main
+from textebm.tagging import grid as tag_grid
+from textebm.tagging.grid import relative_error_reduction, summarise
+
+
+def _config(tmp: Path, data: Path, **over) -> Path:
+    """2 proportions (20 and 40 of a 40-sentence labelled set) x U/L 2 x 1 seed, 2 steps a run."""
+    cfg = {"data": str(data), "labelled": 40, "proportions": [0.5, 1.0], "ratios": [2], "seeds": [0],
+           "ood": str(data), "ood_proportion": 0.5,
+           "options": {"all": {"embed": 8, "hidden": 8, "noise_embed": 8, "noise_hidden": 8, "batch_size": 8,
+                               "min_count": 1, "precision": "fp32", "max_steps": 2, "eval_split": "",
+                               "lr": 0.02},
+                       "pretrain": {"pretrain_steps": 2}, "joint": {"ramp_steps": 2}}}
+    cfg.update(over)
+    path = tmp / "grid.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+NAMES = {f"{m}-p{p}-r{r}-s0" for p in ("0.5", "1") for m, r in (("supervised", 0), ("pretrain", 2), ("joint", 2))}
+
+
+def _grid(cfg: Path, out: Path, *extra) -> int:
+    return main(["tag", "grid", "--config", str(cfg), "--out", str(out), "--no-progress", "--threads", "1",
+                 *map(str, extra)])
+
+
+def test_a_tiny_grid_end_to_end_then_cached(tagged, tmp_path, monkeypatch, capsys):  # noqa: F811
+    cfg, out = _config(tmp_path, tagged), tmp_path / "grid"
+    assert _grid(cfg, out, "--plan") == 0
+    plan = capsys.readouterr().out
+    assert "6 cells, 0 cached, 6 to run here" in plan and "estimated CPU time" in plan
+    assert {line.split()[0] for line in plan.splitlines()[1:-1]} == NAMES
+    assert not out.exists()  # --plan writes nothing
+
+    assert _grid(cfg, out) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert {f"{c['method']}-p{c['proportion']:g}-r{c['ratio']}-s{c['seed']}" for c in res["cells"]} == NAMES
+    assert all(0 <= c["accuracy"] <= 1 for c in res["cells"])
+    # the out-of-domain set at 50 % only; joint started from the supervised run of its cell
+    assert {c["method"] for c in res["cells"] if "ood_accuracy" in c} == {"supervised", "pretrain", "joint"}
+    assert all(("ood_accuracy" in c) == (c["proportion"] == 0.5) for c in res["cells"])
+    joint = next(c for c in res["cells"] if c["method"] == "joint" and c["proportion"] == 0.5)
+    sup = next(c for c in res["cells"] if c["method"] == "supervised" and c["proportion"] == 0.5)
+    init = json.loads((out / joint["run"] / "config.json").read_text())["init"]
+    assert Path(init).resolve() == (out / sup["run"]).resolve()
+    tables = (out / "tables.md").read_text()
+    assert "Table 3" in tables and "Table 4" in tables and "Out of domain" in tables
+    assert f"{sup['accuracy'] * 100:.2f}" in tables
+    assert (out / "accuracy.png").stat().st_size > 0
+    assert len(list((out / "cells").glob("*.json"))) == 6
+
+    # a second run trains and evaluates nothing: every cell is read from its file
+    stamps = {f: f.stat().st_mtime_ns for f in (out / "cells").glob("*.json")}
+    boom = lambda *a, **k: pytest.fail("a cached cell was computed again")
+    monkeypatch.setattr("textebm.tagging.train.tag_train", boom)
+    monkeypatch.setattr("textebm.tagging.commands.tag_eval", boom)
+    assert _grid(cfg, out) == 0
+    assert {f: f.stat().st_mtime_ns for f in (out / "cells").glob("*.json")} == stamps
+    assert json.loads((out / "results.json").read_text())["cells"] == res["cells"]
+    capsys.readouterr()
+    assert _grid(cfg, out, "--plan") == 0
+    assert "6 cells, 6 cached, 0 to run here" in capsys.readouterr().out
+
+    # cells are keyed by their settings: another supervised learning rate makes new supervised cells
+    # and new joint ones (they start from the supervised run); the pre-training cells stay cached
+    cfg2 = json.loads(cfg.read_text())
+    cfg2["options"]["supervised"] = {"lr": 0.03}
+    cfg.write_text(json.dumps(cfg2))
+    assert _grid(cfg, out, "--plan") == 0
+    plan = capsys.readouterr().out
+    assert "6 cells, 2 cached, 4 to run here" in plan
+    assert {line.split()[0] for line in plan.splitlines()[1:-1]} == {n for n in NAMES if "pretrain" not in n}
+
+
+def test_shards_split_the_cells(tagged, tmp_path, capsys):  # noqa: F811
+    cfg, out = _config(tmp_path, tagged), tmp_path / "grid"
+    halves = []
+    for i in (1, 2):
+        assert _grid(cfg, out, "--plan", "--shard", f"{i}/2") == 0
+        text = capsys.readouterr().out
+        assert f"shard {i}/2 holds 3" in text
+        halves.append({line.split()[0] for line in text.splitlines()[1:-1]})
+    assert halves[0] | halves[1] == NAMES and not halves[0] & halves[1]
+
+
+def test_a_ratio_past_the_pool_becomes_the_largest_it_allows(tagged, tmp_path, capsys):  # noqa: F811
+    """160 training sentences, 40 labelled: a pool of 120 (no test sentence is a training one), so U/L
+    up to 6 at 50 % (20 labelled) and 3 at 100 % (40): the ratios past it become that largest, once."""
+    cfg, out = _config(tmp_path, tagged, ratios=[2, 5, 50], methods=["supervised", "joint"]), tmp_path / "grid"
+    assert _grid(cfg, out, "--plan") == 0
+    text = capsys.readouterr().out
+    names = {line.split()[0] for line in text.splitlines() if line.startswith("  ")}
+    assert {n for n in names if n.startswith("joint")} == {"joint-p0.5-r2-s0", "joint-p0.5-r5-s0",
+                                                           "joint-p0.5-r6-s0", "joint-p1-r2-s0", "joint-p1-r3-s0"}
+    assert "labelled 1: U/L 5, 50 need more unlabelled sentences than the pool has (largest U/L it allows: 3); " \
+        "run U/L 2, 3" in text
+    assert "labelled 0.5: U/L 50 need" in text
+
+
+@pytest.mark.parametrize("over, key", [
+    ({"ratio": [50]}, "`ratio` is not a setting"),
+    ({"labelled": 500}, "`labelled`: 500 is more than the 160 training sentences"),
+    ({"proportions": [0.5, 2]}, "`proportions` must be"),
+    ({"methods": ["supervised", "semi"]}, "`methods` must be"),
+    ({"methods": ["joint"]}, "`methods`: joint starts from the supervised"),
+    ({"options": {"joint": {"lr": -1}}}, "`options` of joint: --lr must be greater than 0"),
+    ({"options": {"all": {"epochs": "two"}}}, "`options.all.epochs` must be a number"),
+    ({"options": {"all": {"seed": 3}}}, "`options.all.seed`: the grid sets it"),
+    ({"options": {"joint": {"hidden": 32}}}, "`options` of joint: --hidden has no effect with --init"),
+    ({"options": {"pretrain": {"bogus": 1}}}, "`options.pretrain.bogus` is not an option"),
+    ({"ood": "no/such/folder"}, "`ood`"),
+])
+def test_a_bad_config_exits_2_naming_the_file_and_key(tagged, tmp_path, capsys, over, key):  # noqa: F811
+    cfg, out = _config(tmp_path, tagged, **over), tmp_path / "grid"
+    assert _grid(cfg, out) == 2
+    err = capsys.readouterr().err
+    assert str(cfg) in err and key in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_relative_error_reduction_by_hand():
+    # the paper's table 4, POS at 2 %, U/L 50: supervised 95.57, joint 95.92 -> 7.9
+    assert relative_error_reduction(0.9592, 0.9557) == pytest.approx(100 * 0.0035 / 0.0443)
+    assert round(relative_error_reduction(0.9592, 0.9557), 1) == 7.9
+    assert relative_error_reduction(0.8, 0.9) == pytest.approx(-100.0)  # twice the errors
+    # paired by seed: seed 0 removes half the errors, seed 1 a quarter
+    cells = [{"method": "supervised", "proportion": 0.1, "ratio": 0, "seed": 0, "accuracy": 0.8},
+             {"method": "supervised", "proportion": 0.1, "ratio": 0, "seed": 1, "accuracy": 0.6},
+             {"method": "joint", "proportion": 0.1, "ratio": 50, "seed": 0, "accuracy": 0.9},
+             {"method": "joint", "proportion": 0.1, "ratio": 50, "seed": 1, "accuracy": 0.7}]
+    red = summarise(cells, {0.1: [50]})["reductions"][(0.1, 50)]
+    assert red["joint over sup."] == pytest.approx([50.0, 25.0])
+    assert red["pretrain over sup."] == [] and red["joint over pre."] == []
+    assert tag_grid._mean_sd(red["joint over sup."], 1, 1) == "37.5 ± 17.7"
