@@ -272,7 +272,7 @@ class TagGrid:
 
     def _excluded(self, method: str) -> list[list[str]]:
         """The sentences `tag train` keeps out of the pool (its dev split, and test): the same rule as
-        `tagging/ssl_train.py`, so that the ratios planned here are the ones it accepts."""
+        `tagging/train.py`, so that the ratios planned here are the ones it accepts."""
         from textebm.data.tagging import load_tagged
 
         data = self.cfg["data"]
