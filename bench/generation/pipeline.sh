@@ -8,6 +8,8 @@
 #   bash bench/generation/pipeline.sh WORK [STAGE...]
 #   stages: base negatives energies baselines ppl judge generate      (default: all, in order)
 #   CORPORA="news brown" WINDOWS=200 SAMPLES=1000 ... override the settings below
+#   Beside other jobs (two corpora at once, ENERGY_SET halves), give each OMP_NUM_THREADS=1: two
+#   2-thread jobs on 2 cores ran a step up to 13x slower here (docs/performance.md).
 set -euo pipefail
 W=${1:?usage: pipeline.sh WORK [STAGE...]}; shift || true
 STAGES=${*:-base negatives energies baselines ppl judge generate}
