@@ -29,16 +29,49 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from textebm.errors import TextebmError
 from textebm.io import read_json, write_json
+from textebm.options import refuse_unused
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("local", "dask")
+
+
+@dataclass(kw_only=True)
+class GridOptions:
+    """Where a grid command's cells run: the options every grid command shares (the residual
+    matrix, the tagging grid), mixed into its config."""
+
+    shard: str = field(default="", metadata={"help": "I/N: run every N-th cell from the I-th (1-based), for "
+                                                      "N processes sharing --out; shared artifacts are built "
+                                                      "once (default: from a Slurm job array when in one)"})
+    backend: str = field(default="local", metadata={"help": "run the cells in this process, or as tasks on a "
+                                                            "Dask cluster (pip install 'textebm[grid]')",
+                                                    "choices": list(BACKENDS)})
+    workers: int = field(default=2, metadata={"help": "--backend dask: worker processes of the local cluster",
+                                              "min": 1})
+    address: str = field(default="", metadata={"help": "--backend dask: scheduler address of an existing "
+                                                       "cluster (default: start a local one)"})
+
+    def check(self) -> None:
+        if self.shard:
+            parse_shard(self.shard)
+        if self.backend != "dask":
+            refuse_unused(self, ["workers", "address"], "without --backend dask")
+        elif self.address:
+            refuse_unused(self, ["workers"], "with --address (the cluster has its own workers)")
+
+    def cell_threads(self, threads: int) -> int:
+        """Threads per process: `threads`, or with a local Dask cluster and 0 (torch's default)
+        the machine's cores shared among its workers."""
+        if self.backend == "dask" and not self.address and not threads:
+            return max(1, (os.cpu_count() or 1) // self.workers)
+        return threads
 
 
 def key(obj: Any) -> str:

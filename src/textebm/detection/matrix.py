@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +60,7 @@ from textebm.io import read_json, read_json_object, write_json
 from textebm.lm.train import LMTrainConfig, lm_train
 from textebm.losses.residual import NEGATIVES
 from textebm.models.seq_energy import KINDS as ENERGIES
-from textebm.options import check_config, flag_of, refuse_unused, threads_field
+from textebm.options import check_config, flag_of, threads_field
 from textebm.options import type_problem as _typed
 from textebm.outputs import (
     check_output_dir,
@@ -106,7 +105,7 @@ ENTRIES = ("data", "vocab", "gen", "neg", "energy", "zeroshot", "cells", "result
 
 
 @dataclass(kw_only=True)
-class MatrixConfig:
+class MatrixConfig(grid.GridOptions):
     config: str = field(metadata={"help": "matrix config JSON (see bench/residual/ and docs/residual.md)"})
     out: str = field(metadata={"help": "folder of every cached artifact and the results; a folder the matrix "
                                        "wrote continues where it stopped (it is a cache)"})
@@ -114,28 +113,11 @@ class MatrixConfig:
                                                         "then stop"})
     threads: int = threads_field("CPU threads per process (0: torch default; with --backend dask: the cores "
                                  "shared among the workers)")
-    shard: str = field(default="", metadata={"help": "I/N: run every N-th cell from the I-th (1-based), for "
-                                                      "N processes sharing --out; shared artifacts are built "
-                                                      "once (default: from a Slurm job array when in one)"})
-    backend: str = field(default="local", metadata={"help": "run the cells in this process, or as tasks on a "
-                                                            "Dask cluster (pip install 'textebm[grid]')",
-                                                    "choices": list(grid.BACKENDS)})
-    workers: int = field(default=2, metadata={"help": "--backend dask: worker processes of the local cluster",
-                                              "min": 1})
-    address: str = field(default="", metadata={"help": "--backend dask: scheduler address of an existing "
-                                                       "cluster (default: start a local one)"})
     overwrite: bool = field(default=False, metadata={
         "help": "discard the matrix's earlier work in --out (what its marker lists) and start again; "
                 "without it, the matrix continues. Never touches files it did not write"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
-    def check(self) -> None:
-        if self.shard:
-            grid.parse_shard(self.shard)
-        if self.backend != "dask":
-            refuse_unused(self, ["workers", "address"], "without --backend dask")
-        elif self.address:
-            refuse_unused(self, ["workers"], "with --address (the cluster has its own workers)")
 
 
 # ---------------------------------------------------------------- config
@@ -565,9 +547,7 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     """Every cell of the config (cached), then results.json, tables.md and heatmaps."""
 
     check_config(cfg_)
-    threads = cfg_.threads
-    if cfg_.backend == "dask" and not cfg_.address and not threads:  # the local cores, shared by the workers
-        threads = max(1, (os.cpu_count() or 1) // cfg_.workers)
+    threads = cfg_.cell_threads(cfg_.threads)
     set_threads(threads)
     shard = grid.shard_from(cfg_.shard)
     cfg = read_config(cfg_.config)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from textebm import grid
 from textebm.errors import InputError, TextebmError
 from textebm.inference import set_threads
 from textebm.io import atomic_write, read_json_object, write_json
-from textebm.options import check_config, refuse_unused, threads_field, type_problem
+from textebm.options import check_config, threads_field, type_problem
 from textebm.outputs import check_output_dir, own_entries, read_marker, write_marker
 
 log = logging.getLogger(__name__)
@@ -69,31 +68,15 @@ SECONDS = {"labelled": 0.0016,    # one labelled sentence through the CRF's forw
 
 
 @dataclass(kw_only=True)
-class TagGridConfig:
+class TagGridConfig(grid.GridOptions):
     config: str = field(metadata={"help": "grid config JSON (see bench/tagging/cpu.json and docs/ssl.md)"})
     out: str = field(metadata={"help": "folder of every run and cell and the results; a folder the grid wrote "
                                        "continues where it stopped (it is a cache)"})
     plan: bool = field(default=False, metadata={"help": "print the cells left and their estimated CPU time, then "
                                                         "stop"})
     threads: int = threads_field("CPU threads per process (0: torch default)")
-    shard: str = field(default="", metadata={"help": "I/N: run every N-th cell from the I-th (1-based), for N "
-                                                      "processes sharing --out (default: from a Slurm job array "
-                                                      "when in one)"})
-    backend: str = field(default="local", metadata={"help": "run the cells in this process, or as tasks on a Dask "
-                                                            "cluster (pip install 'textebm[grid]')",
-                                                    "choices": list(grid.BACKENDS)})
-    workers: int = field(default=2, metadata={"help": "--backend dask: worker processes of the local cluster",
-                                              "min": 1})
-    address: str = field(default="", metadata={"help": "--backend dask: scheduler address of an existing cluster"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
-    def check(self) -> None:
-        if self.shard:
-            grid.parse_shard(self.shard)
-        if self.backend != "dask":
-            refuse_unused(self, ["workers", "address"], "without --backend dask")
-        elif self.address:
-            refuse_unused(self, ["workers"], "with --address (the cluster has its own workers)")
 
 
 # ---------------------------------------------------------------- config
@@ -517,9 +500,7 @@ def run_grid(cfg_: TagGridConfig) -> dict:
     """Every cell of the config (cached), then results.json, tables.md and accuracy.png; with
     --plan, the plan only (returns {})."""
     check_config(cfg_)
-    threads = cfg_.threads
-    if cfg_.backend == "dask" and not cfg_.address and not threads:
-        threads = max(1, (os.cpu_count() or 1) // cfg_.workers)
+    threads = cfg_.cell_threads(cfg_.threads)
     set_threads(threads)
     shard = grid.shard_from(cfg_.shard)
     cfg = read_config(cfg_.config)
