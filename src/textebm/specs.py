@@ -12,7 +12,10 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+from safetensors.torch import save_model
+
 from textebm.errors import InputError
+from textebm.io import write_json
 
 S = TypeVar("S")
 
@@ -68,3 +71,13 @@ def _name(tp: Any) -> str:
     names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list",
              dict: "an object"}
     return names.get(typing.get_origin(tp) or tp, str(tp))
+
+
+def save_with_spec(model, path: str | Path, spec_file: str) -> None:
+    """`model.safetensors` and `model.spec` as JSON (`spec_file`, the kind's marker) in the folder
+    `path`: the folder of a model kind whose module holds its own spec (a tagger, a ConvNet);
+    `spec_from_dict` reads the spec back."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(path / "model.safetensors"))
+    write_json(path / spec_file, dataclasses.asdict(model.spec))

@@ -23,13 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_model
 from torch import Tensor, nn
 
 from textebm import specs
 from textebm.energy import fp32_linear
 from textebm.errors import InputError
-from textebm.io import write_json
 from textebm.models.kinds import ModelKind
 
 SPEC_FILE = "convnet.json"
@@ -123,7 +121,4 @@ def classifier_from_ebm(ebm: ConvNet, classes: list[str], generator: torch.Gener
 def save_convnet(model: ConvNet, path: str | Path) -> None:
     """model.safetensors and convnet.json (the spec) in `path`; `load_convnet` in models/load.py
     reads them back."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(path / "model.safetensors"))
-    write_json(path / SPEC_FILE, dataclasses.asdict(model.spec))
+    specs.save_with_spec(model, path, SPEC_FILE)

@@ -13,18 +13,15 @@ layer and A are fine-tuned) and joint training (the JRF of eq. 6). `states` expo
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_model
 from torch import Tensor, nn
 
 from textebm import specs
 from textebm.energy import fp32_linear
 from textebm.errors import InputError
-from textebm.io import write_json
 from textebm.losses.crf import crf_nll, viterbi
 from textebm.models.kinds import ModelKind
 
@@ -117,7 +114,4 @@ class BiLSTMCRF(nn.Module):
 def save_tagger(model: BiLSTMCRF, path: str | Path) -> None:
     """model.safetensors and tagger.json (the spec) in `path`; `load_tagger` in models/load.py
     reads them back."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(path / "model.safetensors"))
-    write_json(path / SPEC_FILE, dataclasses.asdict(model.spec))
+    specs.save_with_spec(model, path, SPEC_FILE)
