@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from textebm.errors import TextebmError
 from textebm.io import read_json, write_json
-from textebm.options import refuse_unused
+from textebm.options import refuse_unused, threads_field
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,13 @@ BACKENDS = ("local", "dask")
 
 @dataclass(kw_only=True)
 class GridOptions:
-    """Where a grid command's cells run: the options every grid command shares (the residual
+    """How a grid command runs its cells: the options every grid command shares (the residual
     matrix, the tagging grid), mixed into its config."""
 
+    plan: bool = field(default=False, metadata={"help": "print the cells left and their estimated CPU time, "
+                                                        "then stop"})
+    threads: int = threads_field("CPU threads per process (0: torch default; with --backend dask: the cores "
+                                 "shared among the workers)")
     shard: str = field(default="", metadata={"help": "I/N: run every N-th cell from the I-th (1-based), for "
                                                       "N processes sharing --out; shared artifacts are built "
                                                       "once (default: from a Slurm job array when in one)"})
@@ -57,6 +61,7 @@ class GridOptions:
                                               "min": 1})
     address: str = field(default="", metadata={"help": "--backend dask: scheduler address of an existing "
                                                        "cluster (default: start a local one)"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def check(self) -> None:
         if self.shard:

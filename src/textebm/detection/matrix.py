@@ -60,7 +60,7 @@ from textebm.io import read_json, read_json_object, write_json
 from textebm.lm.train import LMTrainConfig, lm_train
 from textebm.losses.residual import NEGATIVES
 from textebm.models.seq_energy import KINDS as ENERGIES
-from textebm.options import check_config, flag_of, threads_field
+from textebm.options import check_config, flag_of
 from textebm.options import type_problem as _typed
 from textebm.outputs import (
     check_output_dir,
@@ -109,15 +109,9 @@ class MatrixConfig(grid.GridOptions):
     config: str = field(metadata={"help": "matrix config JSON (see bench/residual/ and docs/residual.md)"})
     out: str = field(metadata={"help": "folder of every cached artifact and the results; a folder the matrix "
                                        "wrote continues where it stopped (it is a cache)"})
-    plan: bool = field(default=False, metadata={"help": "print the work left and its estimated CPU time, "
-                                                        "then stop"})
-    threads: int = threads_field("CPU threads per process (0: torch default; with --backend dask: the cores "
-                                 "shared among the workers)")
     overwrite: bool = field(default=False, metadata={
         "help": "discard the matrix's earlier work in --out (what its marker lists) and start again; "
                 "without it, the matrix continues. Never touches files it did not write"})
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
-
 
 
 # ---------------------------------------------------------------- config

@@ -40,7 +40,7 @@ from textebm import grid
 from textebm.errors import InputError, TextebmError
 from textebm.inference import set_threads
 from textebm.io import atomic_write, read_json_object, write_json
-from textebm.options import check_config, threads_field, type_problem
+from textebm.options import check_config, type_problem
 from textebm.outputs import check_output_dir, own_entries, read_marker, write_marker
 
 log = logging.getLogger(__name__)
@@ -72,10 +72,6 @@ class TagGridConfig(grid.GridOptions):
     config: str = field(metadata={"help": "grid config JSON (see bench/tagging/cpu.json and docs/ssl.md)"})
     out: str = field(metadata={"help": "folder of every run and cell and the results; a folder the grid wrote "
                                        "continues where it stopped (it is a cache)"})
-    plan: bool = field(default=False, metadata={"help": "print the cells left and their estimated CPU time, then "
-                                                        "stop"})
-    threads: int = threads_field("CPU threads per process (0: torch default)")
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
 
 
