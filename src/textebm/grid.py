@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from textebm.errors import TextebmError
+from textebm.inference import set_threads
 from textebm.io import read_json, write_json
 from textebm.options import refuse_unused, threads_field
 
@@ -71,12 +72,15 @@ class GridOptions:
         elif self.address:
             refuse_unused(self, ["workers"], "with --address (the cluster has its own workers)")
 
-    def cell_threads(self, threads: int) -> int:
-        """Threads per process: `threads`, or with a local Dask cluster and 0 (torch's default)
-        the machine's cores shared among its workers."""
+    def start(self) -> tuple[int, tuple[int, int]]:
+        """Set this process's threads and return (threads per process, this process's shard).
+        Threads: --threads, or with a local Dask cluster and 0 (torch's default) the machine's
+        cores shared among its workers. Shard: --shard, or the Slurm job array's (`shard_from`)."""
+        threads = self.threads
         if self.backend == "dask" and not self.address and not threads:
-            return max(1, (os.cpu_count() or 1) // self.workers)
-        return threads
+            threads = max(1, (os.cpu_count() or 1) // self.workers)
+        set_threads(threads)
+        return threads, shard_from(self.shard)
 
 
 def key(obj: Any) -> str:

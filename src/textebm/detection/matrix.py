@@ -55,7 +55,6 @@ from textebm.detection.train import ResidualTrainConfig, residual_train
 from textebm.detection.windows import read_window_files
 from textebm.errors import InputError, TextebmError
 from textebm.fingerprint import folder_sha256
-from textebm.inference import set_threads
 from textebm.io import read_json, read_json_object, write_json
 from textebm.lm.train import LMTrainConfig, lm_train
 from textebm.losses.residual import NEGATIVES
@@ -541,9 +540,7 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     """Every cell of the config (cached), then results.json, tables.md and heatmaps."""
 
     check_config(cfg_)
-    threads = cfg_.cell_threads(cfg_.threads)
-    set_threads(threads)
-    shard = grid.shard_from(cfg_.shard)
+    threads, shard = cfg_.start()
     cfg = read_config(cfg_.config)
     out = Path(cfg_.out)
     check_out(out, cfg_.overwrite, cfg_.plan)

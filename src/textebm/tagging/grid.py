@@ -38,7 +38,6 @@ from pathlib import Path
 
 from textebm import grid
 from textebm.errors import InputError, TextebmError
-from textebm.inference import set_threads
 from textebm.io import atomic_write, read_json_object, write_json
 from textebm.options import check_config, type_problem
 from textebm.outputs import check_output_dir, own_entries, read_marker, write_marker
@@ -496,9 +495,7 @@ def run_grid(cfg_: TagGridConfig) -> dict:
     """Every cell of the config (cached), then results.json, tables.md and accuracy.png; with
     --plan, the plan only (returns {})."""
     check_config(cfg_)
-    threads = cfg_.cell_threads(cfg_.threads)
-    set_threads(threads)
-    shard = grid.shard_from(cfg_.shard)
+    threads, shard = cfg_.start()
     cfg = read_config(cfg_.config)
     out = Path(cfg_.out)
     check_out(out, cfg_.plan)
