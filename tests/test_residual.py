@@ -844,3 +844,22 @@ def test_matrix_out_continues_only_from_the_same_vocabulary_and_corpora(corpus, 
         err = capsys.readouterr().err
         assert "another vocabulary or other corpora" in err and next(iter(change)) in err
         assert main([*args, "--overwrite"]) == 0  # starting again is allowed
+
+
+def test_keep_best_validates_by_eq1_on_the_val_windows_and_saves_the_kept_weights(corpus, trained, tmp_path):
+    from textebm.detection.detect import EnergyScorer
+
+    run = tmp_path / "best"
+    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+                 str(corpus["vocab"]), "--energy", "linear", "--epochs", "3", "--batch-size", "8", "--lr", "0.05",
+                 "--keep-best", "--out", str(run), "--no-progress"]) == 0
+    m = json.loads((run / "metrics.json").read_text())["train"]
+    assert [v["epoch"] for v in m["validation"]] == [0, 1, 2]
+    assert m["kept"]["loss"] == min(v["loss"] for v in m["validation"])
+    # eq. (1) over all negatives, by hand, on the saved model: the kept validation loss
+    rows = [json.loads(x) for x in trained["dev"].read_text().splitlines()]
+    scorer = EnergyScorer(run)
+    e = scorer.score_ids([s for r in rows for s in [r["positive"], *r["negatives"]]])
+    e = np.asarray(e, dtype=np.float64).reshape(len(rows), -1)
+    softplus = lambda x: np.logaddexp(0.0, x)
+    assert np.isclose(softplus(e[:, 0]).mean() + softplus(-e[:, 1:]).mean(), m["kept"]["loss"], rtol=1e-5)

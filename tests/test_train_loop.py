@@ -503,3 +503,49 @@ def test_setting_an_earlier_run_aside_completes_after_a_crash(tmp_path, monkeypa
     assert sorted(p.name for p in run.iterdir()) == sorted([SET_ASIDE, "notes.txt"])
     abandon_failed_start(run, created=False)  # the new run fails before its first checkpoint
     assert sorted(p.name for p in run.iterdir()) == sorted(["config.json", "metrics.json", "model", MARKER, "notes.txt"])
+
+
+KEEP_BEST = "12:3,24:1,36:2"  # validation after epochs 1, 2 and the last step (12 steps an epoch)
+
+
+def test_keep_best_ends_with_the_best_validations_weights_also_after_a_kill(tmp_path):
+    full = run_toy(tmp_path / "full", "--keep-best", KEEP_BEST, "--weights-log", str(tmp_path / "w"))
+    assert full.returncode == 0, full.stderr
+    best = load_file(str(tmp_path / "w" / "step-24.safetensors"))
+    last = load_file(str(tmp_path / "w" / "step-36.safetensors"))
+    kept = weights(tmp_path / "full")
+    assert all((kept[k] == best[k]).all() for k in best)
+    assert any((kept[k] != last[k]).any() for k in last)  # the last step's weights were not kept
+    m = json.loads((tmp_path / "full" / "metrics.json").read_text())
+    assert [(v["step"], v["loss"]) for v in m["train"]["validation"]] == [(12, 3.0), (24, 1.0), (36, 2.0)]
+    assert m["train"]["kept"]["step"] == 24
+    assert not (tmp_path / "full" / "best").exists()  # removed with the checkpoint after success
+    # killed after the best epoch was stored, then resumed: the same weights are kept
+    assert run_toy(tmp_path / "cut", "--keep-best", KEEP_BEST, "--kill-at", "27").returncode == 137
+    assert json.loads((tmp_path / "cut" / "best" / "best.json").read_text())["step"] == 24
+    resumed = run_toy(tmp_path / "cut", "--keep-best", KEEP_BEST, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    again = weights(tmp_path / "cut")
+    assert all((again[k] == best[k]).all() for k in best)
+
+
+def test_keep_best_keeps_the_last_weights_when_they_are_best(tmp_path):
+    assert run_toy(tmp_path / "a", "--keep-best", "12:3,24:2,36:1").returncode == 0
+    assert run_toy(tmp_path / "b").returncode == 0
+    a, b = weights(tmp_path / "a"), weights(tmp_path / "b")
+    assert all((a[k] == b[k]).all() for k in a)  # validating changes no training number
+    assert json.loads((tmp_path / "a" / "metrics.json").read_text())["train"]["kept"]["step"] == 36
+
+
+def test_keep_best_needs_a_validation_loss(tmp_path):
+    import torch
+
+    from textebm.train import Recipe, train
+
+    class NoValidation(Recipe):
+        keep_best = True
+        model, dataset, lengths, collate = torch.nn.Linear(1, 1), [1], [1], list
+
+    with pytest.raises(TextebmError, match="no validation loss"):
+        train(toy.options(str(tmp_path / "run")), {}, NoValidation())
+    assert not (tmp_path / "run").exists()

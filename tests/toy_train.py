@@ -4,6 +4,7 @@ usage: python toy_train.py OUT [--resume] [--overwrite] [--nan-at STEP] [--kill-
                            [--epochs E] [--lr LR] [--keep-checkpoint] [--save-log FILE]
                            [--streams] [--batch-log FILE] [--group PREFIX=LR ...] [--buffer]
                            [--interrupt-at STEP] [--schedule linear|cosine]
+                           [--keep-best STEP:LOSS,...] [--weights-log DIR]
 
 Also run under `accelerate launch` by tests/test_distributed.py. --save-log FILE appends one line
 "RANK WORLD_SIZE BACKEND" to FILE each time the final model is saved. --kill-at STEP ends the
@@ -17,6 +18,9 @@ appends, per step, the item indices of each stream's batch to FILE.RANK as a JSO
 --buffer gives the recipe state of its own, as a replay buffer is (`Recipe.state`): a tensor of
 the last predictions that each step updates and that enters the loss, so a resumed run equals an
 uninterrupted one only if the checkpoint carries it.
+--keep-best STEP:LOSS,... sets `keep_best`, and `validate` returns LOSS after optimizer step STEP
+(scripted, so a test knows which weights must be kept); --weights-log DIR writes the weights at
+each validation to DIR/step-STEP.safetensors.
 """
 
 from __future__ import annotations
@@ -133,6 +137,10 @@ class ToyRecipe(Recipe):
         self.param_groups = [ParamGroup(name=prefix.strip("."), prefix=prefix, lr=float(lr))
                              for prefix, lr in (g.split("=") for g in a.group)]
         self.buffer = torch.zeros(4) if a.buffer else None  # the last 4 batches' mean predictions
+        script = getattr(a, "keep_best", "")
+        self.keep_best = bool(script)
+        self.val_script = {int(k): float(v) for k, v in (e.split(":") for e in script.split(","))} if script else {}
+        self.step = 0
 
     def loss(self, model, batch, at):
         self.calls += 1
@@ -152,7 +160,14 @@ class ToyRecipe(Recipe):
             loss = loss * float("nan")
         return loss, {}
 
+    def validate(self):
+        if self.a.weights_log:
+            Path(self.a.weights_log).mkdir(exist_ok=True)
+            save_model(self.model, str(Path(self.a.weights_log) / f"step-{self.step}.safetensors"))
+        return self.val_script[self.step]
+
     def end_step(self, step):
+        self.step = step
         if step == self.a.kill_at:
             os._exit(137)
         if step == self.a.interrupt_at:
@@ -196,13 +211,16 @@ def main(argv=None):
     p.add_argument("--group", action="append", default=[])
     p.add_argument("--buffer", action="store_true")
     p.add_argument("--schedule", default="linear")
+    p.add_argument("--keep-best", default="")
+    p.add_argument("--weights-log", default=None)
     a = p.parse_args(argv)
     opts = options(a.out, epochs=a.epochs, lr=a.lr, resume=a.resume, precision=a.precision,
                    keep_checkpoint=a.keep_checkpoint, overwrite=a.overwrite, schedule=a.schedule)
     torch.manual_seed(0)
     recipe = ToyRecipe(a, Toy(), data())
     try:
-        train(opts, {**options_dict(opts), "streams": a.streams, "groups": a.group, "buffer": a.buffer}, recipe)
+        train(opts, {**options_dict(opts), "streams": a.streams, "groups": a.group, "buffer": a.buffer,
+                     "keep_best": a.keep_best}, recipe)
     except TextebmError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

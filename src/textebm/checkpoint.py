@@ -9,6 +9,9 @@ Layout of `RUN/checkpoint/`:
   recipe-{rank}.safetensors  the training recipe's own tensors on each process (`Recipe.state`),
                           when it has any (e.g. a replay buffer)
   state.json              step, epoch, batch in epoch, python/numpy RNG state, metric history
+
+and, under `--keep-best`, `RUN/best/`: model.safetensors and best.json (its step, epoch and
+validation loss), the weights of the best validation so far.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from textebm.errors import TextebmError
 from textebm.io import atomic_dir, atomic_write, read_json
 
 CHECKPOINT_DIR = "checkpoint"
+BEST_DIR = "best"
 
 
 def optimizer_to_files(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -115,6 +119,25 @@ def load_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler,
     if rng_file.is_file() and rank < len(state["rng"]):
         set_rng_state(load_file(str(rng_file)), state["rng"][rank])
     return state
+
+
+def save_best(run_dir: Path, model: torch.nn.Module, entry: dict) -> None:
+    """Write RUN/best atomically: the weights of the best validation so far and its `entry`."""
+    with atomic_dir(Path(run_dir) / BEST_DIR) as tmp:
+        save_model(model, str(tmp / "model.safetensors"))
+        _write(tmp / "best.json", entry)
+
+
+def load_best(run_dir: Path, model: torch.nn.Module) -> dict | None:
+    """Load RUN/best's weights into `model` and return its entry; None when there is none."""
+    best = Path(run_dir) / BEST_DIR
+    if not (best / "best.json").is_file():
+        return None
+    missing, unexpected = load_model(model, str(best / "model.safetensors"), strict=False)
+    if unexpected or [m for m in missing if not _is_tied(model, m)]:
+        raise TextebmError(f"{best}/model.safetensors does not match the model "
+                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return read_json(best / "best.json")
 
 
 def load_extra_state(run_dir: Path, rank: int = 0) -> dict[str, torch.Tensor]:

@@ -72,9 +72,12 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from textebm.checkpoint import (
+    BEST_DIR,
+    load_best,
     load_checkpoint,
     load_extra_state,
     rng_state,
+    save_best,
     save_checkpoint,
 )
 from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
@@ -290,6 +293,7 @@ class Recipe:
     streams: dict[str, Stream] | None = None  # extra streams; `loss` then gets {MAIN: batch, name: batch}
     param_groups: Sequence[ParamGroup] = ()
     run_files: Sequence[str] = ()  # what the command writes into RUN beside RUN_ENTRIES (in its marker)
+    keep_best: bool = False  # validate after every epoch and end with the best weights (`validate`)
 
     def loss(self, model: torch.nn.Module, batch: Any, at: Progress) -> tuple[torch.Tensor, dict[str, float]]:
         """(scalar loss, floats to log) of one batch, under autocast. `model` is `self.model` as
@@ -304,6 +308,12 @@ class Recipe:
     def evaluate(self) -> dict[str, Any] | None:
         """Metrics of the trained model for metrics.json (after `save`, under no_grad and autocast)."""
         return None
+
+    def validate(self) -> float:
+        """A validation loss (lower is better) of the current weights, under no_grad and autocast,
+        on every process: with `keep_best`, the loop calls it after every full epoch and after the
+        last step, and the run ends with the weights of the lowest."""
+        raise NotImplementedError
 
     def prepare(self, run: Path) -> bool:
         """Before the loop, on every process, once RUN's config.json is written (also on --resume):
@@ -437,7 +447,7 @@ def group_lrs(optimizer: torch.optim.Optimizer) -> dict[str, float]:
     return {("lr_" + g["name"]) if g.get("name") else "lr": g["lr"] for g in optimizer.param_groups}
 
 
-RUN_ENTRIES = ["config.json", "checkpoint", "metrics.json", "model"]  # what a run folder holds
+RUN_ENTRIES = ["config.json", "checkpoint", "metrics.json", "model", BEST_DIR]  # what a run folder holds
 
 
 def eval_split_of(cfg) -> str:
@@ -585,6 +595,8 @@ def train(opts: TrainOptions, config: dict, recipe: Recipe, accelerator=None) ->
     --resume, and after training write the model (`recipe.save`), metrics.json and the
     evaluation (`recipe.evaluate`), then remove the checkpoint.
     """
+    if recipe.keep_best and type(recipe).validate is Recipe.validate:
+        raise TextebmError(f"{type(recipe).__name__} has no validation loss to keep the best weights by")
     setup_torch(opts)
     run = Path(opts.out)
     choice = run_precision(opts, run)
@@ -629,6 +641,7 @@ class Trained:
     epochs_completed: float
     history: list[dict]
     wall_seconds: float
+    validation: list[dict] = field(default_factory=list)  # {step, epoch, loss} under keep_best
 
 
 def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder) -> Trained:
@@ -656,12 +669,13 @@ def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder)
         raise TextebmError("no training steps: the training data is empty or --epochs is 0")
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule(opts, total))
 
-    step, epoch, batch_in_epoch, history, wall = 0, 0, 0, [], 0.0
+    step, epoch, batch_in_epoch, history, wall, validation = 0, 0, 0, [], 0.0, []
     running: dict[str, list[float]] = {}  # losses since the last history entry
     if opts.resume and folder.has_checkpoint():
         st = folder.load_checkpoint(recipe, optimizer, scheduler)
         step, epoch, batch_in_epoch = st["step"], st["epoch"], st["batch_in_epoch"]
         history, wall, running = st["history"], st["wall_seconds"], st.get("running", {})
+        validation = st.get("validation", [])
         log.info("resuming %s at step %d (epoch %d, batch %d)", folder.path, step, epoch, batch_in_epoch)
 
     bar = _progress(opts, accelerator, total, step)
@@ -709,7 +723,7 @@ def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder)
             if step % opts.checkpoint_every == 0 and step < total:
                 folder.save_checkpoint(recipe, optimizer, scheduler,
                                        {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch,
-                                        "history": history, "running": running,
+                                        "history": history, "running": running, "validation": validation,
                                         "wall_seconds": time.perf_counter() - t0})
             recipe.end_step(step)
             if step >= total:
@@ -717,14 +731,37 @@ def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder)
         else:
             with torch.no_grad(), accelerator.autocast():
                 recipe.end_epoch(epoch)
+            if recipe.keep_best and step < total:
+                validate_epoch(recipe, accelerator, folder, validation, step, epoch, final=False)
             model.train()
             epoch, batch_in_epoch = epoch + 1, 0
             continue
         break
     if bar is not None:
         bar.close()
+    if recipe.keep_best and (not validation or validation[-1]["step"] != step):
+        validate_epoch(recipe, accelerator, folder, validation, step, epoch, final=True)
     return Trained(steps=step, epochs_completed=epoch + batch_in_epoch / max(1, len(loaders[MAIN])),
-                   history=history, wall_seconds=time.perf_counter() - t0)
+                   history=history, wall_seconds=time.perf_counter() - t0, validation=validation)
+
+
+def validate_epoch(recipe: Recipe, accelerator, folder: RunFolder, validation: list[dict], step: int, epoch: int,
+                   final: bool) -> None:
+    """`recipe.validate()` into `validation`; a new best (before the last step) is written to
+    RUN/best, so that a resumed run still has it. The final weights stay in memory."""
+    recipe.model.eval()
+    with torch.no_grad(), accelerator.autocast():
+        value = float(recipe.validate())
+    if not math.isfinite(value):
+        raise TrainingDiverged(f"validation loss is {value} after step {step}; stopping")
+    best = min((v["loss"] for v in validation), default=math.inf)
+    validation.append({"step": step, "epoch": epoch, "loss": value})
+    if accelerator.is_main_process:
+        log.info("validation after step %d (epoch %d): loss %.4f%s", step, epoch + 1, value,
+                 " (best so far)" if value < best else f" (best {best:.4f})")
+        if value < best and not final:
+            save_best(folder.path, accelerator.unwrap_model(recipe.model), validation[-1])
+    accelerator.wait_for_everyone()
 
 
 def finish_run(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder, done: Trained, choice) -> dict:
@@ -737,6 +774,9 @@ def finish_run(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolde
                                "precision_choice": choice.as_dict()}
     if done.history:
         metrics["train"]["final_loss"] = done.history[-1]["loss"]
+    if done.validation:
+        metrics["train"]["validation"] = done.validation
+        metrics["train"]["kept"] = keep_best_weights(recipe, folder, done.validation)
     # The model is saved before evaluation, so an error there cannot throw away a finished training.
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
@@ -754,8 +794,24 @@ def finish_run(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolde
         write_json(folder.path / "metrics.json", metrics)
         if not opts.keep_checkpoint:
             shutil.rmtree(folder.checkpoint, ignore_errors=True)
+            shutil.rmtree(folder.path / BEST_DIR, ignore_errors=True)
     accelerator.wait_for_everyone()
     return metrics
+
+
+def keep_best_weights(recipe: Recipe, folder: RunFolder, validation: list[dict]) -> dict:
+    """Load RUN/best into the model when an earlier validation beat the last one; return the
+    entry of the weights the run ends with."""
+    best = min(validation, key=lambda v: v["loss"])
+    if best is validation[-1] or best["loss"] >= validation[-1]["loss"]:
+        return validation[-1]
+    stored = load_best(folder.path, recipe.model)
+    if stored is None or stored["step"] != best["step"]:
+        raise TextebmError(f"{folder.path / BEST_DIR} does not hold the weights of the best validation "
+                           f"(step {best['step']}); rerun with --overwrite")
+    log.info("keeping the weights after step %d (epoch %d, validation loss %.4f; the last step's %.4f)",
+             best["step"], best["epoch"] + 1, best["loss"], validation[-1]["loss"])
+    return best
 
 
 def _loader(stream: Stream, sampler: Sampler[list[int]], seed: int) -> DataLoader:

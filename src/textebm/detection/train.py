@@ -82,6 +82,9 @@ class ResidualTrainConfig(TrainOptions):
         "help": "bitransf: what the scalar projects, the first position (Bakhtin et al.) or the top "
                 "states mean-pooled over the window (Deng et al.'s BiT)", "choices": ["first", "mean"]})
     eval_batch_size: int = field(default=128, metadata={"help": "windows per evaluation batch", "min": 1})
+    keep_best: bool = field(default=False, metadata={
+        "help": "after every epoch, the conditional NCE loss on the --val windows (eq. 1 over all their "
+                "negatives); the run ends with the weights of the lowest, not the last"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
 
     def check(self) -> None:
@@ -215,7 +218,7 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     recipe = ResidualRecipe(model=model, spec=spec, tokenizer=tokenizer, vocab=vocab, dataset=train_rows,
                             lengths=[len(r["positive"]) for r in train_rows], collate=batcher, loss_kind=cfg.loss,
                             negatives=cfg.negatives, margin=cfg.margin, val_rows=val_rows,
-                            eval_batch_size=cfg.eval_batch_size)
+                            eval_batch_size=cfg.eval_batch_size, keep_best=cfg.keep_best)
     metrics_ = train(cfg, config, recipe)
     rule_file = Path(cfg.out) / detect.RULE_FILE
     if not rule_file.is_file():
@@ -255,14 +258,22 @@ class ResidualRecipe(Recipe):
     val_rows: list[dict]
     eval_batch_size: int
     rule: Any = None
+    keep_best: bool = False
     run_files = ("detector.json",)  # detect.RULE_FILE, written after training: --overwrite replaces it too
 
     def loss(self, model, batch, at):
         return residual_step(model, batch, self.loss_kind, self.negatives, self.margin)
 
+    def _score(self, seqs, batch_size):
+        return detect.energies(self.model, self.spec, self.tokenizer, self.vocab, seqs, batch_size)
+
+    def validate(self):
+        real, fake = detect.window_scores(self._score, self.val_rows, self.eval_batch_size)  # (N,), (N, k)
+        e_pos, e_neg = torch.as_tensor(real, dtype=torch.float64), torch.as_tensor(fake, dtype=torch.float64)
+        return float(residual_bce(e_pos, e_neg, "all").loss)
+
     def evaluate(self):
-        score = lambda seqs, b: detect.energies(self.model, self.spec, self.tokenizer, self.vocab, seqs, b)
-        self.rule, p_at_1 = rule_of(score, self.val_rows, self.eval_batch_size)
+        self.rule, p_at_1 = rule_of(self._score, self.val_rows, self.eval_batch_size)
         val = self.rule.val  # threshold of best balanced accuracy, fitted on these very windows
         return {"val_balanced_accuracy": val["balanced_accuracy"], "val_auroc": val["auroc"], "val_p_at_1": p_at_1}
 
