@@ -265,6 +265,15 @@ def test_quickstart_end_to_end_on_a_fixture(classify_fixture, tmp_path, capsys):
     report = (out / "report.md").read_text()
     assert "Mean over 2 seeds" in report and "toy-sentiment" in report and "(EBM)hidden" in report
     assert "over 2 seeds" in report and "interval" in report
+    # The seeds are cells of textebm's grid runner: --plan lists what is left and writes nothing.
+    assert len(list((out / "cells").glob("seed-*.json"))) == 2
+    capsys.readouterr()
+    assert _run(*argv, "--plan") == 0
+    assert "2 cells, 2 cached, 0 to run here" in capsys.readouterr().out
+    assert _run(*argv, "--out", tmp_path / "planned", "--seeds", "3", "--shard", "2/2", "--plan") == 0
+    text = capsys.readouterr().out
+    assert "3 cells, 0 cached; shard 2/2 holds 1, 1 to run here:\n  seed-1  ~" in text
+    assert not (tmp_path / "planned").exists()
     # A second call finds every step done: nothing is trained again, the report is re-rendered.
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("seed-*/runs/*/model/model.safetensors")}
     stamps[out / "seed-0" / "noise.jsonl"] = (out / "seed-0" / "noise.jsonl").stat().st_mtime_ns

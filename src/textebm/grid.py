@@ -1,4 +1,5 @@
-"""Experiment grids: one runner for every grid of textebm (the residual matrix, the calibration grid).
+"""Experiment grids: one runner for every grid of textebm (the quickstart's seeds, the residual
+matrix, the tagging grid, the calibration grid).
 
 A grid is a list of `Cell`s: a readable name, the settings its result depends on, an estimate of
 its CPU time, and a payload for the function that computes it. `Grid(folder, compute)` keeps one

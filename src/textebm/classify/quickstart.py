@@ -11,6 +11,11 @@ continues where it stopped):
                      half (the same half for every seed), with bootstrap intervals
   3. report.md, results.json: per seed, and mean / spread / interval over seeds
 
+The seeds are the cells of a grid on textebm's one runner (`textebm.grid`): each finished seed is
+cached in OUT/cells/ under a hash of everything its result depends on; `--plan` lists the seeds
+left with their estimated time, `--shard I/N` (or a Slurm job array) splits them among processes
+sharing OUT, and `--backend dask` runs them as tasks of a Dask cluster.
+
 Seeds vary everything random in training (noise LM, noise, initialisation, batch order) and
 keep the data split and the test half, so the methods are compared on the same examples.
 Default settings fit a 2-core CPU in about 20 minutes per seed by training on a subset of the
@@ -20,6 +25,7 @@ joint EBM training pays off); `--full` uses paper-sized settings (all data, K=8)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
@@ -27,6 +33,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from textebm import grid
 from textebm.calibration.report import method_label, render_table
 from textebm.calibration.uncertainty import seed_summary, summarise_seeds
 from textebm.classify.data import check_eval_labels, label_vocab
@@ -71,8 +78,8 @@ STEP_SECONDS = {
 QUICKSTART_KIND = "quickstart"
 
 
-@dataclass
-class QuickstartConfig:
+@dataclass(kw_only=True)
+class QuickstartConfig(grid.GridOptions):
     out: str = field(default="runs/quickstart", metadata={"help": "output folder (an interrupted quickstart "
                                                                   "continues in it)"})
     full: bool = field(default=False, metadata={"help": "paper-sized settings: all data, K=8 (hours on a CPU)"})
@@ -111,7 +118,6 @@ class QuickstartConfig:
     precision: str = field(default="auto", metadata={
         "help": "auto: bf16 where the hardware multiplies it natively, else fp32 (see docs/training.md)",
         "choices": ["auto", "fp32", "bf16", "fp16"]})
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
     bootstrap: int = field(default=1000, metadata={"help": "bootstrap resamples of the test half (0: none)",
                                                    "min": 0})
     reuse: str = field(default="", metadata={
@@ -120,6 +126,7 @@ class QuickstartConfig:
                 "EBM settings"})
 
     def check(self) -> None:
+        super().check()
         outside = [s for s in self.only_seeds if s not in all_seeds(self)]
         if outside:
             raise TextebmError(f"--only-seeds {' '.join(map(str, outside))}: not among the seeds "
@@ -160,6 +167,7 @@ def estimate_seconds(precision: str, lm_sentences: int, train_examples: int, eva
 
 def quickstart(cfg: QuickstartConfig) -> dict:
     check_config(cfg)  # bounds and rules between options, also when called from Python
+    _, shard = cfg.start()  # threads, and this process's shard of the seeds
     out = Path(cfg.out)
     check_output_dir(out, QUICKSTART_KIND, overwrite=True)  # a quickstart folder continues; nothing else is touched
     choice = resolve_precision(cfg.precision)
@@ -168,36 +176,24 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     data = Path(cfg.data) if cfg.data else out / "data"
     if cfg.data:
         check_dataset(data)  # before any work: a step late in the pipeline must not fail on the data
+    if cfg.plan:
+        print(plan(cfg, choice.precision, data, out, shard))
+        return {}
     reuse = reuse_source(cfg, out)
     out.mkdir(parents=True, exist_ok=True)
-    write_marker(out, QUICKSTART_KIND, ["data", "settings.json", "results.json", "report.md", "timings.json"]
-                 + [f"seed-{s}" for s in all_seeds(cfg)])
-    # Each step's time is kept in OUT/timings.json as it finishes, so the report of a quickstart that
-    # was interrupted and continued (or summarised again by a later call) counts every step once.
-    timings_file = out / "timings.json"
-    timings: dict[str, float] = read_json(timings_file) if timings_file.is_file() else {}
-
-    def step(name: str, done: bool, fn) -> None:
-        if done:
-            log.info("[quickstart] %s: already done", name)
-            return
-        log.info("[quickstart] %s ...", name)
-        s = time.perf_counter()
-        fn()
-        timings[name] = round(time.perf_counter() - s, 1)
-        write_json(timings_file, timings)
-        log.info("[quickstart] %s done in %.0f s", name, timings[name])
-
+    write_marker(out, QUICKSTART_KIND, ["data", "data.lock", "settings.json", "results.json", "report.md",
+                                        "timings.json", CELLS] + [f"seed-{s}" for s in all_seeds(cfg)])
+    step = StepTimer(out / "timings.json")  # the data step's time; each seed keeps its own
     if not cfg.data:
-        step("data", (data / "dataset.json").is_file(), lambda: prepare("rt-polarity", data, seed=cfg.seed))
+        prepared = lambda: (data / "dataset.json").is_file()
+        # once, under a lock: processes that share OUT (--shard) prepare it once
+        step("data", prepared(), lambda: grid.once(data, prepared, lambda: prepare("rt-polarity", data, seed=cfg.seed)))
         check_dataset(data)
     info = read_json(data / "dataset.json") if (data / "dataset.json").is_file() else {}
     settings = check_settings(out, cfg, choice.precision, data)
     if reuse is not None:
         reuse.match(settings)
-    n_train = info.get("splits", {}).get("train", 10_000)
-    n_eval = info.get("splits", {}).get("dev", 1_280)
-    est = estimate_seconds(choice.precision, n_train, min(n_train, cfg.train_limit or n_train), n_eval, cfg)
+    est = estimate(cfg, choice.precision, info)
     log.info("[quickstart] expected duration on a 2-core CPU in %s: about %.0f minutes per seed, %d seed(s) "
              "(%s)", choice.precision, sum(est.values()) / 60, len(seeds_of(cfg)),
              ", ".join(f"{k} {v / 60:.1f}" for k, v in est.items()))
@@ -206,24 +202,25 @@ def quickstart(cfg: QuickstartConfig) -> dict:
                  "noise LM and noise take longer (SmolLM2-135M measured 7.1 s per noise-LM step on one thread of a "
                  "2-core AVX512 CPU in bf16, the small LM 0.36 s on both threads)", cfg.noise_lm)
 
-    per_seed = {}
-    for s in seeds_of(cfg):
-        per_seed[s] = run_seed(cfg, choice.precision, data, out / f"seed-{s}", s, step, reuse)
-        if reuse is not None and reuse.copied:  # a copied step counts the time it took where it ran
-            timings.update({f"{label} (copied from {reuse.root})": secs for label, secs in reuse.copied.items()
-                            if secs is not None})
-            reuse.copied.clear()
-            write_json(timings_file, timings)
+    cells = seed_cells(cfg, settings, sum(est.values()))
+    runner = grid.Grid(out / CELLS, SeedRun(cfg, choice.precision, data, out, reuse))
+    results = runner.run(cells, shard, cfg.backend, cfg.workers, cfg.address)
+    per_seed = {c.task: r for c, r in zip(cells, results)}
 
-    prev = read_json(out / "results.json") if (out / "results.json").is_file() else {}
-    timings = {**prev.get("timings", {}), **timings}  # results.json of a folder made before timings.json
     ran = ("data", *(f"seed {s}:" for s in per_seed))  # the steps of the seeds summarised here
+    prev = read_json(out / "results.json") if (out / "results.json").is_file() else {}
+    # results.json of a folder made before timings.json, then OUT/timings.json (before each seed
+    # kept its own), then the seeds' own
+    timings = {**prev.get("timings", {}), **step.times}
+    for r in per_seed.values():
+        timings.update(r.get("timings", {}))
     timings = {k: v for k, v in timings.items() if k.startswith(ran)}
     results = aggregate(per_seed)
     first = next(iter(per_seed.values()))["eval"]["settings"]["runs"]["baseline"]
     results.update(
         wall_seconds=round(sum(timings.values()), 1), timings=timings,
-        settings={**asdict(cfg), "train_examples": first["train_examples"], "dev_half": first["dev_half"],
+        settings={**{k: v for k, v in asdict(cfg).items() if k not in GRID_ONLY},
+                  "train_examples": first["train_examples"], "dev_half": first["dev_half"],
                   "test_half": first["test_half"], "noise_per_example": cfg.noise_ratio * math.ceil(cfg.epochs),
                   "dataset": info.get("name", data.name), "labels": info.get("labels", []),
                   "precision_choice": choice.as_dict(), "expected_seconds_per_seed": round(sum(est.values()))})
@@ -233,6 +230,83 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     log.info("[quickstart] finished: %s", out / "report.md")
     print((out / "report.md").read_text())
     return results
+
+
+CELLS = "cells"  # OUT/cells: one file per finished seed (textebm.grid)
+# How the seeds run, not what they compute: left out of results.json's settings.
+GRID_ONLY = {f.name for f in dataclasses.fields(grid.GridOptions)}
+
+
+class StepTimer:
+    """Run a step unless it is done, and keep the seconds it took in `file` as it finishes, so a
+    quickstart that was interrupted and continued counts every step once."""
+
+    def __init__(self, file: Path):
+        self.file = file
+        self.times: dict[str, float] = read_json(file) if file.is_file() else {}
+
+    def __call__(self, name: str, done: bool, fn) -> None:
+        if done:
+            log.info("[quickstart] %s: already done", name)
+            return
+        log.info("[quickstart] %s ...", name)
+        t0 = time.perf_counter()
+        fn()
+        self.times[name] = round(time.perf_counter() - t0, 1)
+        write_json(self.file, self.times)
+        log.info("[quickstart] %s done in %.0f s", name, self.times[name])
+
+
+def estimate(cfg: QuickstartConfig, precision: str, info: dict) -> dict[str, float]:
+    """The start-of-run estimate per seed, from the prepared data's split sizes (rt-polarity's when
+    it is not prepared yet)."""
+    n_train = info.get("splits", {}).get("train", 10_000)
+    n_eval = info.get("splits", {}).get("dev", 1_280)
+    return estimate_seconds(precision, n_train, min(n_train, cfg.train_limit or n_train), n_eval, cfg)
+
+
+def seed_cells(cfg: QuickstartConfig, settings: dict, seconds: float) -> list[grid.Cell]:
+    """One grid cell per seed: its key is the folder's settings (the data by content, not by path),
+    the training seed and the bootstrap resamples its evaluation draws."""
+    base = {k: v for k, v in settings.items() if k != "data"}
+    return [grid.Cell(f"seed-{s}", {**base, "training_seed": s, "bootstrap": cfg.bootstrap}, s, seconds)
+            for s in seeds_of(cfg)]
+
+
+def plan(cfg: QuickstartConfig, precision: str, data: Path, out: Path, shard: tuple[int, int]) -> str:
+    """--plan: the seeds left and their estimated time; writes nothing."""
+    prepared = (data / "dataset.json").is_file()
+    info = read_json(data / "dataset.json") if prepared else {}
+    est = estimate(cfg, precision, info)
+    settings = settings_of(cfg, precision, data) if prepared else {"data": "not prepared yet"}
+    text = grid.Grid(out / CELLS, SeedRun(cfg, precision, data, out, None)).plan(
+        seed_cells(cfg, settings, sum(est.values())), shard)
+    return text + ("" if prepared else "\n(the data step comes first: rt-polarity is not prepared in OUT yet)")
+
+
+@dataclass
+class SeedRun:
+    """A seed's cell: `run_seed` with its steps timed into OUT/seed-S/timings.json (picklable, for
+    a Dask worker)."""
+
+    cfg: QuickstartConfig
+    precision: str
+    data: Path
+    out: Path
+    reuse: ReuseSource | None
+
+    def __call__(self, cell: grid.Cell) -> dict:
+        seed = cell.task
+        folder = self.out / f"seed-{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        step = StepTimer(folder / "timings.json")
+        result = run_seed(self.cfg, self.precision, self.data, folder, seed, step, self.reuse)
+        if self.reuse is not None and self.reuse.copied:  # a copied step counts the time it took where it ran
+            step.times.update({f"{label} (copied from {self.reuse.root})": secs
+                               for label, secs in self.reuse.copied.items() if secs is not None})
+            self.reuse.copied.clear()
+            write_json(step.file, step.times)
+        return {**result, "timings": step.times}
 
 
 def all_seeds(cfg: QuickstartConfig) -> list[int]:
@@ -265,16 +339,21 @@ RESULT_SETTINGS = ("encoder", "noise_lm", "train_limit", "epochs", "noise_ratio"
 BEFORE_IT_EXISTED = {"nce_weight": 1.0, "nce_warmup": 0.0, "energy_lr": None}
 
 
+def settings_of(cfg: QuickstartConfig, precision: str, data: Path) -> dict:
+    """What the results depend on: the settings, the precision and the data (by content)."""
+    digest = hashlib.sha256()
+    for split in ("train", "dev"):
+        digest.update((data / f"{split}.jsonl").read_bytes())
+    return {**{k: getattr(cfg, k) for k in RESULT_SETTINGS}, "precision": precision, "data": str(data.resolve()),
+            "data_sha256": digest.hexdigest()}
+
+
 def check_settings(out: Path, cfg: QuickstartConfig, precision: str, data: Path) -> dict:
     """A quickstart folder continues only with the settings and data it was made with: steps whose
     inputs changed would otherwise be reused without a word. Writes OUT/settings.json first time;
     returns the settings."""
 
-    digest = hashlib.sha256()
-    for split in ("train", "dev"):
-        digest.update((data / f"{split}.jsonl").read_bytes())
-    now = {**{k: getattr(cfg, k) for k in RESULT_SETTINGS}, "precision": precision, "data": str(data.resolve()),
-           "data_sha256": digest.hexdigest()}
+    now = settings_of(cfg, precision, data)
     f = out / "settings.json"
     if f.is_file():
         old = read_json(f)
@@ -285,7 +364,8 @@ def check_settings(out: Path, cfg: QuickstartConfig, precision: str, data: Path)
                                + ", ".join(f"{k}: {was[k]!r} -> {now[k]!r}" if k != "data_sha256" else
                                            "the data files changed" for k in diff)
                                + "); choose another --out, or pass the values it was made with to continue it "
-                               "(only --seeds, --only-seeds and --progress may change)")
+                               "(only --seeds, --only-seeds, --bootstrap and how it runs: --progress, --threads, --shard, "
+                               "--backend... may change)")
         return now
     write_json(f, now)
     return now
@@ -370,8 +450,11 @@ def reuse_source(cfg: QuickstartConfig, out: Path) -> ReuseSource | None:
         raise TextebmError(f"--reuse {root}: not a quickstart folder (no {MARKER} and settings.json)")
     if root.resolve() == out.resolve():
         raise TextebmError(f"--reuse {root}: is --out itself")
-    timings = root / "timings.json"
-    return ReuseSource(root, read_json(settings), timings=read_json(timings) if timings.is_file() else {})
+    # what each of its steps took: the seeds' own files (OUT/timings.json held them all before)
+    timings = {}
+    for f in [root / "timings.json", *sorted(root.glob("seed-*/timings.json"))]:
+        timings.update(read_json(f) if f.is_file() else {})
+    return ReuseSource(root, read_json(settings), timings=timings)
 
 
 RUNS = {"baseline": dict(energy="none"), "poscal": dict(energy="none", poscal=True),
@@ -430,8 +513,9 @@ def run_seed(cfg: QuickstartConfig, precision: str, data: Path, out: Path, seed:
                                 bootstrap=cfg.bootstrap, overwrite=True)  # re-rendered on every call
     result: dict = {}
     metrics = out / "eval" / "metrics.json"
-    done = metrics.is_file() and all(metrics.stat().st_mtime > (out / "runs" / n / "metrics.json").stat().st_mtime
-                                     for n in RUNS)  # evaluated after the last of its runs finished
+    done = (metrics.is_file()  # evaluated after the last of its runs finished, with these resamples
+            and all(metrics.stat().st_mtime > (out / "runs" / n / "metrics.json").stat().st_mtime for n in RUNS)
+            and read_json(metrics).get("bootstrap", {}).get("resamples", 0) == cfg.bootstrap)
     if done:
         result.update(read_json(metrics))
     step(f"seed {seed}: eval", done, lambda: result.update(evaluate_runs(ev_cfg)))
