@@ -549,3 +549,19 @@ def test_keep_best_needs_a_validation_loss(tmp_path):
     with pytest.raises(TextebmError, match="no validation loss"):
         train(toy.options(str(tmp_path / "run")), {}, NoValidation())
     assert not (tmp_path / "run").exists()
+
+
+def test_patience_stops_when_the_validation_loss_stops_improving(tmp_path):
+    script = "12:3,24:1,36:2,48:0.5,60:0.1"  # 5 epochs; without patience the last is best
+    assert run_toy(tmp_path / "p", "--epochs", "5", "--keep-best", script, "--patience", "1",
+                   "--weights-log", str(tmp_path / "w")).returncode == 0
+    m = json.loads((tmp_path / "p" / "metrics.json").read_text())["train"]
+    assert [v["step"] for v in m["validation"]] == [12, 24, 36] and m["steps"] == 36 and m["stopped_early"]
+    assert m["kept"]["step"] == 24
+    best, kept = load_file(str(tmp_path / "w" / "step-24.safetensors")), weights(tmp_path / "p")
+    assert all((kept[k] == best[k]).all() for k in best)
+    assert run_toy(tmp_path / "all", "--epochs", "5", "--keep-best", script).returncode == 0
+    m = json.loads((tmp_path / "all" / "metrics.json").read_text())["train"]
+    assert m["steps"] == 60 and not m["stopped_early"] and m["kept"]["step"] == 60
+    refused = run_toy(tmp_path / "x", "--patience", "1")
+    assert refused.returncode == 2 and "needs keep_best" in refused.stderr and not (tmp_path / "x").exists()

@@ -4,7 +4,7 @@ usage: python toy_train.py OUT [--resume] [--overwrite] [--nan-at STEP] [--kill-
                            [--epochs E] [--lr LR] [--keep-checkpoint] [--save-log FILE]
                            [--streams] [--batch-log FILE] [--group PREFIX=LR ...] [--buffer]
                            [--interrupt-at STEP] [--schedule linear|cosine]
-                           [--keep-best STEP:LOSS,...] [--weights-log DIR]
+                           [--keep-best STEP:LOSS,...] [--patience N] [--weights-log DIR]
 
 Also run under `accelerate launch` by tests/test_distributed.py. --save-log FILE appends one line
 "RANK WORLD_SIZE BACKEND" to FILE each time the final model is saved. --kill-at STEP ends the
@@ -19,7 +19,8 @@ appends, per step, the item indices of each stream's batch to FILE.RANK as a JSO
 the last predictions that each step updates and that enters the loss, so a resumed run equals an
 uninterrupted one only if the checkpoint carries it.
 --keep-best STEP:LOSS,... sets `keep_best`, and `validate` returns LOSS after optimizer step STEP
-(scripted, so a test knows which weights must be kept); --weights-log DIR writes the weights at
+(scripted, so a test knows which weights must be kept), --patience N stops after N validations
+without a better one; --weights-log DIR writes the weights at
 each validation to DIR/step-STEP.safetensors.
 """
 
@@ -140,6 +141,7 @@ class ToyRecipe(Recipe):
         script = getattr(a, "keep_best", "")
         self.keep_best = bool(script)
         self.val_script = {int(k): float(v) for k, v in (e.split(":") for e in script.split(","))} if script else {}
+        self.patience = getattr(a, "patience", 0)
         self.step = 0
 
     def loss(self, model, batch, at):
@@ -213,6 +215,7 @@ def main(argv=None):
     p.add_argument("--schedule", default="linear")
     p.add_argument("--keep-best", default="")
     p.add_argument("--weights-log", default=None)
+    p.add_argument("--patience", type=int, default=0)
     a = p.parse_args(argv)
     opts = options(a.out, epochs=a.epochs, lr=a.lr, resume=a.resume, precision=a.precision,
                    keep_checkpoint=a.keep_checkpoint, overwrite=a.overwrite, schedule=a.schedule)
@@ -220,7 +223,7 @@ def main(argv=None):
     recipe = ToyRecipe(a, Toy(), data())
     try:
         train(opts, {**options_dict(opts), "streams": a.streams, "groups": a.group, "buffer": a.buffer,
-                     "keep_best": a.keep_best}, recipe)
+                     "keep_best": a.keep_best, "patience": a.patience}, recipe)
     except TextebmError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

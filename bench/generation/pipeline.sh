@@ -60,9 +60,10 @@ if has energies; then  # conditional NCE: BCE on one of the k negatives at rando
     want mlm && { done_run mlm/$c || $T cloze train --data data/$c --tokenizer vocab --objective mlm --layers 2 \
       --width 128 --heads 4 --max-len 80 --batch-size 32 --lr 0.0005 --max-steps 1200 --out mlm/$c $(resume mlm/$c) $Q; }
     # --keep-best: the weights of the epoch of lowest conditional NCE loss on the dev windows (8
-    # epochs over 6,000 windows overfit: the last epoch's energy made the joint model worse)
+    # epochs over 6,000 windows overfit: the last epoch's energy made the joint model worse);
+    # --patience 2 stops two epochs after the best
     common="--train neg/$c-train.jsonl --val neg/$c-dev.jsonl --vocab vocab --loss bce --negatives random \
-      --schedule cosine --warmup 0.05 --keep-best --precision $PREC $Q"
+      --schedule cosine --warmup 0.05 --keep-best --patience 2 --precision $PREC $Q"
     want unit && { done_run energy/$c-unit || $T residual train $common --energy unitransf --init base/$c-s0 \
       --grad-clip 10 --lr 0.0003 --batch-size 32 --epochs $EPOCHS --out energy/$c-unit $(resume energy/$c-unit); }
     want bit && { done_run energy/$c-bit || $T residual train $common --energy bitransf --pool mean --init mlm/$c \

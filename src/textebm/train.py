@@ -294,6 +294,7 @@ class Recipe:
     param_groups: Sequence[ParamGroup] = ()
     run_files: Sequence[str] = ()  # what the command writes into RUN beside RUN_ENTRIES (in its marker)
     keep_best: bool = False  # validate after every epoch and end with the best weights (`validate`)
+    patience: int = 0  # with keep_best: stop after this many validations without a better one (0: never)
 
     def loss(self, model: torch.nn.Module, batch: Any, at: Progress) -> tuple[torch.Tensor, dict[str, float]]:
         """(scalar loss, floats to log) of one batch, under autocast. `model` is `self.model` as
@@ -597,6 +598,8 @@ def train(opts: TrainOptions, config: dict, recipe: Recipe, accelerator=None) ->
     """
     if recipe.keep_best and type(recipe).validate is Recipe.validate:
         raise TextebmError(f"{type(recipe).__name__} has no validation loss to keep the best weights by")
+    if recipe.patience and not recipe.keep_best:
+        raise TextebmError("patience (stopping when the validation loss stops improving) needs keep_best")
     setup_torch(opts)
     run = Path(opts.out)
     choice = run_precision(opts, run)
@@ -642,6 +645,7 @@ class Trained:
     history: list[dict]
     wall_seconds: float
     validation: list[dict] = field(default_factory=list)  # {step, epoch, loss} under keep_best
+    stopped_early: bool = False  # by the recipe's patience
 
 
 def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder) -> Trained:
@@ -669,7 +673,7 @@ def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder)
         raise TextebmError("no training steps: the training data is empty or --epochs is 0")
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule(opts, total))
 
-    step, epoch, batch_in_epoch, history, wall, validation = 0, 0, 0, [], 0.0, []
+    step, epoch, batch_in_epoch, history, wall, validation, stopped = 0, 0, 0, [], 0.0, [], False
     running: dict[str, list[float]] = {}  # losses since the last history entry
     if opts.resume and folder.has_checkpoint():
         st = folder.load_checkpoint(recipe, optimizer, scheduler)
@@ -733,6 +737,10 @@ def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder)
                 recipe.end_epoch(epoch)
             if recipe.keep_best and step < total:
                 validate_epoch(recipe, accelerator, folder, validation, step, epoch, final=False)
+                if recipe.patience and since_best(validation) >= recipe.patience:
+                    log.info("no better validation loss in %d epochs: stopping at step %d of %d", recipe.patience,
+                             step, total)
+                    total, stopped = step, True  # ends the loop; the schedule is not stretched
             model.train()
             epoch, batch_in_epoch = epoch + 1, 0
             continue
@@ -742,7 +750,14 @@ def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder)
     if recipe.keep_best and (not validation or validation[-1]["step"] != step):
         validate_epoch(recipe, accelerator, folder, validation, step, epoch, final=True)
     return Trained(steps=step, epochs_completed=epoch + batch_in_epoch / max(1, len(loaders[MAIN])),
-                   history=history, wall_seconds=time.perf_counter() - t0, validation=validation)
+                   history=history, wall_seconds=time.perf_counter() - t0, validation=validation,
+                   stopped_early=stopped)
+
+
+def since_best(validation: list[dict]) -> int:
+    """Validations after the best one (the first best, when several are equal)."""
+    losses = [v["loss"] for v in validation]
+    return len(losses) - 1 - losses.index(min(losses))
 
 
 def validate_epoch(recipe: Recipe, accelerator, folder: RunFolder, validation: list[dict], step: int, epoch: int,
@@ -776,6 +791,7 @@ def finish_run(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolde
         metrics["train"]["final_loss"] = done.history[-1]["loss"]
     if done.validation:
         metrics["train"]["validation"] = done.validation
+        metrics["train"]["stopped_early"] = done.stopped_early
         metrics["train"]["kept"] = keep_best_weights(recipe, folder, done.validation)
     # The model is saved before evaluation, so an error there cannot throw away a finished training.
     accelerator.wait_for_everyone()

@@ -85,6 +85,9 @@ class ResidualTrainConfig(TrainOptions):
     keep_best: bool = field(default=False, metadata={
         "help": "after every epoch, the conditional NCE loss on the --val windows (eq. 1 over all their "
                 "negatives); the run ends with the weights of the lowest, not the last"})
+    patience: int = field(default=0, metadata={
+        "help": "with --keep-best: stop after this many epochs without a lower validation loss (0: run them all)",
+        "min": 0})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
 
     def check(self) -> None:
@@ -218,7 +221,8 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     recipe = ResidualRecipe(model=model, spec=spec, tokenizer=tokenizer, vocab=vocab, dataset=train_rows,
                             lengths=[len(r["positive"]) for r in train_rows], collate=batcher, loss_kind=cfg.loss,
                             negatives=cfg.negatives, margin=cfg.margin, val_rows=val_rows,
-                            eval_batch_size=cfg.eval_batch_size, keep_best=cfg.keep_best)
+                            eval_batch_size=cfg.eval_batch_size, keep_best=cfg.keep_best,
+                            patience=cfg.patience)
     metrics_ = train(cfg, config, recipe)
     rule_file = Path(cfg.out) / detect.RULE_FILE
     if not rule_file.is_file():
@@ -259,6 +263,7 @@ class ResidualRecipe(Recipe):
     eval_batch_size: int
     rule: Any = None
     keep_best: bool = False
+    patience: int = 0
     run_files = ("detector.json",)  # detect.RULE_FILE, written after training: --overwrite replaces it too
 
     def loss(self, model, batch, at):
