@@ -18,7 +18,8 @@ LAYERS = [
     {"textebm", "errors", "io", "options", "outputs", "cache", "seeds", "precision", "bootstrap", "figures",
      "markdown", "specs", "checkpoint", "inference", "resumable", "grid", "fingerprint"},
     {"data", "tokenizer", "assets"},  # 1 readers, datasets, tokenizers, registry assets
-    {"energy", "losses", "calibration", "langevin"},  # 2 maths on tensors and arrays: heads, objectives, metrics, SGLD
+    {"energy", "losses", "calibration", "langevin", "sampling"},  # 2 maths on tensors and arrays: heads,
+    # objectives, metrics, SGLD, the token draw
     {"models"},  # 3 every model and the one loader
     {"train"},  # 4 the one training loop
     {"lm"},  # 5 language models: training recipe, the sampler, scoring (noise models, generators)

@@ -13,7 +13,8 @@ from textebm.errors import TextebmError
 from textebm.data.batching import left_pad
 from textebm import io
 from textebm.lm import generate as generate_module
-from textebm.lm.generate import generate, positions, sample_top_k
+from textebm.lm.generate import generate, positions
+from textebm.sampling import sample_top_k
 from textebm.models.lm import LMMeta, save_lm, special_ids
 from textebm.lm.sample_command import JobSpec, SampleConfig, make_job, sample_file
 from textebm.models.load import load_lm
@@ -401,3 +402,18 @@ def test_read_partial_rewrites_a_torn_file_atomically(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert io.read_partial(partial) == rows
     assert partial.read_bytes() == good
+
+
+def test_sample_top_k_of_log_probabilities_draws_the_same_tokens_in_their_own_precision():
+    g = torch.Generator().manual_seed(0)
+    lp = torch.randn(64, 500, generator=g).log_softmax(-1)  # (64, 500) normalised, fp32
+    u = torch.rand(64, generator=g, dtype=torch.float64)
+    fast, fast_lq = sample_top_k(lp, 500, 1.0, u, log_probs=True)
+    slow, slow_lq = sample_top_k(lp, 500, 1.0, u)  # the float64 re-normalised path
+    assert torch.equal(fast, slow)  # no uniform falls within fp32 rounding of a boundary here
+    torch.testing.assert_close(fast_lq, slow_lq, rtol=0, atol=1e-5)
+    banned = torch.log(torch.tensor([[0.1, 0.0, 0.2, 0.7]]))  # token 1 at -inf
+    assert [int(sample_top_k(banned, 4, 1.0, torch.tensor([u]), log_probs=True)[0])
+            for u in (0.09, 0.11, 0.29, 0.31)] == [0, 2, 2, 3]
+    with pytest.raises(ValueError, match="untruncated"):
+        sample_top_k(lp, 10, 1.0, u, log_probs=True)

@@ -25,6 +25,7 @@ import torch
 from textebm.data.batching import left_pad
 from textebm.models.lm import cache_arg
 from textebm.models.lm_format import SpecialIds
+from textebm.sampling import sample_top_k
 
 
 @dataclass
@@ -76,30 +77,6 @@ def generate_groups(model, jobs: Sequence[SeqJob], batch_size: int, sampling: Sa
             pending.setdefault(jb.group, {})[jb.part] = (jb, gen)
         done = [g for g, parts in pending.items() if len(parts) == group_size(g)]
         yield batch, [(g, pending.pop(g)) for g in done]
-
-
-def sample_top_k(logits: torch.Tensor, k: int, temperature: float, uniforms: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row from the top-k distribution by the inverse CDF.
-
-    logits (B, V), uniforms (B,) in [0, 1). Returns tokens (B,) and their log q (B,), on the
-    logits' device, where q = softmax(top-k logits / temperature), zero outside the top k. k = 1
-    is greedy decoding. With k >= V (untruncated) the inverse CDF runs over the vocabulary in its
-    own order, with no sort (the sort of 8k logits per step was most of an untruncated sample's
-    cost); below V, over the top k from the most likely down.
-    """
-    scaled = logits.double() / temperature  # (B, V)
-    if k >= logits.shape[-1]:  # the full distribution: no sort, the CDF in vocabulary order
-        logq = scaled.log_softmax(-1)  # (B, V)
-        idx = None
-    else:
-        top, idx = scaled.topk(k, dim=-1)  # (B, k), most likely first
-        logq = top.log_softmax(-1)  # (B, k)
-    cdf = logq.exp().cumsum(-1)  # (B, k)
-    target = (uniforms.to(cdf.device, torch.float64) * cdf[:, -1]).unsqueeze(-1)  # (B, 1)
-    choice = torch.searchsorted(cdf, target, right=True).clamp(max=cdf.shape[-1] - 1)  # (B, 1)
-    tokens = choice if idx is None else idx.gather(-1, choice)  # (B, 1)
-    return tokens.squeeze(-1), logq.gather(-1, choice).squeeze(-1).float()
 
 
 def positions(mask: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from textebm.energy import fp32_linear
 from textebm.models.trf import check_length_probs
 from textebm.precision import fp32_or_better
+from textebm.sampling import sample_top_k
 
 
 class NoiseLM(nn.Module):
@@ -77,7 +78,9 @@ class NoiseLM(nn.Module):
         for t in range(T):
             h, state = self.lstm(x, state)  # (n, 1, H)
             lp = self._log_softmax(h[:, 0])  # (n, V)
-            w = torch.multinomial(lp.exp(), 1, generator=generator)[:, 0]  # (n,)
+            u = torch.rand(n, generator=generator, dtype=torch.float64,
+                           device=generator.device if generator is not None else device)  # (n,)
+            w = sample_top_k(lp, lp.shape[-1], 1.0, u, log_probs=True)[0]  # (n,): the inverse CDF
             live = t < lengths  # (n,)
             ids[:, t] = torch.where(live, w, ids[:, t])
             logq = logq + torch.where(live, lp.gather(1, w[:, None])[:, 0], torch.zeros_like(logq))
