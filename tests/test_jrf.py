@@ -268,3 +268,22 @@ def test_init_must_be_a_tagger_with_the_training_tags(tagged, tmp_path, capsys):
     capsys.readouterr()
     assert main(_args("joint", tagged, tmp_path / "o", "--init", tmp_path / "clf", sizes=False)) == 2
     assert "--init" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_pretrain_draws_its_pool_from_other_corpora_too(tagged, tmp_path):  # noqa: F811
+    """--unlabelled: the text of another corpus joins the pool (U/L 4 needs more than the 120 pool
+    sentences of the training split), and its words enter the vocabulary."""
+    from textebm.data.layout import write_dataset
+    from textebm.tagging.vocab import VOCAB_FILE
+
+    write_dataset(tmp_path / "text", {s: [{"text": f"Zebra number {i} grazed near Nairobi."} for i in range(n)]
+                                      for s, n in (("train", 60), ("dev", 5), ("test", 5))}, {"name": "toy-text"})
+    out = tmp_path / "pre"
+    assert main(_args("pretrain", tagged, out, "--pretrain-steps", "2", "--max-steps", "2") + ["--ratio", "4"]) == 2
+    assert not out.exists()  # 160 labelled needed, 120 in the pool
+    assert main(_args("pretrain", tagged, out, "--pretrain-steps", "2", "--max-steps", "2", "--ratio", "4",
+                      "--unlabelled", tmp_path / "text")) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["unlabelled_sentences"] == 160
+    words = json.loads((out / "model" / VOCAB_FILE).read_text())
+    assert "Zebra" in str(words) and "Nairobi" in str(words)

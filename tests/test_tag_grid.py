@@ -122,6 +122,7 @@ def test_a_ratio_past_the_pool_becomes_the_largest_it_allows(tagged, tmp_path, c
     ({"options": {"joint": {"hidden": 32}}}, "`options` of joint: --hidden has no effect with --init"),
     ({"options": {"pretrain": {"bogus": 1}}}, "`options.pretrain.bogus` is not an option"),
     ({"ood": "no/such/folder"}, "`ood`"),
+    ({"unlabelled": ["no/such/folder"]}, "`unlabelled` must be a list of text dataset folders"),
 ])
 def test_a_bad_config_exits_2_naming_the_file_and_key(tagged, tmp_path, capsys, over, key):  # noqa: F811
     cfg, out = _config(tmp_path, tagged, **over), tmp_path / "grid"
@@ -145,3 +146,28 @@ def test_relative_error_reduction_by_hand():
     assert red["joint over sup."] == pytest.approx([50.0, 25.0])
     assert red["pretrain over sup."] == [] and red["joint over pre."] == []
     assert tag_grid._mean_sd(red["joint over sup."], 1, 1) == "37.5 ± 17.7"
+
+
+def test_other_corpora_widen_the_pool_and_key_only_the_semi_supervised_cells(tagged, tmp_path, capsys):  # noqa: F811
+    """242 text sentences beside the 120 of the pool: U/L up to 9 at 100 % (40 labelled), so 5 now
+    fits; supervised cells keep their key, pretrain and joint ones take the corpus's content."""
+    from textebm.data.layout import write_dataset
+
+    write_dataset(tmp_path / "text", {"train": [{"text": f"The dog number {i} ran home."} for i in range(240)],
+                                      "dev": [{"text": "A cat."}], "test": [{"text": "A hat."}]},
+                  {"name": "toy-text"})
+    plain = _config(tmp_path, tagged, ratios=[2, 5, 50])
+    assert _grid(plain, tmp_path / "a", "--plan") == 0
+    before = capsys.readouterr().out
+    cfg = json.loads(plain.read_text())
+    cfg["unlabelled"] = [str(tmp_path / "text")]
+    (tmp_path / "wide.json").write_text(json.dumps(cfg))
+    assert _grid(tmp_path / "wide.json", tmp_path / "a", "--plan") == 0
+    text = capsys.readouterr().out
+    assert "labelled 1: U/L 50 need more unlabelled sentences than the pool has (largest U/L it allows: 9); " \
+        "run U/L 2, 5, 9" in text
+    g0 = tag_grid.TagGrid(tag_grid.read_config(plain), tmp_path / "a")
+    g1 = tag_grid.TagGrid(tag_grid.read_config(tmp_path / "wide.json"), tmp_path / "a")
+    sup, joint = tag_grid.Setting("supervised", 1.0, 0, 0), tag_grid.Setting("joint", 1.0, 2, 0)
+    assert g0.run_dir(sup) == g1.run_dir(sup) and g0.run_dir(joint) != g1.run_dir(joint)
+    assert "run U/L 2, 3" in before

@@ -74,3 +74,36 @@ def test_a_tag_unseen_in_training_names_file_and_line(tmp_path):
     with pytest.raises(InputError, match=r"test.jsonl:2: tag 'PRON' \(token 1, 'It'\) was not seen in "
                                          r"training; the model's tags: \., DET, NOUN, VERB"):
         check_known_tags(rows, tag_set(rows[:1]), path)
+
+
+def test_unlabelled_text_of_other_corpora_is_cut_into_brown_tokens(tmp_path):
+    from textebm.data.tagging import load_unlabelled_text
+
+    write_dataset(tmp_path / "news", {"train": [{"text": 'He said "no," Mr. Smith\'s dog ran.'}, {"text": "Yes."}],
+                                      "dev": [{"text": "It cost $1,000."}], "test": [{"text": "Done!"}]},
+                  {"name": "toy-news"})
+    assert load_unlabelled_text([tmp_path / "news"]) == [
+        ["He", "said", "``", "no", ",", "''", "Mr.", "Smith's", "dog", "ran", "."], ["Yes", "."],  # train first,
+        ["It", "cost", "$1,000", "."], ["Done", "!"]]  # then dev, then test
+    with pytest.raises(InputError, match="--unlabelled: not a dataset folder") as e:
+        load_unlabelled_text([tmp_path / "nothing"])
+    assert "nothing" in str(e.value)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "train.jsonl").write_text('{"text": "fine"}\n{"tokens": ["no", "text"]}\n')
+    with pytest.raises(InputError, match="'text'") as e:
+        load_unlabelled_text([tmp_path / "bad"])
+    assert "train.jsonl" in str(e.value) and ":2" in str(e.value)
+
+
+def test_the_pool_takes_other_corpora_and_the_labelled_draw_stays(tmp_path):
+    from textebm.tagging.train import ssl_rows
+
+    rows = [{"tokens": [f"w{i}", "x"], "tags": ["N", "N"]} for i in range(30)]
+    extra = [[f"e{i}", "y"] for i in range(60)]
+    lab, unl = ssl_rows(rows, 10, 1.0, 2, 0, "data")  # 20 of the 20 outside the labelled set
+    with pytest.raises(Exception, match=r"--ratio 5: .* \(the largest --ratio it allows is 2\)"):
+        ssl_rows(rows, 10, 1.0, 5, 0, "data")
+    lab2, unl2 = ssl_rows(rows, 10, 1.0, 5, 0, "data", extra=extra)
+    assert lab2 == lab and len(unl2) == 50  # the same labelled sentences; a pool of 20 + 60
+    assert any(u["tokens"][0].startswith("e") for u in unl2) and any(u["tokens"][0].startswith("w") for u in unl2)
+    assert not {tuple(r["tokens"]) for r in lab} & {tuple(u["tokens"]) for u in unl2}

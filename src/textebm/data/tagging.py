@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Collection, Sequence
 
 from textebm.data.conll import CONLL_SUFFIX, read_conll
+from textebm.data.layout import SPLITS
 from textebm.data.readers import read_numbered_examples, split_path
 from textebm.errors import InputError
 
@@ -30,6 +31,30 @@ def load_tagged(data: str | Path, split: str = "train", tags: bool = True, token
     if path.suffix.lower() == CONLL_SUFFIX:
         return read_conll(path, token_column, tag_column if tags else None)
     return [_checked(path, line, row, tags) for line, row in read_numbered_examples(path)]
+
+
+def load_unlabelled_text(folders: Sequence[str | Path], option: str = "--unlabelled") -> list[list[str]]:
+    """Unlabelled sentences for a tagger from text datasets (`data prepare sotu | news |
+    shakespeare`: rows with a `text`): every split a folder has, in the order train, dev, test,
+    cut into Brown's word tokens (`textebm.data.words.brown_words`); rows that give no token are
+    dropped. A folder that is not a dataset, or a row without text, is an InputError naming it."""
+    from textebm.data.words import brown_words
+
+    out: list[list[str]] = []
+    for folder in folders:
+        folder = Path(folder)
+        files = [folder / f"{s}.jsonl" for s in SPLITS if (folder / f"{s}.jsonl").is_file()] if folder.is_dir() else []
+        if not files:
+            raise InputError(folder, f"{option}: not a dataset folder (no train/dev/test.jsonl); make one with "
+                                     f"`textebm data prepare sotu` (or news, shakespeare)")
+        for path in files:
+            for line, row in read_numbered_examples(path):
+                text = row.get("text")
+                if not isinstance(text, str):
+                    raise InputError(path, f"{option}: a row without a 'text' string", line)
+                if words := brown_words(text):
+                    out.append(words)
+    return out
 
 
 def _checked(path: Path, line: int, row: dict[str, Any], tags: bool) -> dict[str, Any]:

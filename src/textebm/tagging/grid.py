@@ -10,6 +10,8 @@ The config (JSON, see bench/tagging/cpu.json and docs/ssl.md "The grid"):
   size; `proportions` of it (nested: 2 % inside 10 % inside 100 %); `ratios` U/L; `methods` (of
   supervised, pretrain, joint); `seeds` (each seeds the labelled draw, `--split-seed`, and the
   training, `--seed`).
+- `unlabelled` (optional): text dataset folders (`data prepare sotu`, news, shakespeare) whose
+  sentences join the unlabelled pool (`tag train --unlabelled`), keyed by their content.
 - `ood` (optional): a tagged folder (a `wsj-pos` one) on whose `ood_split` (test) every cell at
   labelled proportion `ood_proportion` (0.1) is evaluated too.
 - `options`: `tag train` options by method (`supervised`, `pretrain`, `joint`) and for all
@@ -49,10 +51,10 @@ ENTRIES = ("runs", "cells", "results.json", "tables.md", "accuracy.png")
 METHODS = ("supervised", "pretrain", "joint")
 # `tag train` options the grid sets itself, per cell
 GRID_SET = ("data", "out", "method", "labelled", "proportion", "ratio", "seed", "split_seed", "init", "threads",
-            "progress", "resume", "overwrite", "tag_column")
+            "progress", "resume", "overwrite", "tag_column", "unlabelled")
 INIT_KEEPS = ("embed", "hidden", "layers", "lowercase")  # joint takes these from its --init (the supervised run)
 DEFAULTS = {"proportions": [0.02, 0.1, 1.0], "ratios": [50, 250, 500], "methods": list(METHODS), "seeds": [0, 1, 2],
-            "ood": "", "ood_split": "test", "ood_proportion": 0.1, "test_split": "test", "options": {}}
+            "unlabelled": [], "ood": "", "ood_split": "test", "ood_proportion": 0.1, "test_split": "test", "options": {}}
 
 # CPU seconds (user + sys) on one thread, AMD EPYC with avx512_bf16, `--precision auto` (bf16) for
 # training and fp32 for evaluation, at the default config's sizes (embed 64, hidden 100, noise LM
@@ -123,6 +125,10 @@ def read_config(path: str | Path) -> dict:
     if "joint" in cfg["methods"] and "supervised" not in cfg["methods"]:
         raise InputError(path, "`methods`: joint starts from the supervised tagger of its cell, so it needs "
                                "supervised too")
+    if not isinstance(cfg["unlabelled"], list) or not all(isinstance(f, str) and Path(f, "train.jsonl").is_file()
+                                                           for f in cfg["unlabelled"]):
+        raise InputError(path, f"`unlabelled` must be a list of text dataset folders (run `textebm data prepare "
+                               f"sotu`, news, shakespeare), got {cfg['unlabelled']!r}")
     if not isinstance(cfg["ood"], str) or (cfg["ood"] and not Path(cfg["ood"]).is_dir()):
         raise InputError(path, f"`ood`: {cfg['ood']!r} is not a dataset folder (run `textebm data prepare wsj-pos`)")
     if cfg["ood"] and not Path(cfg["ood"], f"{cfg['ood_split']}.jsonl").is_file():
@@ -216,6 +222,8 @@ class TagGrid:
 
         self.cfg, self.out, self.threads, self.progress = cfg, out, threads, progress
         self.data_sha = folder_sha256(cfg["data"])
+        # the other corpora of the unlabelled pool, by content (a pretrain or joint cell's input)
+        self.unlabelled_sha = [folder_sha256(f) for f in cfg["unlabelled"]]
         self.ood_sha = folder_sha256(cfg["ood"]) if cfg["ood"] else ""
         self.ratios, self.deviations = self.ratios_by_proportion()
 
@@ -223,18 +231,20 @@ class TagGrid:
         """The U/L run at each proportion: the config's ratios that the pool allows, and in place
         of those it does not, the largest it allows (smallest over seeds and methods), once."""
         from textebm.data.ssl_split import nested_split
-        from textebm.data.tagging import load_tagged
+        from textebm.data.tagging import load_tagged, load_unlabelled_text
 
         cfg = self.cfg
         ssl = [m for m in cfg["methods"] if m != "supervised"]
         if not ssl:
             return {p: [] for p in cfg["proportions"]}, []
         train = [r["tokens"] for r in load_tagged(cfg["data"], "train", tags=False)]
+        extra = load_unlabelled_text(cfg["unlabelled"], "`unlabelled`") if cfg["unlabelled"] else []
         largest = {p: math.inf for p in cfg["proportions"]}
         for method in ssl:
             excluded = self._excluded(method)
             for seed in cfg["seeds"]:
-                split = nested_split(train, cfg["labelled"], seed, proportions=cfg["proportions"], exclude=excluded)
+                split = nested_split(train, cfg["labelled"], seed, proportions=cfg["proportions"], extra=extra,
+                                     exclude=excluded)
                 for p in cfg["proportions"]:
                     largest[p] = min(largest[p], split.max_ratio(p))
         ratios, deviations = {}, []
@@ -277,6 +287,8 @@ class TagGrid:
              "ratio": s.ratio, "seed": s.seed, "options": method_options(self.cfg, s.method)}
         if s.method == "joint":
             d["init"] = self.train_settings(Setting("supervised", s.proportion, 0, s.seed))
+        if s.method != "supervised" and self.unlabelled_sha:
+            d["unlabelled"] = self.unlabelled_sha
         return d
 
     def run_dir(self, s: Setting) -> Path:
@@ -354,6 +366,7 @@ class TagGrid:
                 data=self.cfg["data"], out=str(path), method=s.method, labelled=self.cfg["labelled"],
                 proportion=s.proportion, seed=s.seed, split_seed=s.seed, threads=self.threads,
                 progress=self.progress, resume=(path / "config.json").is_file(), **_ratio_init(s.method, s.ratio, init),
+                **({"unlabelled": list(self.cfg["unlabelled"])} if s.method != "supervised" else {}),
                 **method_options(self.cfg, s.method)))
 
         return grid.once(path, lambda: run_completed(path), build)

@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 from textebm.data.conll import CONLL_SUFFIX
 from textebm.data.readers import split_path
 from textebm.data.ssl_split import nested_split
-from textebm.data.tagging import check_known_tags, load_tagged, tag_set
+from textebm.data.tagging import check_known_tags, load_tagged, load_unlabelled_text, tag_set
 from textebm.errors import TextebmError
 from textebm.fingerprint import file_sha256, json_sha256
 from textebm.models.crf import BiLSTMCRF, TaggerSpec
@@ -79,7 +79,7 @@ from textebm.train import (
 log = logging.getLogger(__name__)
 
 METHODS = ["supervised", "pretrain", "joint"]
-SSL_OPTIONS = ["ratio", "dnce_alpha", "noise_ratio", "noise_lr", "noise_embed", "noise_hidden"]  # pretrain, joint
+SSL_OPTIONS = ["ratio", "unlabelled", "dnce_alpha", "noise_ratio", "noise_lr", "noise_embed", "noise_hidden"]  # pretrain, joint
 PRETRAIN_OPTIONS = ["pretrain_epochs", "pretrain_steps", "pretrain_lr"]
 JOINT_OPTIONS = ["unlabelled_weight", "ramp_steps", "init"]
 
@@ -121,6 +121,10 @@ class TagTrainConfig(TrainOptions):
     ratio: int = field(default=50, metadata={
         "help": "pretrain, joint: unlabelled sentences per labelled one (U/L), the nested split's pool drawn from "
                 "the training sentences outside the --labelled set", "min": 1})
+    unlabelled: list[str] = field(default_factory=list, metadata={
+        "help": "pretrain, joint: text dataset folders (`data prepare sotu`, news, shakespeare) whose sentences join "
+                "the pool, cut into Brown's word tokens; the seeded permutation mixes them with the training "
+                "sentences (the labelled draw does not change)"})
     dnce_alpha: float = field(default=0.5, metadata={
         "help": "pretrain, joint: DNCE's share of real sentences on the data side (the rest are noise sentences; "
                 "1: NCE with the trained noise)", "gt": 0, "max": 1})
@@ -185,19 +189,22 @@ def labelled_rows(rows: list[dict[str, Any]], labelled: int, proportion: float, 
 
 
 def ssl_rows(rows: list[dict[str, Any]], labelled: int, proportion: float, ratio: int, seed: int, where: str,
-             exclude: list[list[str]] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+             exclude: list[list[str]] = (), extra: list[list[str]] = ()
+             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(labelled, unlabelled) sentences: `labelled_rows`, and the first ratio·|labelled| sentences
-    of the nested split's unlabelled pool (the training sentences outside the --labelled set, less
-    any equal to one of `exclude`). A pool too small is a TextebmError naming --ratio."""
+    of the nested split's unlabelled pool (the training sentences outside the --labelled set and
+    the `extra` sentences of other corpora, less any equal to one of `exclude`). A pool too small
+    is a TextebmError naming --ratio."""
     lab = labelled_rows(rows, labelled, proportion, seed, where)
     split = nested_split([r["tokens"] for r in rows], labelled or len(rows), seed, proportions=(proportion,),
-                         exclude=exclude)
+                         extra=extra, exclude=exclude)
     need = ratio * len(lab)
     if need > len(split.pool):
         raise TextebmError(f"--ratio {ratio}: U/L = {ratio} with {len(lab):,} labelled sentences needs {need:,} "
-                           f"unlabelled ones; {where} has {len(split.pool):,} training sentences outside the "
-                           f"--labelled set (the largest --ratio it allows is {len(split.pool) // len(lab)})")
-    return lab, [rows[i] for _, i in split.unlabelled(proportion, ratio)]
+                           f"unlabelled ones; {where}" + (" and --unlabelled" if extra else "")
+                           + f" hold {len(split.pool):,} sentences outside the --labelled set (the largest "
+                           f"--ratio it allows is {len(split.pool) // len(lab)})")
+    return lab, [rows[i] if src == "train" else {"tokens": extra[i]} for src, i in split.unlabelled(proportion, ratio)]
 
 
 def tag_train(cfg: TagTrainConfig) -> dict:
@@ -248,8 +255,9 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
     exclude = [r["tokens"] for r in eval_rows]
     if Path(cfg.data).is_dir() and eval_split != "test" and split_path(cfg.data, "test").is_file():
         exclude += [r["tokens"] for r in load_tagged(cfg.data, "test", tags=False)]
+    extra = load_unlabelled_text(cfg.unlabelled) if cfg.unlabelled else []
     rows, unlabelled_rows = ssl_rows(train_rows, cfg.labelled, cfg.proportion, cfg.ratio, cfg.split_seed, cfg.data,
-                                     exclude)
+                                     exclude, extra)
     lowercase = init_vocab.lowercase if init is not None else cfg.lowercase
     vocab = build_vocab(rows + unlabelled_rows, lowercase, cfg.min_count)
     unlabelled = encode(vocab, unlabelled_rows)
