@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 import torch
-from bench_hot_paths import noise_lm_batches
+from bench_hot_paths import noise_lm_batches, train_step
 
-from textebm.lm.train import lm_loss
 from textebm.precision import cpu_capability, cpu_name
 from textebm.train import TrainOptions, make_optimizer
 
@@ -33,16 +32,12 @@ def run(model, batches, dtype, compiled: bool) -> tuple[float, float, list[float
     times, losses, t0, warm = [], [], time.perf_counter(), 0.0
     for k, batch in enumerate([*batches[:2], *batches]):
         s = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-            nll, n = lm_loss(m, batch)
-        (nll / n).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = train_step(m, opt, batch, dtype)
         if k == 1:
             warm = time.perf_counter() - t0
         if k >= 2:
             times.append(time.perf_counter() - s)
-            losses.append(float(nll.detach() / n))
+            losses.append(loss)
     return statistics.median(times), warm, losses
 
 

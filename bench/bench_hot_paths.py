@@ -62,6 +62,16 @@ def noise_lm_batches(data: Path, n: int):
     return model, batches
 
 
+def train_step(model, opt, batch, dtype) -> float:
+    """One noise-LM step (forward in `dtype` under autocast, backward, fused AdamW); its loss."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        nll, n = lm_loss(model, batch)
+    (nll / n).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(nll.detach() / n)
+
+
 def time_steps(model, batches, dtype, plain: bool) -> list[float]:
     model = copy.deepcopy(model).train()
     opt = make_optimizer(model, TrainOptions(out="-", lr=1e-3))
@@ -69,11 +79,7 @@ def time_steps(model, batches, dtype, plain: bool) -> list[float]:
     with plain_head(plain):
         for k, batch in enumerate([*batches[:2], *batches]):
             start = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-                nll, n = lm_loss(model, batch)
-            (nll / n).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            train_step(model, opt, batch, dtype)
             if k >= 2:
                 times.append(time.perf_counter() - start)
     return times
