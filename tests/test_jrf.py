@@ -287,3 +287,18 @@ def test_pretrain_draws_its_pool_from_other_corpora_too(tagged, tmp_path):  # no
     assert config["unlabelled_sentences"] == 160
     words = json.loads((out / "model" / VOCAB_FILE).read_text())
     assert "Zebra" in str(words) and "Nairobi" in str(words)
+
+
+def test_keep_best_ends_with_the_epoch_of_best_dev_accuracy(tagged, tmp_path):  # noqa: F811
+    out = tmp_path / "best"
+    assert main(supervised_args(tagged, out, "--labelled", "8", "--epochs", "6", "--lr", "0.05", "--keep-best",
+                                "--threads", "1")) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    val = m["train"]["validation"]  # after each of the 6 epochs (the last one after the last step)
+    by_epoch = m["eval"]["dev_accuracy_by_epoch"][:-1]  # end_epoch's, epochs 1-5
+    assert len(val) == 6 and [1 - v["loss"] for v in val[:5]] == pytest.approx(by_epoch, abs=1e-12)
+    assert len({round(a, 6) for a in by_epoch}) > 1  # the accuracy moved: the choice is not a tie
+    kept = min(val, key=lambda v: v["loss"])
+    assert m["train"]["kept"] == kept and m["eval"]["dev_accuracy"] == pytest.approx(1 - kept["loss"], abs=1e-12)
+    assert main(supervised_args(tagged, tmp_path / "x", "--keep-best", "--eval-split", "")) == 2
+    assert not (tmp_path / "x").exists()

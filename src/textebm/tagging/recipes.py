@@ -61,6 +61,7 @@ class TaggerRecipe(Recipe):
         self.lengths = [len(w) for w, _ in self.dataset]
         self.collate = lambda items: tag_batch(items, vocab.pad_id)
         self.by_epoch: list[float] = []  # dev accuracy after each full epoch (kept in checkpoints)
+        self._just_measured: float | None = None  # end_epoch's accuracy, for the validation that follows
 
     def loss(self, model, batch, at):
         phi = model(batch["input_ids"], batch["mask"])  # (B, T, K) in fp32
@@ -75,9 +76,18 @@ class TaggerRecipe(Recipe):
         gold = [r["tags"] for r in self.eval_rows]
         return tagging_scores(gold, pred, self.tagger.spec.tags, self.eval_split)
 
+    def validate(self):
+        """1 − dev accuracy (`--keep-best`): the accuracy `end_epoch` has just measured, or, after
+        the last step, measured now."""
+        acc, self._just_measured = self._just_measured, None
+        if acc is None:
+            acc = self._scores()[f"{self.eval_split}_accuracy"]
+        return 1.0 - acc
+
     def end_epoch(self, epoch):
         if self.eval_rows:
             acc = self._scores()[f"{self.eval_split}_accuracy"]
+            self._just_measured = acc
             self.by_epoch.append(acc)
             log.info("epoch %d: %s accuracy %.4f", epoch + 1, self.eval_split, acc)
 

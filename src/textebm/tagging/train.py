@@ -117,6 +117,8 @@ class TagTrainConfig(TrainOptions):
     dropout: float = field(default=0.0, metadata={"help": "dropout on the embeddings and the LSTM's outputs",
                                                   "min": 0, "lt": 1})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
+    keep_best: bool = field(default=False, metadata={
+        "help": "end with the weights of the epoch of best dev accuracy, not the last (pretrain: of stage 2)"})
     # pretrain and joint: the unlabelled sentences, DNCE and its noise LM
     ratio: int = field(default=50, metadata={
         "help": "pretrain, joint: unlabelled sentences per labelled one (U/L), the nested split's pool drawn from "
@@ -212,6 +214,9 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     check_config(cfg)
     check_run_dir(cfg, None)  # a bad --out fails before the data is read
     eval_split = eval_split_of(cfg)
+    if cfg.keep_best and not eval_split:
+        raise TextebmError("--keep-best chooses the epoch by dev accuracy: it needs an evaluation split "
+                           "(--eval-split, or a dataset folder with a dev split)")
     seed_everything(cfg.seed)
     read = lambda split: load_tagged(cfg.data, split, tag_column=cfg.tag_column)
     train_rows = read("train")
@@ -233,6 +238,7 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     config = {**options_dict(cfg), "train_sha256": file_sha256(split_path(cfg.data, "train")),
               "labelled_sentences": len(rows), "vocab_size": len(vocab), "tags": tags, "parameters": n_params}
     recipe = TaggerRecipe(model, vocab, rows, eval_split, eval_rows, cfg.batch_size)
+    recipe.keep_best = cfg.keep_best
     return train(cfg, config, recipe)
 
 
@@ -283,6 +289,7 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
         start_zeta(model, joint=True, seed=cfg.seed)
         recipe = JointRecipe(model, vocab, rows, unlabelled, eval_split, eval_rows, cfg.batch_size, spec,
                              cfg.unlabelled_weight, cfg.ramp_steps, cfg.noise_lr)
+        recipe.keep_best = cfg.keep_best
         return train(cfg, config, recipe)
     # pretrain: stage 1 in RUN/pretrain, trained (or resumed, or found finished) by the stage-2 recipe's prepare
     trf_model = SemiSupervisedTagger(BiLSTMCRF(tagger.spec), TRFHead(len(vocab), tagger.spec.hidden, pi), noise)
@@ -306,5 +313,6 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
         return out / "model"
 
     recipe = FineTuneRecipe(tagger, vocab, rows, eval_split, eval_rows, cfg.batch_size, stage1=stage1)
+    recipe.keep_best = cfg.keep_best
     return train(cfg, config, recipe)
 
