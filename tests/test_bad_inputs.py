@@ -639,6 +639,9 @@ CASES = [
       for flag, val in [("--energy", "cnn"), ("--loss", "hinge"), ("--negatives", "best"), ("--lr", "0"),
                         ("--batch-size", "0"), ("--eval-batch-size", "0")]],
     ("residual-train --margin with bce", lambda w: _res_train(w, "--margin", "0.1"), "--margin"),
+    ("residual-train --patience -1", lambda w: _res_train(w, "--patience", "-1"), "--patience"),
+    ("residual-train --patience without --keep-best", lambda w: _res_train(w, "--patience", "2"),
+     "patience (stopping when the validation loss stops improving) needs keep_best"),
     ("residual-train --init with a linear energy", lambda w: _res_train(w, "--energy", "linear", "--init",
                                                                         w["lm"]), "--init"),
     ("residual-train --max-tokens without an encoder", lambda w: _res_train(w, "--max-tokens", "64"), "--max-tokens"),
@@ -914,6 +917,8 @@ CASES = [
     ("tag-train --unlabelled not a dataset",
      lambda w: _tag_train(w, "--method", "pretrain", "--ratio", "1", "--unlabelled", w["root"] / "nope"),
      "--unlabelled: not a dataset folder"),
+    ("tag-train --keep-best without a dev split", lambda w: _tag_train(w, "--keep-best", "--eval-split", ""),
+     "--keep-best chooses the epoch by dev accuracy"),
     ("tag-train --unlabelled with --method supervised",
      lambda w: _tag_train(w, "--unlabelled", _tag(w)["data"]), "--unlabelled"),
     ("tag-train --labelled more than the training sentences", lambda w: _tag_train(w, "--labelled", "100"),
@@ -1115,6 +1120,7 @@ NO_BAD_VALUE = {
     "--per-token", "--per-word",  # score: extra fields in each row, valid for every method
     "--corpus",  # negatives generate: a free-text name in the rows' provenance
     "--exact-last",  # residual ppl: the last position scored exactly or estimated like the others
+    "--keep-best",  # residual train: any run may validate after each epoch (tag train's needs a dev split: a case)
 }
 
 
