@@ -39,10 +39,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from textebm import grid
+from textebm.data.ssl_split import nested_split
+from textebm.data.tagging import load_tagged, load_unlabelled_text
 from textebm.errors import InputError, TextebmError
+from textebm.figures import new_figure, save_png
+from textebm.fingerprint import folder_sha256
 from textebm.io import atomic_write, read_json_object, write_json
+from textebm.markdown import table
 from textebm.options import check_config, type_problem
 from textebm.outputs import check_output_dir, own_entries, read_marker, write_marker
+from textebm.tagging.commands import TagEvalConfig, tag_eval
+from textebm.tagging.train import (
+    JOINT_OPTIONS,
+    PRETRAIN_OPTIONS,
+    SSL_OPTIONS,
+    TagTrainConfig,
+    tag_train,
+)
+from textebm.train import run_completed
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +96,6 @@ class TagGridConfig(grid.GridOptions):
 
 
 def _train_fields() -> dict[str, dataclasses.Field]:
-    from textebm.tagging.train import TagTrainConfig
 
     return {f.name: f for f in dataclasses.fields(TagTrainConfig)}
 
@@ -145,7 +158,6 @@ def _check_options(path, cfg: dict) -> None:
     """`options.{all,supervised,pretrain,joint}`: each key an option of `tag train` that the grid does
     not set, of its type; then each method's options as `tag train` checks them (bounds, options
     that do nothing with the method), the message naming the config section."""
-    from textebm.tagging.train import TagTrainConfig
 
     opts = cfg["options"]
     if not isinstance(opts, dict):
@@ -181,7 +193,6 @@ def method_options(cfg: dict, method: str) -> dict:
     """The `tag train` options of `method`'s cells: `options.all` with `options.{method}` on top
     (keys of `all` that the method has no use for are left out, e.g. `ramp_steps` for supervised,
     and for joint the sizes, which it takes from its supervised start)."""
-    from textebm.tagging.train import JOINT_OPTIONS, PRETRAIN_OPTIONS, SSL_OPTIONS
 
     unused = {"supervised": SSL_OPTIONS + PRETRAIN_OPTIONS + JOINT_OPTIONS, "pretrain": JOINT_OPTIONS,
               "joint": PRETRAIN_OPTIONS + list(INIT_KEEPS)}[method]
@@ -218,7 +229,6 @@ class TagGrid:
     """The grid's runs and cells in `out` (see the module doc)."""
 
     def __init__(self, cfg: dict, out: Path, threads: int = 0, progress: bool = False):
-        from textebm.fingerprint import folder_sha256
 
         self.cfg, self.out, self.threads, self.progress = cfg, out, threads, progress
         self.data_sha = folder_sha256(cfg["data"])
@@ -230,8 +240,6 @@ class TagGrid:
     def ratios_by_proportion(self) -> tuple[dict[float, list[int]], list[str]]:
         """The U/L run at each proportion: the config's ratios that the pool allows, and in place
         of those it does not, the largest it allows (smallest over seeds and methods), once."""
-        from textebm.data.ssl_split import nested_split
-        from textebm.data.tagging import load_tagged, load_unlabelled_text
 
         cfg = self.cfg
         ssl = [m for m in cfg["methods"] if m != "supervised"]
@@ -263,7 +271,6 @@ class TagGrid:
     def _excluded(self, method: str) -> list[list[str]]:
         """The sentences `tag train` keeps out of the pool (its dev split, and test): the same rule as
         `tagging/train.py`, so that the ratios planned here are the ones it accepts."""
-        from textebm.data.tagging import load_tagged
 
         data = self.cfg["data"]
         eval_split = method_options(self.cfg, method).get("eval_split", None)
@@ -354,8 +361,6 @@ class TagGrid:
 
     def ensure_run(self, s: Setting) -> Path:
         """The trained tagger of setting `s` (trained once, under its lock; an interrupted run resumes)."""
-        from textebm.tagging.train import TagTrainConfig, tag_train
-        from textebm.train import run_completed
 
         path = self.run_dir(s)
 
@@ -373,7 +378,6 @@ class TagGrid:
 
     def compute(self, gcell: grid.Cell) -> dict:
         """Train (unless trained) and evaluate one cell: the grid runner's compute."""
-        from textebm.tagging.commands import TagEvalConfig, tag_eval
 
         s: Setting = gcell.task
         run = self.ensure_run(s)
@@ -423,7 +427,6 @@ def summarise(results: list[dict], ratios: dict[float, list[int]]) -> dict:
 
 
 def tables(summary: dict, cfg: dict, ratios: dict[float, list[int]], deviations: list[str]) -> str:
-    from textebm.markdown import table
 
     acc, red = summary["accuracy"], summary["reductions"]
     get = lambda m, p, r, k="accuracy": [c[k] for c in acc.get((m, p, r), {}).values() if k in c]
@@ -459,7 +462,6 @@ def tables(summary: dict, cfg: dict, ratios: dict[float, list[int]], deviations:
 def plot(summary: dict, cfg: dict, ratios: dict[float, list[int]], path: Path) -> Path:
     """Accuracy against labelled proportion (log scale): supervised, and each method at each U/L,
     the mean over seeds with the sd as error bars."""
-    from textebm.figures import new_figure, save_png
 
     fig = new_figure(figsize=(6, 4))
     ax = fig.add_subplot(1, 1, 1)
