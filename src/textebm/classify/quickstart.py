@@ -279,8 +279,11 @@ def plan(cfg: QuickstartConfig, precision: str, data: Path, out: Path, shard: tu
     info = read_json(data / "dataset.json") if prepared else {}
     est = estimate(cfg, precision, info)
     settings = settings_of(cfg, precision, data) if prepared else {"data": "not prepared yet"}
+    # the per-seed estimate is the start-of-run one: wall time on a 2-core CPU, not one thread's
+    left = lambda cells: (f"estimated time: {sum(c.seconds for c in cells) / 60:.1f} min on a 2-core CPU in "
+                          f"{precision} (the start-of-run estimate, per seed)")
     text = grid.Grid(out / CELLS, SeedRun(cfg, precision, data, out, None)).plan(
-        seed_cells(cfg, settings, sum(est.values())), shard)
+        seed_cells(cfg, settings, sum(est.values())), shard, estimate=left)
     return text + ("" if prepared else "\n(the data step comes first: rt-polarity is not prepared in OUT yet)")
 
 
