@@ -65,6 +65,21 @@ def test_samples_follow_q_by_chi_square():
     assert torch.equal(again, got)
 
 
+def test_compact_sampling_draws_what_the_plain_loop_draws():
+    # a realistic shape: 300 words, lengths 1..30 skewed short, so most rows stop early
+    torch.manual_seed(1)
+    pi = torch.distributions.Poisson(6.0).log_prob(torch.arange(31.0)).exp()
+    pi[0] = 0
+    model = NoiseLM(300, pi / pi.sum(), embed=16, hidden=24, pad_id=0)
+    for seed in range(3):
+        fast = model.sample(257, generator=torch.Generator().manual_seed(seed))
+        plain = model.sample(257, generator=torch.Generator().manual_seed(seed), compact=False)
+        assert torch.equal(fast[0], plain[0]) and torch.equal(fast[1], plain[1])
+        torch.testing.assert_close(fast[2], plain[2], rtol=0, atol=1e-9)
+        assert int(fast[1].sum(1).float().mean()) < fast[1].shape[1] / 2  # the compaction had rows to drop
+    torch.testing.assert_close(fast[2], model.log_prob(fast[0], fast[1]), rtol=0, atol=1e-4)
+
+
 def test_bad_lengths_are_refused():
     with pytest.raises(ValueError, match="length_probs"):
         NoiseLM(3, torch.tensor([0.5, 0.5]))

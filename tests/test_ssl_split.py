@@ -64,7 +64,21 @@ def test_copies_of_labelled_or_excluded_sentences_stay_out_of_the_pool():
     assert not labelled_texts & set(pool_texts)
 
 
+def test_the_length_cap_leaves_long_sentences_out_of_the_pool_only():
+    # train sentences of 2 tokens, extra of 1..4: a cap of 2 keeps every train one and the extra ones of <= 2
+    extra = [["e"] * (1 + i % 4) for i in range(400)]
+    whole, capped = split(extra=extra), split(extra=extra, max_pool_tokens=2)
+    assert capped.order == whole.order  # the labelled draw is the same, long labelled sentences included
+    kept = [ref for ref in whole.pool if ref[0] == "train" or len(extra[ref[1]]) <= 2]
+    assert sorted(capped.pool) == sorted(kept) and len(kept) == 2800 + 200
+    assert all(len(extra[i]) <= 2 for src, i in capped.pool if src == "extra")
+    one = split(extra=extra, max_pool_tokens=1, proportions=(0.02,), ratios=(1,), ratios_by_proportion={})
+    assert len(one.pool) == 100 and {src for src, _ in one.pool} == {"extra"}  # the 2-token train rows go too
+    assert split(extra=extra, max_pool_tokens=0).pool == whole.pool  # 0: no cap
+
+
 @pytest.mark.parametrize("kw, message", [
+    ({"max_pool_tokens": -1}, r"max_pool_tokens: -1; expected a whole number >= 0"),
     ({"labelled_size": 0}, "labelled_size: 0"),
     ({"labelled_size": 3001}, "labelled_size: 3,001 is more than the 3,000 training sentences"),
     ({"proportions": (0.002, 1.0)}, r"proportions: 0.002 of labelled_size=200 leaves no sentence"),

@@ -11,7 +11,8 @@ its first round(p * labelled_size) sentences, so 2 % ⊂ 10 % ⊂ 100 %.
 Unlabelled: one seeded permutation (a second stream of the same seed) of the pool, that is the
 training sentences outside the 100 % labelled set plus the `extra` sentences (other corpora,
 tokenised the same way); a sentence equal (same tokens) to a 100 %-labelled one or to one of
-`exclude` (dev and test sentences) is left out. The cell (p, U/L = r) takes the pool's first
+`exclude` (dev and test sentences) is left out, and so is one longer than `max_pool_tokens`
+when it is set (a CPU cap on the pool's long tail: section "The pool" of docs/ssl.md). The cell (p, U/L = r) takes the pool's first
 r * |labelled(p)| sentences: every smaller pool is a prefix of every larger one, across ratios and
 labelled sizes, so the cells share what they can and proportions and ratios stay exact. Brown and
 other corpora are mixed by the permutation, so every pool has the same mix of domains.
@@ -84,12 +85,16 @@ def nested_split(
     extra: Sequence[Sequence[str]] = (),
     exclude: Iterable[Sequence[str]] = (),
     ratios_by_proportion: Mapping[float, Sequence[int]] | None = None,
+    max_pool_tokens: int = 0,
 ) -> NestedSplit:
     """The nested split of the module docstring. `train`, `extra`, `exclude`: sentences as token
     lists. `ratios` (U/L) are checked against the pool for every proportion, except where
     `ratios_by_proportion` gives a proportion its own; nothing is drawn lazily, so a grid that
     cannot run fails here, naming the option (`labelled_size`, `proportions`, `ratios`), before
-    any training."""
+    any training. `max_pool_tokens` > 0 leaves out of the pool every sentence with more tokens
+    (the labelled draw does not change)."""
+    if isinstance(max_pool_tokens, bool) or not isinstance(max_pool_tokens, int) or max_pool_tokens < 0:
+        raise TextebmError(f"max_pool_tokens: {max_pool_tokens!r}; expected a whole number >= 0 (0: no cap)")
     if isinstance(labelled_size, bool) or not isinstance(labelled_size, int) or labelled_size < 1:
         raise TextebmError(f"labelled_size: {labelled_size!r}; expected a whole number >= 1")
     if labelled_size > len(train):
@@ -116,9 +121,10 @@ def nested_split(
     random.Random(derive_seed(seed, "ssl-split", "labelled")).shuffle(order)
     labelled = set(order[:labelled_size])
     banned = {tuple(train[i]) for i in labelled} | {tuple(s) for s in exclude}
+    fits = (lambda s: len(s) <= max_pool_tokens) if max_pool_tokens else (lambda s: True)
     pool: list[Ref] = [("train", i) for i in range(len(train))
-                       if i not in labelled and tuple(train[i]) not in banned]
-    pool += [("extra", i) for i, s in enumerate(extra) if tuple(s) not in banned]
+                       if i not in labelled and tuple(train[i]) not in banned and fits(train[i])]
+    pool += [("extra", i) for i, s in enumerate(extra) if tuple(s) not in banned and fits(s)]
     random.Random(derive_seed(seed, "ssl-split", "unlabelled")).shuffle(pool)
     split = NestedSplit(labelled_size, sizes, tuple(order), tuple(pool), seed)
 

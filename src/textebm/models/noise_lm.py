@@ -64,26 +64,43 @@ class NoiseLM(nn.Module):
         return tok.sum(1) + self.length_probs.log().to(tok.dtype)[lengths]  # (B,)
 
     @torch.no_grad()
-    def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    def sample(self, n: int, generator: torch.Generator | None = None, compact: bool = True
+               ) -> tuple[Tensor, Tensor, Tensor]:
         """n sentences: ids (n, T) right-padded with pad_id, mask (n, T), log q(l, x) (n,);
-        T = the longest length drawn. Lengths ~ π, then words left to right."""
+        T = the longest length drawn. Lengths ~ π, then words left to right.
+
+        The rows run sorted by length, longest first, so at step t the rows still drawing are a
+        prefix; `compact` steps only those (a sentence of mean length l̄ among n drawn up to T costs
+        l̄/T of the plain loop, about 0.4 for Brown-like lengths), the plain loop (`compact=False`)
+        steps all n and discards the words past each row's length. Both draw the same uniforms in
+        the same order, so they give the same sentences (tested)."""
         device = self.start.device
         lengths = torch.multinomial(self.length_probs.float(), n, replacement=True, generator=generator)  # (n,)
         lengths = lengths.to(device)
         T = int(lengths.max())
-        ids = torch.full((n, T), self.pad_id, dtype=torch.long, device=device)  # (n, T)
-        logq = torch.zeros(n, dtype=fp32_or_better(self.out.weight.dtype), device=device)  # (n,)
-        x = self.start.expand(n, 1, -1)  # (n, 1, E)
+        order = torch.argsort(lengths, descending=True, stable=True)  # (n,): longest first
+        by_len = lengths[order]  # (n,) non-increasing
+        running = (by_len[None, :] > torch.arange(T, device=device)[:, None]).sum(1).tolist()  # rows live at t
+        u_order = order.to(generator.device if generator is not None else device)
+        ids = torch.full((n, T), self.pad_id, dtype=torch.long, device=device)  # (n, T), sorted rows
+        logq = torch.zeros(n, dtype=fp32_or_better(self.out.weight.dtype), device=device)  # (n,), sorted rows
+        x = self.start.expand(n, 1, -1)  # (m, 1, E)
         state = None
         for t in range(T):
-            h, state = self.lstm(x, state)  # (n, 1, H)
-            lp = self._log_softmax(h[:, 0])  # (n, V)
+            m = running[t] if compact else n
+            if m < x.shape[0]:
+                x, state = x[:m], (state[0][:, :m], state[1][:, :m])
+            h, state = self.lstm(x, state)  # (m, 1, H)
+            lp = self._log_softmax(h[:, 0])  # (m, V)
             u = torch.rand(n, generator=generator, dtype=torch.float64,
-                           device=generator.device if generator is not None else device)  # (n,)
-            w = sample_top_k(lp, lp.shape[-1], 1.0, u, log_probs=True)[0]  # (n,): the inverse CDF
-            live = t < lengths  # (n,)
-            ids[:, t] = torch.where(live, w, ids[:, t])
-            logq = logq + torch.where(live, lp.gather(1, w[:, None])[:, 0], torch.zeros_like(logq))
-            x = self.embed(w)[:, None]  # (n, 1, E)
-        mask = torch.arange(T, device=device)[None, :] < lengths[:, None]  # (n, T)
-        return ids, mask, logq + self.length_probs.log().to(logq.dtype)[lengths]
+                           device=generator.device if generator is not None else device)  # (n,) every row's
+            w = sample_top_k(lp, lp.shape[-1], 1.0, u[u_order[:m]].to(device), log_probs=True)[0]  # (m,)
+            live = t < by_len[:m]  # (m,): all True when compact
+            ids[:m, t] = torch.where(live, w, ids[:m, t])
+            logq[:m] += torch.where(live, lp.gather(1, w[:, None])[:, 0], torch.zeros_like(logq[:m]))
+            x = self.embed(w)[:, None]  # (m, 1, E)
+        mask = torch.arange(T, device=device)[None, :] < by_len[:, None]  # (n, T), sorted rows
+        logq = logq + self.length_probs.log().to(logq.dtype)[by_len]
+        back = torch.empty_like(order)
+        back[order] = torch.arange(n, device=device)  # row i of the draw is sorted row back[i]
+        return ids[back], mask[back], logq[back]

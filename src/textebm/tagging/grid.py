@@ -252,7 +252,8 @@ class TagGrid:
             excluded = self._excluded(method)
             for seed in cfg["seeds"]:
                 split = nested_split(train, cfg["labelled"], seed, proportions=cfg["proportions"], extra=extra,
-                                     exclude=excluded)
+                                     exclude=excluded,
+                                     max_pool_tokens=method_options(cfg, method).get("unlabelled_max_tokens", 0))
                 for p in cfg["proportions"]:
                     largest[p] = min(largest[p], split.max_ratio(p))
         ratios, deviations = {}, []

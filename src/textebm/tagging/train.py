@@ -79,7 +79,7 @@ from textebm.train import (
 log = logging.getLogger(__name__)
 
 METHODS = ["supervised", "pretrain", "joint"]
-SSL_OPTIONS = ["ratio", "unlabelled", "dnce_alpha", "noise_ratio", "noise_lr", "noise_embed", "noise_hidden"]  # pretrain, joint
+SSL_OPTIONS = ["ratio", "unlabelled", "unlabelled_max_tokens", "dnce_alpha", "noise_ratio", "noise_lr", "noise_embed", "noise_hidden"]  # pretrain, joint
 PRETRAIN_OPTIONS = ["pretrain_epochs", "pretrain_steps", "pretrain_lr"]
 JOINT_OPTIONS = ["unlabelled_weight", "ramp_steps", "init"]
 
@@ -127,6 +127,10 @@ class TagTrainConfig(TrainOptions):
         "help": "pretrain, joint: text dataset folders (`data prepare sotu`, news, shakespeare) whose sentences join "
                 "the pool, cut into Brown's word tokens; the seeded permutation mixes them with the training "
                 "sentences (the labelled draw does not change)"})
+    unlabelled_max_tokens: int = field(default=0, metadata={
+        "help": "pretrain, joint: leave sentences of more tokens out of the unlabelled pool (0: keep all; a few "
+                "long rows, e.g. Shakespeare's speeches, pad every DNCE batch they fall in and widen the TRF's "
+                "lengths)", "min": 0})
     dnce_alpha: float = field(default=0.5, metadata={
         "help": "pretrain, joint: DNCE's share of real sentences on the data side (the rest are noise sentences; "
                 "1: NCE with the trained noise)", "gt": 0, "max": 1})
@@ -191,20 +195,21 @@ def labelled_rows(rows: list[dict[str, Any]], labelled: int, proportion: float, 
 
 
 def ssl_rows(rows: list[dict[str, Any]], labelled: int, proportion: float, ratio: int, seed: int, where: str,
-             exclude: list[list[str]] = (), extra: list[list[str]] = ()
+             exclude: list[list[str]] = (), extra: list[list[str]] = (), max_tokens: int = 0
              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(labelled, unlabelled) sentences: `labelled_rows`, and the first ratio·|labelled| sentences
     of the nested split's unlabelled pool (the training sentences outside the --labelled set and
-    the `extra` sentences of other corpora, less any equal to one of `exclude`). A pool too small
-    is a TextebmError naming --ratio."""
+    the `extra` sentences of other corpora, less any equal to one of `exclude` and, when
+    `max_tokens` > 0, any longer). A pool too small is a TextebmError naming --ratio."""
     lab = labelled_rows(rows, labelled, proportion, seed, where)
     split = nested_split([r["tokens"] for r in rows], labelled or len(rows), seed, proportions=(proportion,),
-                         extra=extra, exclude=exclude)
+                         extra=extra, exclude=exclude, max_pool_tokens=max_tokens)
     need = ratio * len(lab)
     if need > len(split.pool):
         raise TextebmError(f"--ratio {ratio}: U/L = {ratio} with {len(lab):,} labelled sentences needs {need:,} "
                            f"unlabelled ones; {where}" + (" and --unlabelled" if extra else "")
-                           + f" hold {len(split.pool):,} sentences outside the --labelled set (the largest "
+                           + f" hold {len(split.pool):,} sentences outside the --labelled set"
+                           + (f" of at most --unlabelled-max-tokens {max_tokens}" if max_tokens else "") + " (the largest "
                            f"--ratio it allows is {len(split.pool) // len(lab)})")
     return lab, [rows[i] if src == "train" else {"tokens": extra[i]} for src, i in split.unlabelled(proportion, ratio)]
 
@@ -263,7 +268,7 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
         exclude += [r["tokens"] for r in load_tagged(cfg.data, "test", tags=False)]
     extra = load_unlabelled_text(cfg.unlabelled) if cfg.unlabelled else []
     rows, unlabelled_rows = ssl_rows(train_rows, cfg.labelled, cfg.proportion, cfg.ratio, cfg.split_seed, cfg.data,
-                                     exclude, extra)
+                                     exclude, extra, cfg.unlabelled_max_tokens)
     lowercase = init_vocab.lowercase if init is not None else cfg.lowercase
     vocab = build_vocab(rows + unlabelled_rows, lowercase, cfg.min_count)
     unlabelled = encode(vocab, unlabelled_rows)
