@@ -77,6 +77,10 @@ def test_the_vocabulary_counts_lowercases_and_maps_unknown_words(tmp_path):
     assert cased.encode(["The", "the", "Dog", "dog"]) == [cased.index[w] for w in ("The", "the", "Dog", "dog")]
     save_vocab(v, tmp_path)
     assert load_vocab(tmp_path) == v
+    # max_words: the most frequent (ties alphabetical), the rest unknown
+    assert build_vocab(rows, lowercase=True, min_count=1, max_words=2).words == ("<pad>", "<unk>", "dog", "the")
+    assert build_vocab(rows, lowercase=True, min_count=1, max_words=3).encode(["cat", "zebra"]) == [4, UNK_ID]
+    assert build_vocab(rows, lowercase=True, min_count=1, max_words=0).words[2:] == ("dog", "the", "cat")
     (tmp_path / "words.json").write_text('{"words": ["a", "b"], "lowercase": true, "min_count": 1}')
     with pytest.raises(InputError, match="words.json"):
         load_vocab(tmp_path)

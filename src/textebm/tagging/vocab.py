@@ -8,7 +8,9 @@ Id 0 is padding (`PAD`), id 1 the unknown word (`UNK`); then the words seen at l
 `min_count` times, most frequent first (ties in alphabetical order), so the same sentences give
 the same ids. With `lowercase`, words are lowercased before counting and before lookup. A word
 seen fewer than `min_count` times maps to the unknown id, so that its vector is trained on the
-rare words and serves the unseen ones at test time.
+rare words and serves the unseen ones at test time. `max_words` > 0 keeps only that many of the
+most frequent (a semi-supervised pool of 200k sentences has 60k words seen twice; the noise LM's
+softmax and every embedding grow with them: docs/ssl.md "The pool").
 """
 
 from __future__ import annotations
@@ -58,13 +60,17 @@ class WordVocab:
         return [self.index.get(self.norm(t), UNK_ID) for t in tokens]
 
 
-def build_vocab(rows: Sequence[dict[str, Any]], lowercase: bool = False, min_count: int = 1) -> WordVocab:
+def build_vocab(rows: Sequence[dict[str, Any]], lowercase: bool = False, min_count: int = 1,
+                max_words: int = 0) -> WordVocab:
     """The vocabulary of the rows' tokens (see the module doc)."""
     if min_count < 1:
         raise ValueError(f"min_count must be at least 1, got {min_count}")
+    if max_words < 0:
+        raise ValueError(f"max_words must be at least 0 (0: no cap), got {max_words}")
     counts = Counter(t.lower() if lowercase else t for row in rows for t in row["tokens"])
     counts.pop(PAD, None), counts.pop(UNK, None)  # a token spelt like a special one is unknown
     kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+    kept = kept[:max_words] if max_words else kept
     return WordVocab((PAD, UNK, *kept), lowercase, min_count)
 
 
