@@ -171,3 +171,21 @@ def test_other_corpora_widen_the_pool_and_key_only_the_semi_supervised_cells(tag
     sup, joint = tag_grid.Setting("supervised", 1.0, 0, 0), tag_grid.Setting("joint", 1.0, 2, 0)
     assert g0.run_dir(sup) == g1.run_dir(sup) and g0.run_dir(joint) != g1.run_dir(joint)
     assert "run U/L 2, 3" in before
+
+
+def test_the_plan_prices_dnce_by_the_vocabulary_it_will_have(tagged, tmp_path):  # noqa: F811
+    """A joint cell's estimate: its unlabelled passes times (fixed part + per word x the vocabulary
+    grown from its pool, or max_words when smaller), by hand."""
+    cfg = tag_grid.read_config(_config(tmp_path, tagged))
+    joint = tag_grid.Setting("joint", 1.0, 2, 0)
+    base = tag_grid.TagGrid(cfg, tmp_path / "g")
+    n_unl = 2 * 40
+    words = tag_grid.VOCAB_GROWTH[0] * n_unl ** tag_grid.VOCAB_GROWTH[1]
+    per = tag_grid.SECONDS["unlabelled"] + tag_grid.SECONDS["per_word"] * words
+    assert base._dnce_seconds(n_unl, {}) == pytest.approx(per)
+    capped = {**cfg, "options": {**cfg["options"], "joint": {**cfg["options"]["joint"], "max_words": 10}}}
+    small = tag_grid.TagGrid(capped, tmp_path / "h")
+    per_capped = tag_grid.SECONDS["unlabelled"] + tag_grid.SECONDS["per_word"] * 10
+    # max_steps 2 of batch 8: 16 unlabelled sentence passes either way
+    assert base.seconds(joint) - small.seconds(joint) == pytest.approx(16 * (per - per_capped))
+    assert words > 10
