@@ -12,7 +12,7 @@ import torch
 from test_electric import _tiny_model
 from textebm.cli import main
 from textebm.models.cloze import save_cloze
-from textebm.scoring.pll import cloze_scores, mlm_token_scores, mlm_token_scores_reference
+from textebm.scoring.pll import cloze_scores, mlm_token_scores, mlm_token_scores_many, mlm_token_scores_reference
 from textebm.scoring.words import word_scores
 
 TEXTS = ["w1 w7 w2", "w3 w8 w9 w10 w11 w4 w1", "w5", "w12 w2 w2 w6 w7"]
@@ -62,6 +62,23 @@ def test_masked_lm_pll_sub_batched_equals_one_mask_at_a_time():
         for budget in (1, 9 * 3, 10_000):  # one copy per pass, three per pass, all at once
             assert mlm_token_scores(model, ids, budget) == pytest.approx(ref, abs=1e-5), budget
     assert math.fsum(ref) == pytest.approx(cloze_scores(model, tok, [TEXTS[1]], "mlm")[0].total, abs=1e-5)
+
+
+def test_masked_lm_pll_of_several_texts_sharing_passes_equals_one_text_at_a_time():
+    """Copies of texts of different lengths share passes (right-padded, masked out): each text's
+    scores are the one-mask-at-a-time reference's, whatever the budget cuts."""
+    model, tok = _tiny_model("mlm")
+    model.eval()
+    texts = [tok(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
+    assert len({len(t) for t in texts}) > 1  # several lengths, so passes mix texts and pad
+    with torch.no_grad():
+        refs = [mlm_token_scores_reference(model, ids) for ids in texts]
+        for budget in (1, 40, 300, 10_000):
+            got = mlm_token_scores_many(model, texts, budget)
+            for g, r in zip(got, refs):
+                assert g == pytest.approx(r, abs=1e-5), budget
+    assert [s.total for s in cloze_scores(model, tok, TEXTS, "mlm", token_budget=300)] == pytest.approx(
+        [math.fsum(r) for r in refs], abs=1e-4)
 
 
 def test_masked_lm_pll_passes_stay_within_the_token_budget_whatever_the_length():

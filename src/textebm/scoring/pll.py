@@ -15,9 +15,10 @@ self-normalised); the others are log-probabilities. The texts' framing tokens ([
 <s>/</s>) are not scored; a causal LM scores its [eos] (span (len, len)).
 
 Masked-LM PLL: a text of n tokens becomes n copies with one position replaced by [MASK]. The
-copies are cut into passes of at most `token_budget` tokens (copies × sequence length) and at
-most `token_budget` × 64 attention cells (copies × length²), and the output layer runs only at
-the masked position of each copy. The largest tensors are therefore bounded by the budget, not
+copies of all the texts given, longest text first, are cut into passes of at most `token_budget`
+tokens (copies × sequence length) and at most `token_budget` × 64 attention cells (copies ×
+length²), so short texts share a pass, and the output layer runs only at the masked position of
+each copy. The largest tensors are therefore bounded by the budget, not
 by n²: a 400-token text runs in the memory of a 40-token one (one copy per pass at 400 tokens).
 """
 
@@ -106,7 +107,7 @@ def cloze_scores(model, tokenizer, texts: list[str], method: str, batch_size: in
 
         per_text = _framed_batches(model, ids, batch_size, electra, device)
     else:
-        per_text = [mlm_token_scores(model, x, token_budget) for x in ids]
+        per_text = mlm_token_scores_many(model, ids, token_budget)
     return [TextScores(x, o, s) for x, o, s in zip(ids, offsets, per_text)]
 
 
@@ -128,23 +129,44 @@ ATTENTION_LEN = 64  # a pass holds at most token_budget * ATTENTION_LEN attentio
 
 
 def mlm_token_scores(model, ids: list[int], token_budget: int = 4096) -> list[float]:
-    """log p(x_t | x with x_t masked) for every token of one text: n masked copies, in passes of
-    at most `token_budget` tokens and `token_budget` × ATTENTION_LEN attention cells (at least one
-    copy per pass), the masked-LM head run only at each copy's masked position."""
+    """log p(x_t | x with x_t masked) for every token of one text (`mlm_token_scores_many`)."""
+    return mlm_token_scores_many(model, [ids], token_budget)[0]
+
+
+def mlm_token_scores_many(model, texts: list[list[int]], token_budget: int = 4096) -> list[list[float]]:
+    """log p(x_t | x with x_t masked) for every token of every text: one masked copy per token, the
+    copies of all texts in passes of at most `token_budget` tokens and `token_budget` ×
+    ATTENTION_LEN attention cells (at least one copy per pass), the masked-LM head run only at each
+    copy's masked position. Copies go in order of their text's length, longest first, so a pass
+    holds copies of texts of about one length (right-padded to its longest, masked out): a pass
+    fills with the copies of several short texts instead of holding one text's few."""
     spec = model.spec
     device = next(model.parameters()).device
-    seq = torch.tensor([spec.start_id, *ids, spec.end_id], device=device)  # (T,)
-    t_len, n = seq.shape[0], len(ids)
-    per_pass = max(1, min(token_budget // t_len, token_budget * ATTENTION_LEN // (t_len * t_len)))
-    out: list[float] = []
-    for s in range(0, n, per_pass):
-        pos = torch.arange(s, min(n, s + per_pass), device=device) + 1  # (C,) masked positions
-        copies = seq.repeat(len(pos), 1)  # (C, T)
-        copies[torch.arange(len(pos)), pos] = spec.mask_id
-        attn = torch.ones_like(copies)
-        h = model.hidden(copies, attn)[torch.arange(len(pos)), pos]  # (C, H) only the masked states
+    out: list[list[float]] = [[0.0] * len(ids) for ids in texts]
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # longest first; ties in input order
+    jobs = [(i, t) for i in order for t in range(1, len(texts[i]) + 1)]  # (text, masked position)
+    s = 0
+    while s < len(jobs):
+        t_len = len(texts[jobs[s][0]]) + 2  # the pass's longest framed text: its first copy's
+        per_pass = max(1, min(token_budget // t_len, token_budget * ATTENTION_LEN // (t_len * t_len)))
+        chunk = jobs[s:s + per_pass]
+        s += len(chunk)
+        copies = torch.full((len(chunk), t_len), spec.pad_id, dtype=torch.long)  # (C, T)
+        attn = torch.zeros_like(copies)  # (C, T)
+        target = torch.empty(len(chunk), dtype=torch.long)  # (C,) the masked tokens
+        for r, (i, t) in enumerate(chunk):
+            framed = [spec.start_id, *texts[i], spec.end_id]
+            copies[r, :len(framed)] = torch.tensor(framed)
+            attn[r, :len(framed)] = 1
+            target[r] = framed[t]
+        pos = torch.tensor([t for _, t in chunk])  # (C,) masked positions
+        rows = torch.arange(len(chunk))
+        copies[rows, pos] = spec.mask_id
+        copies, attn, pos, rows, target = (x.to(device) for x in (copies, attn, pos, rows, target))
+        h = model.hidden(copies, attn)[rows, pos]  # (C, H) only the masked states
         logp = torch.log_softmax(model.mlm_head(h).float(), -1)  # (C, V)
-        out += logp.gather(-1, seq[pos][:, None]).squeeze(-1).tolist()
+        for (i, t), v in zip(chunk, logp.gather(-1, target[:, None]).squeeze(-1).tolist()):
+            out[i][t - 1] = v
     return out
 
 
