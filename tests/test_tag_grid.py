@@ -84,6 +84,17 @@ def test_a_tiny_grid_end_to_end_then_cached(tagged, tmp_path, monkeypatch, capsy
     assert "6 cells, 2 cached, 4 to run here" in plan
     assert {line.split()[0] for line in plan.splitlines()[1:-1]} == {n for n in NAMES if "pretrain" not in n}
 
+    # --report tables the finished cells (the two pre-training ones) and trains nothing (still patched)
+    assert _grid(cfg, out, "--report") == 0
+    part = json.loads((out / "results.json").read_text())
+    assert part["cells_missing"] == 4 and {c["method"] for c in part["cells"]} == {"pretrain"}
+    assert [c["accuracy"] for c in part["cells"]] == [c["accuracy"] for c in res["cells"] if c["method"] == "pretrain"]
+    text = (out / "tables.md").read_text()
+    assert "Partial (`--report`): 4 cells not finished yet" in text
+    assert f"{part['cells'][0]['accuracy'] * 100:.2f}" in text and f"{sup['accuracy'] * 100:.2f}" not in text
+    assert _grid(cfg, out, "--report", "--plan") == 2
+    assert "--report and --plan" in capsys.readouterr().err
+
 
 def test_shards_split_the_cells(tagged, tmp_path, capsys):  # noqa: F811
     cfg, out = _config(tmp_path, tagged), tmp_path / "grid"

@@ -94,7 +94,15 @@ class TagGridConfig(grid.GridOptions):
     config: str = field(metadata={"help": "grid config JSON (see bench/tagging/cpu.json and docs/ssl.md)"})
     out: str = field(metadata={"help": "folder of every run and cell and the results; a folder the grid wrote "
                                        "continues where it stopped (it is a cache)"})
+    report: bool = field(default=False, metadata={
+        "help": "train nothing: write results.json, tables.md and accuracy.png from the cells finished so far "
+                "(a grid that spans several sessions or shards), stating how many are missing"})
 
+    def check(self) -> None:
+        super().check()
+        if self.report and self.plan:
+            raise TextebmError("--report and --plan: give one (--plan lists what is left, --report tables what "
+                               "is done)")
 
 
 # ---------------------------------------------------------------- config
@@ -441,7 +449,7 @@ def summarise(results: list[dict], ratios: dict[float, list[int]]) -> dict:
     return {"accuracy": acc, "reductions": reductions}
 
 
-def tables(summary: dict, cfg: dict, ratios: dict[float, list[int]], deviations: list[str]) -> str:
+def tables(summary: dict, cfg: dict, ratios: dict[float, list[int]], deviations: list[str], missing: int = 0) -> str:
 
     acc, red = summary["accuracy"], summary["reductions"]
     get = lambda m, p, r, k="accuracy": [c[k] for c in acc.get((m, p, r), {}).values() if k in c]
@@ -451,8 +459,11 @@ def tables(summary: dict, cfg: dict, ratios: dict[float, list[int]], deviations:
         for r in ratios[p]:
             rows3.append(["", str(r), "", _mean_sd(get("pretrain", p, r), 100), _mean_sd(get("joint", p, r), 100)])
     seeds = ", ".join(map(str, cfg["seeds"]))
-    text = [f"# Semi-supervised tagging grid ({cfg['data']}, labelled set {cfg['labelled']:,})", "",
-            f"## Table 3: test accuracy (%), mean ± sd over seeds {seeds}", "",
+    text = [f"# Semi-supervised tagging grid ({cfg['data']}, labelled set {cfg['labelled']:,})", ""]
+    if missing:
+        text += [f"**Partial (`--report`): {missing} cells not finished yet.** A mean is over the seeds finished; "
+                 "'-' where none is.", ""]
+    text += [f"## Table 3: test accuracy (%), mean ± sd over seeds {seeds}", "",
             "U/L = 0 is the supervised baseline; pre.: pre-training + fine-tuning; joint: joint training.", "",
             table(["labelled", "U/L", "supervised", "pre.", "joint"], rows3, ["left", "right", "right", "right",
                                                                                "right"]), "",
@@ -540,16 +551,21 @@ def run_grid(cfg_: TagGridConfig) -> dict:
     if cfg_.plan:
         print(plan)
         return {}
-    log.info("before it starts:\n%s", plan)
+    if cfg_.report:
+        results = [runner.result(c) for c in cells if runner.done(c)]
+        missing = len({runner.file(c) for c in cells}) - len({runner.file(c) for c in cells if runner.done(c)})
+        log.info("report of %d finished cells, %d not finished", len(results), missing)
+    else:
+        log.info("before it starts:\n%s", plan)
 
-    def on_result(cell: grid.Cell, r: dict) -> None:
-        log.info("%s: accuracy %.4f", cell.name, r["accuracy"])
+        def on_result(cell: grid.Cell, r: dict) -> None:
+            log.info("%s: accuracy %.4f", cell.name, r["accuracy"])
 
-    results = runner.run(cells, shard, cfg_.backend, cfg_.workers, cfg_.address, on_result)
+        results, missing = runner.run(cells, shard, cfg_.backend, cfg_.workers, cfg_.address, on_result), 0
     ratios = {p: rs for p, rs in g.ratios.items()}
     summary = summarise(results, ratios)
     report = {"config": cfg, "ratios": {f"{p:g}": rs for p, rs in ratios.items()}, "deviations": g.deviations,
-              "cells": results,
+              "cells_missing": missing, "cells": results,
               "table3": [{"method": m, "proportion": p, "ratio": r, "seeds": sorted(v),
                           "accuracy": [v[s]["accuracy"] for s in sorted(v)],
                           **({"ood_accuracy": [v[s]["ood_accuracy"] for s in sorted(v)]}
@@ -559,6 +575,6 @@ def run_grid(cfg_: TagGridConfig) -> dict:
                          for (p, r), red in summary["reductions"].items()]}
     write_json(out / "results.json", report)
     with atomic_write(out / "tables.md") as f:
-        f.write(tables(summary, cfg, ratios, g.deviations))
+        f.write(tables(summary, cfg, ratios, g.deviations, missing))
     plot(summary, cfg, ratios, out / "accuracy.png")
     return report
