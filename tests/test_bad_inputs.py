@@ -909,7 +909,10 @@ CASES = [
                         ("--dropout", "1"), ("--ratio", "0"), ("--dnce-alpha", "0"), ("--dnce-alpha", "1.5"),
                         ("--noise-ratio", "0"), ("--noise-lr", "-1"), ("--noise-embed", "0"), ("--noise-hidden", "0"),
                         ("--pretrain-epochs", "0"), ("--pretrain-steps", "-1"), ("--pretrain-lr", "0"),
-                        ("--unlabelled-weight", "-1"), ("--ramp-steps", "-1")]],
+                        ("--unlabelled-weight", "-1"), ("--ramp-steps", "-1"), ("--max-words", "-1"),
+                        ("--unlabelled-max-tokens", "-2")]],
+    ("tag-train --unlabelled-max-tokens with --method supervised",
+     lambda w: _tag_train(w, "--unlabelled-max-tokens", "20"), "--unlabelled-max-tokens"),
     ("tag-train --init not a folder", lambda w: _tag_train(w, "--method", "joint", "--init", w["root"] / "nope"),
      "--init"),
     ("tag-train --ratio past the pool", lambda w: _tag_train(w, "--method", "pretrain", "--labelled", "4"),
@@ -1053,6 +1056,7 @@ CASES = [
      "--address"),
     ("tag-grid --backend ray", lambda w: _tag_grid(w, "--backend", "ray"), "--backend"),
     ("tag-grid --threads -1", lambda w: _tag_grid(w, "--threads", "-1"), "--threads"),
+    ("tag-grid --report with --plan", lambda w: _tag_grid(w, "--report", "--plan"), "--report"),
 ]
 
 
