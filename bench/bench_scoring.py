@@ -191,7 +191,7 @@ def main() -> None:
     }
     # PLL's FLOPs are those of the copies unpadded, one text at a time: the useful work (copies of
     # several texts share a pass, padded to its longest; that padding is not counted as achieved)
-    mlm_ids = tok(texts, add_special_tokens=False)["input_ids"]
+    mlm_ids = models["mlm"][1](texts, add_special_tokens=False)["input_ids"]
     useful = {"masked-LM PLL (textebm)": lambda: [mlm_token_scores(models["mlm"][0], ids) for ids in mlm_ids]}
     results = {}
     with torch.inference_mode():

@@ -1057,6 +1057,7 @@ CASES = [
     ("tag-grid --backend ray", lambda w: _tag_grid(w, "--backend", "ray"), "--backend"),
     ("tag-grid --threads -1", lambda w: _tag_grid(w, "--threads", "-1"), "--threads"),
     ("tag-grid --report with --plan", lambda w: _tag_grid(w, "--report", "--plan"), "--report"),
+    ("tag-grid --report before any cell", lambda w: _tag_grid(w, "--report"), "--report: "),
 ]
 
 

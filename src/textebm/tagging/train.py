@@ -310,9 +310,10 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
                                     lr=cfg.pretrain_lr, resume=(out / "config.json").is_file(),
                                     **{k: getattr(cfg, k) for k in stage1_keys})
         own = {k: getattr(cfg, k) for k in ("data", "labelled", "proportion", "split_seed", "ratio", "lowercase",
-                                            "min_count", "max_words", "unlabelled_max_tokens", "embed", "hidden",
-                                            "layers", "dropout", "dnce_alpha",
+                                            "min_count", "embed", "hidden", "layers", "dropout", "dnce_alpha",
                                             "noise_ratio", "noise_lr", "noise_embed", "noise_hidden")}
+        # recorded only when set, so that a stage 1 written before these options existed still resumes
+        own.update({k: getattr(cfg, k) for k in ("max_words", "unlabelled_max_tokens") if getattr(cfg, k)})
         log.info("stage 1 (the TRF language model) in %s", out)
         if not run_completed(out):
             start_zeta(trf_model, joint=False, seed=cfg.seed)  # a checkpoint, if any, then replaces it
