@@ -159,6 +159,32 @@ def test_relative_error_reduction_by_hand():
     assert tag_grid._mean_sd(red["joint over sup."], 1, 1) == "37.5 ± 17.7"
 
 
+def test_the_claims_are_counted_by_hand():
+    """Two proportions x two U/L x two seeds, accuracies chosen so every count is known."""
+    acc = {("supervised", 0.02, 0): [0.70, 0.72], ("supervised", 0.1, 0): [0.80, 0.82],
+           ("pretrain", 0.02, 50): [0.60, 0.62], ("pretrain", 0.02, 250): [0.75, 0.70],
+           ("pretrain", 0.1, 50): [0.85, 0.80], ("pretrain", 0.1, 250): [0.70, 0.70],
+           ("joint", 0.02, 50): [0.74, 0.70], ("joint", 0.02, 250): [0.76, 0.76],
+           ("joint", 0.1, 50): [0.83, 0.81], ("joint", 0.1, 250): [0.79, 0.80]}
+    cells = [{"method": m, "proportion": p, "ratio": r, "seed": s, "accuracy": a}
+             for (m, p, r), xs in acc.items() for s, a in enumerate(xs)]
+    ratios = {0.02: [50, 250], 0.1: [50, 250]}
+    cfg = {"proportions": [0.02, 0.1], "methods": ["supervised", "pretrain", "joint"]}
+    lines = tag_grid.claims(summarise(cells, ratios), cfg, ratios)
+    # joint means 0.72, 0.76, 0.82, 0.795 against supervised 0.71, 0.71, 0.81, 0.81: 3 of 4;
+    # by seed: (0.74>0.70, 0.70<0.72), (0.76>0.70, 0.76>0.72), (0.83>0.80, 0.81<0.82), (0.79<0.80, 0.80<0.82)
+    assert lines[0].startswith("joint beats supervised in 3 of 4 cells") and "in 4 of 8 (cell, seed)" in lines[0]
+    # joint against pre-training (0.61, 0.725, 0.825, 0.70): 0.72>0.61, 0.76>0.725, 0.82<0.825, 0.795>0.70
+    assert lines[1].startswith("joint beats pre-training in 3 of 4 cells")
+    assert lines[2] == "pre-training beats supervised in 2 of 4 cells"  # 0.725 > 0.71, 0.825 > 0.81
+    assert lines[3] == "labelled 2%: joint's accuracy by U/L 50: 72.00, 250: 76.00 (rises with U/L)"
+    assert lines[4] == "labelled 10%: joint's accuracy by U/L 50: 82.00, 250: 79.50 (does not rise throughout)"
+    # reductions over supervised at 2 %: 100(0.74-0.70)/0.30, 100(0.70-0.72)/0.28, 100(0.76-0.70)/0.30, ...
+    at2 = [100 * (a - s) / (1 - s) for a, s in ((0.74, 0.70), (0.70, 0.72), (0.76, 0.70), (0.76, 0.72))]
+    at10 = [100 * (a - s) / (1 - s) for a, s in ((0.83, 0.80), (0.81, 0.82), (0.79, 0.80), (0.80, 0.82))]
+    assert f"2%: {sum(at2) / 4:.1f}, 10%: {sum(at10) / 4:.1f}; largest at 2%" in lines[5]
+
+
 def test_other_corpora_widen_the_pool_and_key_only_the_semi_supervised_cells(tagged, tmp_path, capsys):  # noqa: F811
     """242 text sentences beside the 120 of the pool: U/L up to 9 at 100 % (40 labelled), so 5 now
     fits; supervised cells keep their key, pretrain and joint ones take the corpus's content."""
