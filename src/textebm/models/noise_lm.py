@@ -75,13 +75,14 @@ class NoiseLM(nn.Module):
         steps all n and discards the words past each row's length. Both draw the same uniforms in
         the same order, so they give the same sentences (tested)."""
         device = self.start.device
-        lengths = torch.multinomial(self.length_probs.float(), n, replacement=True, generator=generator)  # (n,)
-        lengths = lengths.to(device)
+        draw_on = generator.device if generator is not None else device  # a CPU generator drives a CUDA model too
+        lengths = torch.multinomial(self.length_probs.float().to(draw_on), n, replacement=True,
+                                    generator=generator).to(device)  # (n,)
         T = int(lengths.max())
         order = torch.argsort(lengths, descending=True, stable=True)  # (n,): longest first
         by_len = lengths[order]  # (n,) non-increasing
         running = (by_len[None, :] > torch.arange(T, device=device)[:, None]).sum(1).tolist()  # rows live at t
-        u_order = order.to(generator.device if generator is not None else device)
+        u_order = order.to(draw_on)
         ids = torch.full((n, T), self.pad_id, dtype=torch.long, device=device)  # (n, T), sorted rows
         logq = torch.zeros(n, dtype=fp32_or_better(self.out.weight.dtype), device=device)  # (n,), sorted rows
         x = self.start.expand(n, 1, -1)  # (m, 1, E)
@@ -92,8 +93,7 @@ class NoiseLM(nn.Module):
                 x, state = x[:m], (state[0][:, :m], state[1][:, :m])
             h, state = self.lstm(x, state)  # (m, 1, H)
             lp = self._log_softmax(h[:, 0])  # (m, V)
-            u = torch.rand(n, generator=generator, dtype=torch.float64,
-                           device=generator.device if generator is not None else device)  # (n,) every row's
+            u = torch.rand(n, generator=generator, dtype=torch.float64, device=draw_on)  # (n,) every row's
             w = sample_top_k(lp, lp.shape[-1], 1.0, u[u_order[:m]].to(device), log_probs=True)[0]  # (m,)
             live = t < by_len[:m]  # (m,): all True when compact
             ids[:m, t] = torch.where(live, w, ids[:m, t])
