@@ -79,7 +79,8 @@ from textebm.train import (
 log = logging.getLogger(__name__)
 
 METHODS = ["supervised", "pretrain", "joint"]
-SSL_OPTIONS = ["ratio", "unlabelled", "unlabelled_max_tokens", "dnce_alpha", "noise_ratio", "noise_lr", "noise_embed", "noise_hidden"]  # pretrain, joint
+SSL_OPTIONS = ["ratio", "unlabelled", "unlabelled_max_tokens", "dnce_alpha", "noise_ratio", "noise_lr", "noise_embed",
+               "noise_hidden"]  # pretrain, joint
 PRETRAIN_OPTIONS = ["pretrain_epochs", "pretrain_steps", "pretrain_lr"]
 JOINT_OPTIONS = ["unlabelled_weight", "ramp_steps", "init"]
 
@@ -212,7 +213,8 @@ def ssl_rows(rows: list[dict[str, Any]], labelled: int, proportion: float, ratio
         raise TextebmError(f"--ratio {ratio}: U/L = {ratio} with {len(lab):,} labelled sentences needs {need:,} "
                            f"unlabelled ones; {where}" + (" and --unlabelled" if extra else "")
                            + f" hold {len(split.pool):,} sentences outside the --labelled set"
-                           + (f" of at most --unlabelled-max-tokens {max_tokens}" if max_tokens else "") + " (the largest "
+                           + (f" of at most --unlabelled-max-tokens {max_tokens}" if max_tokens else "")
+                           + " (the largest "
                            f"--ratio it allows is {len(split.pool) // len(lab)})")
     return lab, [rows[i] if src == "train" else {"tokens": extra[i]} for src, i in split.unlabelled(proportion, ratio)]
 
