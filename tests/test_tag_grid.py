@@ -183,6 +183,9 @@ def test_the_claims_are_counted_by_hand():
     at2 = [100 * (a - s) / (1 - s) for a, s in ((0.74, 0.70), (0.70, 0.72), (0.76, 0.70), (0.76, 0.72))]
     at10 = [100 * (a - s) / (1 - s) for a, s in ((0.83, 0.80), (0.81, 0.82), (0.79, 0.80), (0.80, 0.82))]
     assert f"2%: {sum(at2) / 4:.1f}, 10%: {sum(at10) / 4:.1f}; largest at 2%" in lines[5]
+    one = [c for c in cells if c["proportion"] == 0.02]
+    last = tag_grid.claims(summarise(one, {0.02: [50, 250]}), {**cfg, "proportions": [0.02]}, {0.02: [50, 250]})[-1]
+    assert last.endswith("(one labelled size so far: where the gain is largest cannot be told yet)")
 
 
 def test_other_corpora_widen_the_pool_and_key_only_the_semi_supervised_cells(tagged, tmp_path, capsys):  # noqa: F811

@@ -525,7 +525,8 @@ def claims(summary: dict, cfg: dict, ratios: dict[float, list[int]]) -> list[str
         best = max(gains, key=gains.get)
         out.append("joint's mean relative error reduction over supervised by labelled size: "
                    + ", ".join(f"{p * 100:g}%: {g:.1f}" for p, g in gains.items())
-                   + f"; largest at {best * 100:g}% (paper, POS: at 2 %)")
+                   + (f"; largest at {best * 100:g}% (paper, POS: at 2 %)" if len(gains) > 1 else
+                      " (one labelled size so far: where the gain is largest cannot be told yet)"))
     return out or ["no finished cell to count yet"]
 
 
