@@ -601,7 +601,7 @@ def run_grid(cfg_: TagGridConfig) -> dict:
         return {}
     if cfg_.report:
         results = [runner.result(c) for c in cells if runner.done(c)]
-        missing = len({runner.file(c) for c in cells}) - len({runner.file(c) for c in cells if runner.done(c)})
+        missing = len(runner.left(cells))  # distinct cells not finished
         log.info("report of %d finished cells, %d not finished", len(results), missing)
     else:
         log.info("before it starts:\n%s", plan)
