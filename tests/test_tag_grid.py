@@ -188,6 +188,18 @@ def test_the_claims_are_counted_by_hand():
     assert last.endswith("(one labelled size so far: where the gain is largest cannot be told yet)")
 
 
+def test_the_plot_joins_the_largest_ratio_to_its_replacement():
+    """At 100 % the pool gives U/L 50 and 85 only: the U/L=500 line ends at 85 there, and says so;
+    the U/L=250 line stops at 10 %."""
+    cfg = {"proportions": [0.02, 0.1, 1.0], "ratios": [50, 250, 500], "methods": ["supervised", "joint"]}
+    ratios = {0.02: [50, 250, 500], 0.1: [50, 250, 500], 1.0: [50, 85]}
+    lines = tag_grid.plot_lines(cfg, ratios)
+    assert lines == [("supervised", "supervised", {0.02: 0, 0.1: 0, 1.0: 0}),
+                     ("joint", "joint, U/L=50", {0.02: 50, 0.1: 50, 1.0: 50}),
+                     ("joint", "joint, U/L=250", {0.02: 250, 0.1: 250}),
+                     ("joint", "joint, U/L=500 (85 at 100%)", {0.02: 500, 0.1: 500, 1.0: 85})]
+
+
 def test_other_corpora_widen_the_pool_and_key_only_the_semi_supervised_cells(tagged, tmp_path, capsys):  # noqa: F811
     """242 text sentences beside the 120 of the pool: U/L up to 9 at 100 % (40 labelled), so 5 now
     fits; supervised cells keep their key, pretrain and joint ones take the corpus's content."""

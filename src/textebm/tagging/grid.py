@@ -530,24 +530,45 @@ def claims(summary: dict, cfg: dict, ratios: dict[float, list[int]]) -> list[str
     return out or ["no finished cell to count yet"]
 
 
+def plot_lines(cfg: dict, ratios: dict[float, list[int]]) -> list[tuple[str, str, dict[float, int]]]:
+    """The lines of accuracy.png: (method, label, {proportion: U/L run there}). One line per
+    method and configured U/L; where the pool replaced the largest configured U/L by a smaller
+    one (`ratios_by_proportion`), that line takes the replacement's point and its label says so."""
+
+    lines = [("supervised", "supervised", {p: 0 for p in cfg["proportions"]})]
+    top = max(cfg["ratios"])
+    for m in ("pretrain", "joint"):
+        if m not in cfg["methods"]:
+            continue
+        for r in sorted(cfg["ratios"]):
+            points, notes = {}, []
+            for p in cfg["proportions"]:
+                if r in ratios.get(p, []):
+                    points[p] = r
+                elif r == top and ratios.get(p):
+                    points[p] = max(ratios[p])
+                    notes.append(f"{points[p]} at {p * 100:g}%")
+            label = f"{m}, U/L={r}" + (f" ({', '.join(notes)})" if notes else "")
+            lines.append((m, label, points))
+    return lines
+
+
 def plot(summary: dict, cfg: dict, ratios: dict[float, list[int]], path: Path) -> Path:
-    """Accuracy against labelled proportion (log scale): supervised, and each method at each U/L,
-    the mean over seeds with the sd as error bars."""
+    """Accuracy against labelled proportion (log scale): supervised, and each method at each U/L
+    (`plot_lines`), the mean over seeds with the sd as error bars."""
 
     fig = new_figure(figsize=(6, 4))
     ax = fig.add_subplot(1, 1, 1)
-    lines = [("supervised", 0)] + [(m, r) for m in ("pretrain", "joint") if m in cfg["methods"]
-                                   for r in sorted({r for rs in ratios.values() for r in rs})]
-    for m, r in lines:
+    for m, label, points in plot_lines(cfg, ratios):
         xs, ys, es = [], [], []
-        for p in cfg["proportions"]:
+        for p, r in points.items():
             vals = [c["accuracy"] * 100 for c in summary["accuracy"].get((m, p, r), {}).values()]
             if vals:
                 xs.append(p * 100)
                 ys.append(statistics.fmean(vals))
                 es.append(statistics.stdev(vals) if len(vals) > 1 else 0.0)
         if xs:
-            ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=m if m == "supervised" else f"{m}, U/L={r}",
+            ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=label,
                         linestyle="-" if m != "pretrain" else "--")
     ax.set_xscale("log")
     ax.set_xticks([p * 100 for p in cfg["proportions"]], [f"{p * 100:g}" for p in cfg["proportions"]])
