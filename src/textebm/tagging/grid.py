@@ -554,28 +554,37 @@ def plot_lines(cfg: dict, ratios: dict[float, list[int]]) -> list[tuple[str, str
 
 
 def plot(summary: dict, cfg: dict, ratios: dict[float, list[int]], path: Path) -> Path:
-    """Accuracy against labelled proportion (log scale): supervised, and each method at each U/L
-    (`plot_lines`), the mean over seeds with the sd as error bars."""
+    """Accuracy against labelled proportion (log scale), one panel per semi-supervised method, each
+    with the supervised baseline: each U/L a line (`plot_lines`), the mean over seeds with the sd
+    as error bars."""
 
-    fig = new_figure(figsize=(6, 4))
-    ax = fig.add_subplot(1, 1, 1)
-    for m, label, points in plot_lines(cfg, ratios):
-        xs, ys, es = [], [], []
-        for p, r in points.items():
-            vals = [c["accuracy"] * 100 for c in summary["accuracy"].get((m, p, r), {}).values()]
-            if vals:
-                xs.append(p * 100)
-                ys.append(statistics.fmean(vals))
-                es.append(statistics.stdev(vals) if len(vals) > 1 else 0.0)
-        if xs:
-            ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=label,
-                        linestyle="-" if m != "pretrain" else "--")
-    ax.set_xscale("log")
-    ax.set_xticks([p * 100 for p in cfg["proportions"]], [f"{p * 100:g}" for p in cfg["proportions"]])
-    ax.minorticks_off()
-    ax.set_xlabel("labelled proportion (%)")
-    ax.set_ylabel("test accuracy (%)")
-    ax.legend(fontsize=7)
+    lines = plot_lines(cfg, ratios)
+    methods = [m for m in ("pretrain", "joint") if m in cfg["methods"]] or ["supervised"]
+    fig = new_figure(figsize=(4.2 * len(methods), 4))
+    axes = fig.subplots(1, len(methods), sharey=True, squeeze=False)[0]
+    titles = {"pretrain": "pre-training + fine-tuning", "joint": "joint training", "supervised": "supervised"}
+    for ax, method in zip(axes, methods):
+        for m, label, points in lines:
+            if m not in ("supervised", method):
+                continue
+            xs, ys, es = [], [], []
+            for p, r in points.items():
+                vals = [c["accuracy"] * 100 for c in summary["accuracy"].get((m, p, r), {}).values()]
+                if vals:
+                    xs.append(p * 100)
+                    ys.append(statistics.fmean(vals))
+                    es.append(statistics.stdev(vals) if len(vals) > 1 else 0.0)
+            if xs:
+                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=label,
+                            linestyle="--" if m == "supervised" else "-", color="black" if m == "supervised" else None)
+        ax.set_xscale("log")
+        ax.set_xticks([p * 100 for p in cfg["proportions"]], [f"{p * 100:g}" for p in cfg["proportions"]])
+        ax.minorticks_off()
+        ax.set_xlabel("labelled proportion (%)")
+        ax.set_title(titles[method], fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_ylabel("test accuracy (%)")
     fig.tight_layout()
     return save_png(fig, path)
 
