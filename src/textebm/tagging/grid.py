@@ -583,7 +583,8 @@ def plot(summary: dict, cfg: dict, ratios: dict[float, list[int]], path: Path) -
         ax.set_xlabel("labelled proportion (%)")
         ax.set_title(titles[method], fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        if ax.get_legend_handles_labels()[0]:  # a panel with no cell finished yet has none
+            ax.legend(fontsize=7, loc="lower right")
     axes[0].set_ylabel("test accuracy (%)")
     fig.tight_layout()
     return save_png(fig, path)
