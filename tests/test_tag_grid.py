@@ -225,7 +225,7 @@ def test_other_corpora_widen_the_pool_and_key_only_the_semi_supervised_cells(tag
     assert "run U/L 2, 3" in before
 
 
-def test_the_plan_prices_dnce_by_the_vocabulary_it_will_have(tagged, tmp_path):  # noqa: F811
+def test_the_plan_prices_dnce_by_the_vocabulary_it_will_have(tagged, tmp_path, monkeypatch):  # noqa: F811
     """A joint cell's estimate: its unlabelled passes times (fixed part + per word x the vocabulary
     grown from its pool, or max_words when smaller), by hand."""
     cfg = tag_grid.read_config(_config(tmp_path, tagged))
@@ -241,3 +241,7 @@ def test_the_plan_prices_dnce_by_the_vocabulary_it_will_have(tagged, tmp_path): 
     # max_steps 2 of batch 8: 16 unlabelled sentence passes either way
     assert base.seconds(joint) - small.seconds(joint) == pytest.approx(16 * (per - per_capped))
     assert words > 10
+    # each joint step also runs a labelled batch of the same size through the CRF: 16 sentences
+    with_labelled = base.seconds(joint)
+    monkeypatch.setitem(tag_grid.SECONDS, "labelled", 0.0)
+    assert with_labelled - base.seconds(joint) == pytest.approx(16 * 0.0016)

@@ -351,7 +351,8 @@ class TagGrid:
             t += evaluations(n_lab) * SECONDS["eval"]
         else:
             n_unl = s.ratio * n_lab
-            t += passes(n_unl, epochs, opts.get("max_steps", 0)) * self._dnce_seconds(n_unl, opts)
+            # each step: an unlabelled batch by DNCE and a labelled batch of the same size by the CRF
+            t += passes(n_unl, epochs, opts.get("max_steps", 0)) * (self._dnce_seconds(n_unl, opts) + SECONDS["labelled"])
             t += evaluations(n_unl) * SECONDS["eval"] + SECONDS["pool"] * bool(self.cfg["unlabelled"])
         return t
 
