@@ -11,6 +11,7 @@ cover bad values found only once a run has started (a diverging noise model, Ctr
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import json
@@ -409,6 +410,31 @@ OUTPUTS = [
 ]
 
 # (case id, argv builder, the text the message must contain)
+def _command_configs() -> dict[str, type]:
+    import importlib
+
+    from textebm.cli import GROUPS
+
+    out = {}
+    for group, (module_name, _) in GROUPS.items():
+        module = importlib.import_module(module_name)
+        if hasattr(module, "COMMAND"):
+            out[group] = module.COMMAND[0]
+        else:
+            out.update({f"{group}-{c}": cls for c, (cls, _) in module.COMMANDS.items()})
+    return out
+
+
+def _with_out(w, argv: list) -> list:
+    """argv with an --out (a new folder) where it has none."""
+    return argv if "--out" in argv else [*argv, "--out", w["root"] / "never-written"]
+
+
+def _takes_threads() -> set[str]:
+    """The commands with a --threads option."""
+    return {cmd for cmd, cls in _command_configs().items() if "threads" in {f.name for f in dataclasses.fields(cls)}}
+
+
 CASES = [
     # shared training options, on both training commands
     *[(f"lm-train {flag} {val}", lambda w, f=flag, v=val: _lm_train(w, f, v), flag)
@@ -1058,6 +1084,49 @@ CASES = [
     ("tag-grid --threads -1", lambda w: _tag_grid(w, "--threads", "-1"), "--threads"),
     ("tag-grid --report with --plan", lambda w: _tag_grid(w, "--report", "--plan"), "--report"),
     ("tag-grid --report before any cell", lambda w: _tag_grid(w, "--report"), "--report: "),
+    # quickstart and lm train: one bad value for each option (issue 33 extends the rule to them)
+    ("quickstart --data missing", lambda w: _set(_quickstart(w), "--data", w["root"] / "nope"), "nope"),
+    ("quickstart --encoder a causal LM", lambda w: _set(_quickstart(w), "--encoder", w["lm"]), "--encoder"),
+    ("quickstart --noise-lm an encoder", lambda w: _quickstart(w, "--noise-lm", w["encoder"]), "--noise-lm"),
+    ("quickstart --nce-weight -1", lambda w: _quickstart(w, "--nce-weight", "-1"), "--nce-weight"),
+    ("quickstart --nce-warmup -1", lambda w: _quickstart(w, "--nce-warmup", "-1"), "--nce-warmup"),
+    ("quickstart --energy-lr 0", lambda w: _quickstart(w, "--energy-lr", "0"), "--energy-lr"),
+    ("quickstart --lm-layers 0", lambda w: _quickstart(w, "--lm-layers", "0"), "--lm-layers"),
+    ("quickstart --lm-width 0", lambda w: _quickstart(w, "--lm-width", "0"), "--lm-width"),
+    ("quickstart --lm-vocab-size 3", lambda w: _quickstart(w, "--lm-vocab-size", "3"), "--lm-vocab-size"),
+    ("quickstart --seeds 0", lambda w: _quickstart(w, "--seeds", "0"), "--seeds"),
+    ("quickstart --only-seeds -1", lambda w: _quickstart(w, "--only-seeds", "-1"), "--only-seeds"),
+    ("quickstart --bootstrap -1", lambda w: _quickstart(w, "--bootstrap", "-1"), "--bootstrap"),
+    ("quickstart --threads 100000", lambda w: _quickstart(w, "--threads", "100000"), "--threads must be at most"),
+    ("quickstart --shard 0/2", lambda w: _quickstart(w, "--shard", "0/2"), "--shard"),
+    ("quickstart --backend ray", lambda w: _quickstart(w, "--backend", "ray"), "--backend"),
+    ("quickstart --workers without --backend dask", lambda w: _quickstart(w, "--workers", "3"), "--workers"),
+    ("quickstart --address without --backend dask", lambda w: _quickstart(w, "--address", "tcp://127.0.0.1:1"),
+     "--address"),
+    ("lm-train --data missing", lambda w: _set(_lm_train(w), "--data", w["root"] / "nope"), "nope"),
+    ("lm-train --tokenizer a folder without one", lambda w: _lm_train(w, "--tokenizer", w["adir"]), "--tokenizer"),
+    ("lm-train --arch rnn", lambda w: _lm_train(w, "--arch", "rnn"), "--arch"),
+    ("lm-train --kernel 0", lambda w: _lm_train(w, "--arch", "gcnn", "--kernel", "0"), "--kernel"),
+    ("lm-train --width 0", lambda w: _set(_lm_train(w), "--width", "0"), "--width"),
+    ("lm-train --heads 0", lambda w: _set(_lm_train(w), "--heads", "0"), "--heads"),
+    ("lm-train --context 1", lambda w: _lm_train(w, "--context", "1"), "--context"),
+    ("lm-train --chunk with --eval-split on a file", lambda w: _lm_train(w, "--chunk", "-1"), "--chunk"),
+    ("lm-train --overwrite of its own --init", lambda w: _set(_lm_train(w)[:6] + ["--init", w["lm"], "--max-steps", "1"],
+                                                              "--out", w["lm"]) + ["--overwrite"], "is the input of --init"),
+    ("lm-train --overwrite of its own --residual-of",
+     lambda w: _set(_ralm_train(w, w["lm"]), "--out", w["lm"]) + ["--overwrite"], "is the input of --residual-of"),
+    ("lm-train --out holding its --data", lambda w: _set(_lm_train(w), "--out", w["data"].parent) + ["--overwrite"],
+     "holds the input of --data"),
+    ("cloze-train --overwrite of its own --init",
+     lambda w: ["cloze", "train", "--data", w["data"], "--out", w["encoder"], "--init", w["encoder"], "--max-steps", "1",
+                "--no-progress", "--overwrite"], "is the input of --init"),
+    ("tag-train --overwrite of its own --init",
+     lambda w: ["tag", "train", "--data", _tag(w)["data"], "--out", w["adir"], "--method", "joint", "--init", w["adir"],
+                "--max-steps", "1", "--no-progress", "--overwrite"], "is the input of --init"),
+    # --threads beyond the cores this process may use: every command that takes it
+    *[(f"{name} --threads 100000", lambda w, b=build: _with_out(w, _set(b(w), "--threads", "100000")),
+       "--threads must be at most")
+      for name, build in {n: b for n, b, _ in OUTPUTS}.items() if name in _takes_threads() and name != "quickstart"],
 ]
 
 
@@ -1107,6 +1176,8 @@ def test_the_table_covers_every_command():
     listless = {"data-list", "models-list"}  # no options, no inputs
     assert commands - listless <= covered, commands - listless - covered
     assert len(CASES) >= 100
+    threads = {c[0].split(" ")[0] for c in CASES if c[0].endswith("--threads 100000")}
+    assert _takes_threads() <= threads, _takes_threads() - threads  # the bound, for every command with it
     print(f"{len(CASES)} bad inputs")  # the figure the issue's closing note asks for
 
 
@@ -1115,7 +1186,7 @@ def test_the_table_covers_every_command():
 PER_OPTION = ["score", "rerank", "negatives-generate", "residual-train", "residual-fit", "residual-eval",
               "residual-score", "residual-threshold", "residual-analyze", "residual-matrix", "cloze-train",
               "tokenizer-train", "residual-generate", "residual-ppl", "tag-train", "tag-eval", "tag-predict",
-              "ssl-images-train", "ssl-images-pretrain", "ssl-images-eval", "tag-grid"]
+              "ssl-images-train", "ssl-images-pretrain", "ssl-images-eval", "tag-grid", "quickstart", "lm-train"]
 # Options that cannot take a bad value: on/off switches whose either state is valid in any mode.
 NO_BAD_VALUE = {
     "--progress",  # a progress bar or none
@@ -1127,21 +1198,6 @@ NO_BAD_VALUE = {
     "--exact-last",  # residual ppl: the last position scored exactly or estimated like the others
     "--keep-best",  # residual train: any run may validate after each epoch (tag train's needs a dev split: a case)
 }
-
-
-def _command_configs() -> dict[str, type]:
-    import importlib
-
-    from textebm.cli import GROUPS
-
-    out = {}
-    for group, (module_name, _) in GROUPS.items():
-        module = importlib.import_module(module_name)
-        if hasattr(module, "COMMAND"):
-            out[group] = module.COMMAND[0]
-        else:
-            out.update({f"{group}-{c}": cls for c, (cls, _) in module.COMMANDS.items()})
-    return out
 
 
 def test_the_table_has_a_bad_value_for_every_option_of_the_newer_commands():

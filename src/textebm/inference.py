@@ -67,7 +67,7 @@ def inference_setup(requested: str = "auto"):
     `--precision` resolved for it (its reason logged)."""
 
     device = inference_device()
-    choice = resolve_precision(requested, device.type)
+    choice = resolve_precision(requested, device.type, inference=True)
     log.info("inference on %s, precision %s", device, choice.reason)
     if device.type == "cpu":
         torch.set_flush_denormal(True)

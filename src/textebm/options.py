@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
 
 from textebm.errors import TextebmError
@@ -20,7 +21,16 @@ from textebm.errors import TextebmError
 def threads_field(help: str = "CPU threads (0: torch default)") -> Any:
     """The `--threads` option of every command that runs a model (0: torch's default), applied by
     `textebm.inference.set_threads`."""
-    return dataclasses.field(default=0, metadata={"help": help, "min": 0})
+    return dataclasses.field(default=0, metadata={"help": help, "min": 0, "max_cores": True})
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it, else the
+    machine's): the most threads a `--threads` value may ask for."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def field_default(f: dataclasses.Field) -> Any:
@@ -67,6 +77,9 @@ def check_value(f: dataclasses.Field, value: Any) -> None:
             raise TextebmError(f"{flag} must be at least {meta['min']}, got {v}")
         if "max" in meta and v > meta["max"]:
             raise TextebmError(f"{flag} must be at most {meta['max']}, got {v}")
+        if meta.get("max_cores") and v > usable_cores():
+            raise TextebmError(f"{flag} must be at most {usable_cores()}, the cores this process may use, got {v} "
+                               "(more threads than cores only slow torch down; 0 takes torch's default)")
         if "gt" in meta and not v > meta["gt"]:
             raise TextebmError(f"{flag} must be greater than {meta['gt']}, got {v}")
         if "lt" in meta and not v < meta["lt"]:

@@ -81,6 +81,21 @@ def _check_parent(path: Path, option: str) -> None:
         raise TextebmError(f"{option} {path}: cannot write in {parent}") from None
 
 
+def check_not_input(path: str | Path, inputs: Iterable[tuple[str, str | Path]], option: str = "--out") -> None:
+    """Refuse an output folder that is, or holds, an input of the same command: replacing it
+    would replace the input (`inputs`: (option, path) pairs; empty paths are skipped)."""
+    out = Path(path).resolve()
+    flat = [(o, g) for o, v in inputs for g in (v if isinstance(v, (list, tuple)) else [v])]
+    for in_option, given in flat:
+        if not given or not isinstance(given, (str, Path)) or not Path(given).exists():
+            continue
+        inp = Path(given).resolve()
+        if inp == out or out in inp.parents:
+            what = "is" if inp == out else "holds"
+            raise TextebmError(f"{option} {path}: {what} the input of {in_option} ({given}); textebm never writes "
+                               f"over an input of the command: choose another {option}")
+
+
 def check_output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--out") -> bool:
     """Check before any work that folder `path` may be written by a `kind` command.
 

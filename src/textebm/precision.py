@@ -38,6 +38,17 @@ CHOICES = ("auto", "fp32", "bf16", "fp16")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 MIN_SPEEDUP = 1.5  # bf16 must be this much faster than fp32 in the probe for `auto` to pick it
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+BENCH = "bench/results/performance/bench_precision.json"
+# What a token's score (log-probability, energy, PLL term) may differ from fp32's, in nats, by how
+# a model's products run (measured on SmolLM2-135M, a masked LM and Electric on MiniLM-L6, 300 PTB
+# test sentences: BENCH and docs/performance.md, "Precision"). fpmath meets issue 33's target
+# (mean <= 0.005, worst token <= 0.1); cast does not on a deep model, so `auto` never picks it
+# for inference.
+TOLERANCE = {
+    "fp32": {"mean_abs": 0.0, "max_abs": 0.0, "source": "the reference"},
+    "fpmath": {"mean_abs": 0.005, "max_abs": 0.1, "source": BENCH},
+    "cast": {"mean_abs": 0.05, "max_abs": 1.0, "source": BENCH},
+}
 
 
 @dataclass(frozen=True)
@@ -49,13 +60,19 @@ class PrecisionChoice:
     cpu_capability: str  # torch.backends.cpu.get_cpu_capability()
     fp32_gflops: float | None = None  # probe results (CPU only, when probed)
     bf16_gflops: float | None = None
+    products: str = ""  # inference in bf16/fp16: "fpmath" or "cast" (textebm.models.mixed); "" else
+
+    @property
+    def tolerance(self) -> dict:
+        """The stated largest difference of a token's score from fp32's, in nats (`TOLERANCE`)."""
+        return TOLERANCE[self.products or "fp32"] if self.precision != "fp32" else TOLERANCE["fp32"]
 
     @property
     def dtype(self) -> torch.dtype:
         return DTYPES[self.precision]
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "tolerance": self.tolerance}
 
 
 def fp32_or_better(*dtypes: torch.dtype) -> torch.dtype:
@@ -141,11 +158,68 @@ def matmul_peak(dtype: torch.dtype, n: int = 1024, budget_s: float = 1.0) -> flo
     return best_rate(lambda: a @ b, 2.0 * n**3, max_reps=1000, budget_s=budget_s)
 
 
-def resolve_precision(requested: str = "auto", device: str | None = None) -> PrecisionChoice:
-    """The precision to run in, with its reason (see the module doc)."""
+FPMATH_MAX_ERROR = 1e-5  # relative error of a reduced fp32 product that counts as fp32-accurate
+
+
+@contextlib.contextmanager
+def reduced_fp32_matmul():
+    """fp32 matrix products inside run with oneDNN's bf16 arithmetic ("fpmath mode bf16":
+    `torch.backends.mkldnn.matmul.fp32_precision = "bf16"`): fp32 in, fp32 out. On a CPU with
+    native bf16 oneDNN's kernel for it was measured as accurate as fp32 (relative error 8e-7 on a
+    1024 x 1024 product, 2e-7 on small ones) at 2.2x fp32's speed (`fpmath_probe` checks both on
+    the CPU at hand). Restores the earlier setting on exit; ignored by torch on a CPU without
+    native bf16."""
+    matmul = torch.backends.mkldnn.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "bf16"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
+
+
+@functools.lru_cache(maxsize=1)
+def fpmath_probe(n: int = 256, budget_s: float = 0.3) -> tuple[float, float]:
+    """(speed-up over fp32, largest relative error against float64) of an n x n fp32 product
+    under `reduced_fp32_matmul`, on one core; cached for the process. Decides how bf16 inference
+    computes its products (`bf16_products`)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = torch.Generator().manual_seed(0)
+        a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+        ref = a.double() @ b.double()
+        a @ b  # warm-up
+        fp32 = best_rate(lambda: a @ b, 1.0, budget_s=budget_s)
+        with reduced_fp32_matmul():
+            got = a @ b
+            reduced = best_rate(lambda: a @ b, 1.0, budget_s=budget_s)
+    finally:
+        torch.set_num_threads(threads)
+    error = float((got.double() - ref).abs().max() / ref.abs().max())
+    return reduced / fp32, error
+
+
+def bf16_products(device: str) -> str:
+    """How a model run in bf16 computes its matrix products (`textebm.models.mixed`): "fpmath"
+    (fp32 weights, oneDNN's bf16 arithmetic, as accurate as fp32) on a CPU where `fpmath_probe`
+    finds that both accurate and at least `MIN_SPEEDUP` x faster; "cast" (bf16 weights and inputs,
+    8-bit mantissas: the products' error is bf16's) elsewhere, GPUs included."""
+    if device != "cpu" or not (set(BF16_FLAGS) & cpu_flags()):
+        return "cast"
+    speedup, error = fpmath_probe()
+    return "fpmath" if error <= FPMATH_MAX_ERROR and speedup >= MIN_SPEEDUP else "cast"
+
+
+def resolve_precision(requested: str = "auto", device: str | None = None, inference: bool = False
+                      ) -> PrecisionChoice:
+    """The precision to run in, with its reason (see the module doc). With `inference` the
+    choice is for running a trained model (`resolve_inference`), else for training."""
     if requested not in CHOICES:
         raise TextebmError(f"--precision must be one of {', '.join(CHOICES)}, got {requested!r}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if inference:
+        return resolve_inference(requested, device)
     cap = cpu_capability()
     if device == "cuda":
         bf16_ok = torch.cuda.is_bf16_supported()
@@ -184,6 +258,44 @@ def resolve_precision(requested: str = "auto", device: str | None = None) -> Pre
     else:
         why = f"fp32: CPU {cap} has no native bf16 (no avx512_bf16/amx_bf16; {measured})"
     return PrecisionChoice("fp32", requested, device, why, cap, fp32_gf, bf16_gf)
+
+
+def resolve_inference(requested: str, device: str) -> PrecisionChoice:
+    """The precision a trained model runs in for scores, samples and evaluation. bf16 computes
+    the products in bf16 and keeps the rest fp32 (`textebm.models.mixed`); `auto` picks it only
+    where its products are as accurate as fp32 (`bf16_products` = "fpmath": a CPU with native
+    bf16 whose oneDNN kernel the probe finds accurate and >= 1.5x faster), so a score never moves
+    more than `TOLERANCE["fpmath"]` from fp32's. Elsewhere (GPUs included) `auto` is fp32, and an
+    explicit bf16 runs with 8-bit products (`TOLERANCE["cast"]`), with a warning."""
+    cap = cpu_capability()
+    if requested == "fp32":
+        return PrecisionChoice("fp32", requested, device, "fp32: asked for", cap)
+    if requested == "fp16":
+        if device != "cuda":
+            raise TextebmError("--precision fp16 needs a CUDA GPU; on a CPU use auto, fp32 or bf16")
+        why = "fp16: asked for (CUDA; products rounded to fp16, the rest fp32)"
+        log.warning("--precision fp16: products rounded to fp16; a token's score may move by up to %s nats from "
+                    "fp32's (%s)", TOLERANCE["cast"]["max_abs"], BENCH)
+        return PrecisionChoice("fp16", requested, device, why, cap, products="cast")
+    products = bf16_products(device)
+    if products == "fpmath":
+        speedup, error = fpmath_probe()
+        why = (f"bf16: products in oneDNN's bf16 arithmetic on fp32 tensors, as accurate as fp32 here (probe: "
+               f"{speedup:.1f}x fp32's speed, relative error {error:.0e}); norms, softmax and output in fp32")
+        return PrecisionChoice("bf16", requested, device, why, cap, products=products)
+    place = "CUDA" if device == "cuda" else f"CPU {cap}"
+    if requested == "auto":
+        why = (f"fp32: bf16 on this {place} would round the products to 8 bits (token scores off fp32 by up to "
+               f"{TOLERANCE['cast']['max_abs']} nats, {BENCH}); --precision bf16 trades that for speed")
+        return PrecisionChoice("fp32", requested, device, why, cap)
+    if device == "cpu" and not (set(BF16_FLAGS) & cpu_flags()):
+        log.warning("--precision bf16 on a CPU without native bf16 (%s): matrix products are emulated and run "
+                    "many times slower than in fp32; --precision auto would pick fp32", cap)
+    log.warning("--precision bf16 on this %s: products rounded to bf16; a token's score may move by up to %s "
+                "nats from fp32's (mean %s; %s)", place, TOLERANCE["cast"]["max_abs"], TOLERANCE["cast"]["mean_abs"],
+                BENCH)
+    why = f"bf16: asked for (products rounded to bf16 on this {place}, the rest fp32)"
+    return PrecisionChoice("bf16", requested, device, why, cap, products=products)
 
 
 def inference_device() -> torch.device:

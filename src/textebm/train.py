@@ -86,6 +86,7 @@ from textebm.io import atomic_dir, read_json, write_json
 from textebm.options import field_default, threads_field
 from textebm.outputs import (
     MARKER,
+    check_not_input,
     check_output_dir,
     own_entries,
     read_marker,
@@ -467,6 +468,12 @@ def run_kind(opts: TrainOptions) -> str:
     return getattr(opts, "COMMAND", "train")
 
 
+# The options of training commands that name inputs (files or folders): --out may be none of them
+# and hold none of them (`outputs.check_not_input`).
+INPUT_OPTIONS = ("data", "init", "residual_of", "tokenizer", "train", "val", "vocab", "encoder", "noise",
+                 "unlabelled")
+
+
 def check_run_dir(opts: TrainOptions, config: dict | None) -> None:
     """Refuse a non-empty RUN without --resume / --overwrite, and a resumed run whose settings differ.
 
@@ -477,6 +484,7 @@ def check_run_dir(opts: TrainOptions, config: dict | None) -> None:
 
     run = Path(opts.out)
     cfg_file = run / "config.json"
+    check_not_input(run, [(f"--{name.replace('_', '-')}", getattr(opts, name, "")) for name in INPUT_OPTIONS])
     if opts.resume:
         if not cfg_file.is_file():
             raise TextebmError(f"--out {run}: nothing to resume (no config.json)")
@@ -582,8 +590,8 @@ def run_precision(opts: TrainOptions, run: Path):
         old = read_json(run / "config.json").get("precision_choice")
         if isinstance(old, dict) and old.get("requested") == opts.precision:
             choice = resolve_precision(old["precision"])
-            return PrecisionChoice(**{**choice.as_dict(), "requested": opts.precision,
-                                      "reason": f"{old['precision']}: as when the run started ({old.get('reason')})"})
+            return dataclasses.replace(choice, requested=opts.precision,
+                                       reason=f"{old['precision']}: as when the run started ({old.get('reason')})")
     return resolve_precision(opts.precision)
 
 

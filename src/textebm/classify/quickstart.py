@@ -46,6 +46,7 @@ from textebm.io import atomic_write, read_json, write_json
 from textebm.lm.sample_command import SampleConfig, sample_file
 from textebm.lm.train import LMTrainConfig, lm_train
 from textebm.markdown import table
+from textebm.models.load import CAUSAL_LM, CLOZE, ENCODER, find_model, folder_kind
 from textebm.options import check_config, refuse_unused
 from textebm.outputs import MARKER, check_output_dir, read_marker, remove, write_marker
 from textebm.precision import resolve_precision
@@ -165,6 +166,15 @@ def estimate_seconds(precision: str, lm_sentences: int, train_examples: int, eva
             "eval": 5 * (train_examples + eval_examples) * c["eval"]}
 
 
+def check_models(cfg: QuickstartConfig) -> None:
+    """--encoder an encoder (or a cloze run's), --noise-lm a causal LM: TextebmError naming the option."""
+    enc = Path(cfg.encoder).expanduser()
+    if not (enc.is_dir() and folder_kind(enc) == CLOZE):
+        find_model(cfg.encoder, ENCODER, "--encoder")
+    if cfg.noise_lm:
+        find_model(cfg.noise_lm, CAUSAL_LM, "--noise-lm")
+
+
 def quickstart(cfg: QuickstartConfig) -> dict:
     check_config(cfg)  # bounds and rules between options, also when called from Python
     _, shard = cfg.start()  # threads, and this process's shard of the seeds
@@ -180,6 +190,7 @@ def quickstart(cfg: QuickstartConfig) -> dict:
         print(plan(cfg, choice.precision, data, out, shard))
         return {}
     reuse = reuse_source(cfg, out)
+    check_models(cfg)  # before anything is written: a wrong folder must not leave a half-made OUT
     out.mkdir(parents=True, exist_ok=True)
     write_marker(out, QUICKSTART_KIND, ["data", "data.lock", "settings.json", "results.json", "report.md",
                                         "timings.json", CELLS] + [f"seed-{s}" for s in all_seeds(cfg)])

@@ -82,7 +82,7 @@ def score_file(cfg: LMScoreConfig) -> Path:
     check_output_file(cfg.out, cfg.overwrite, kind="lm score", inputs=[("--input", cfg.input)])
     folder = scorable_folder(cfg.model)
     rows = read_examples(cfg.input)
-    model, tokenizer, meta, _ = _load(folder, cfg.precision)
+    model, tokenizer, meta, choice = _load(folder, cfg.precision)
     texts, pair_at = item_texts(rows)
     try:
         results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
@@ -91,7 +91,7 @@ def score_file(cfg: LMScoreConfig) -> Path:
     with output_file(cfg.out, "lm score") as f:
         for i, row in enumerate(rows):
             f.write(json.dumps(_score_row(row, i, results[i], results[pair_at[i]] if pair_at[i] is not None
-                                          else None, tokenizer), ensure_ascii=False) + "\n")
+                                          else None, tokenizer, choice.precision), ensure_ascii=False) + "\n")
     log.info("scored %d items with %s into %s", len(rows), folder.resolve(), cfg.out)
     return Path(cfg.out)
 
@@ -106,7 +106,8 @@ def _too_long(e: TextTooLong, path: Path, pair_at: list[int | None]) -> InputErr
                             f"at most {e.limit}", lines[i])
 
 
-def _score_row(row: dict, index: int, res: ScoreResult, pair: ScoreResult | None, tokenizer) -> dict:
+def _score_row(row: dict, index: int, res: ScoreResult, pair: ScoreResult | None, tokenizer,
+               precision: str) -> dict:
     out: dict = {"id": example_id(row, index), "text": row["text"]}
     if pair is not None:
         out["text_pair"] = row["text_pair"]
@@ -120,6 +121,7 @@ def _score_row(row: dict, index: int, res: ScoreResult, pair: ScoreResult | None
         out["pair_logprob"] = pair.logprob
         out["pair_token_logprobs"] = pair.token_logprobs
         out["pair_tokens"] = tokenizer.convert_ids_to_tokens(pair.token_ids)
+    out["precision"] = precision  # docs/performance.md, "Precision": its tolerance against fp32
     return out
 
 

@@ -67,6 +67,8 @@ def spec_from_dict(raw, path: str | Path) -> ClassifierSpec:
 
 
 class EBMClassifier(nn.Module):
+    FP32_MODULES = ("cls", "energy_head")  # the logits and energies stay fp32 (models/mixed.py)
+
     def __init__(self, encoder: nn.Module, spec: ClassifierSpec):
         super().__init__()
         self.encoder = encoder

@@ -158,6 +158,8 @@ class MLMHead(nn.Module):
 
 
 class ClozeModel(nn.Module):
+    FP32_MODULES = ("head",)  # energies / logits of "replaced": never rounded to bf16 (models/mixed.py)
+
     def __init__(self, encoder: nn.Module | None, spec: ClozeSpec):
         super().__init__()
         self.spec = spec

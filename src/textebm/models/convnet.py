@@ -74,6 +74,7 @@ def _size_after(n: int) -> int:
 
 class ConvNet(nn.Module):
     """Images (B, H, W) in; h(x) (`features`) and the head's outputs (B, outputs) in fp32 out."""
+    FP32_MODULES = ("head",)  # logits and energies stay fp32 (models/mixed.py)
 
     def __init__(self, spec: ConvNetSpec):
         super().__init__()

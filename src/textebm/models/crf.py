@@ -60,6 +60,7 @@ def spec_from_dict(raw: dict, where) -> TaggerSpec:
 
 class BiLSTMCRF(nn.Module):
     """Word ids and a right-padded mask in; node potentials, the CRF's loss and Viterbi tags out."""
+    FP32_MODULES = ("out",)  # the node potentials stay fp32 (models/mixed.py)
 
     def __init__(self, spec: TaggerSpec):
         super().__init__()

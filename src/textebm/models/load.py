@@ -48,6 +48,7 @@ from textebm.models.classifier import EBMClassifier
 from textebm.models.cloze import ClozeModel
 from textebm.models.kinds import ModelKind
 from textebm.models.lm import ensure_special_tokens, read_meta
+from textebm.models.mixed import mixed_precision
 from textebm.models.seq_energy import build_energy
 from textebm.outputs import read_marker
 
@@ -232,8 +233,12 @@ def _tokenizer(option: str, path: Path):
 
 
 def _place(model: torch.nn.Module, dtype: torch.dtype | None, device: str | torch.device | None):
-    if dtype is not None or device is not None:
-        model = model.to(device=device, dtype=dtype)
+    """`model` on `device`; in bf16 or fp16 by `mixed_precision` (products in the low precision,
+    the residual stream, norms, softmax and output layer in fp32), never cast whole."""
+    if device is not None:
+        model = model.to(device=device)
+    if dtype is not None:
+        model = mixed_precision(model, dtype)
     return model
 
 
@@ -257,7 +262,7 @@ def load_lm(name_or_path: str | Path, dtype: torch.dtype = torch.float32,
     if meta.bos_token is None:
         meta = dataclasses.replace(ensure_special_tokens(tokenizer, model, infill=False),
                                    objective=meta.objective, direction=meta.direction)
-    model = _place(model, None, device)
+    model = _place(model, dtype, device)
     model.eval()
     return model, tokenizer, meta
 
@@ -270,7 +275,8 @@ def _causal_weights(path: Path, dtype: torch.dtype, option: str):
 
     try:
         with _quiet_transformers():
-            model, info = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True,
+            # fp32 whatever `dtype`: _place makes the bf16 model from the fp32 weights
+            model, info = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True,
                                                                output_loading_info=True)
     except LOAD_ERRORS as e:
         raise _load_error(option, path, e) from None
@@ -294,7 +300,7 @@ def _load_residual_lm(path: Path, dtype: torch.dtype, device, option: str):
     base, _, _ = load_lm(base_path, dtype, device, option=f"{spec_file} base")
     meta = read_meta(path)
     tokenizer = _tokenizer(option, path)
-    phi = _place(_causal_weights(path, dtype, option), None, device)
+    phi = _place(_causal_weights(path, dtype, option), dtype, device)
     try:
         model = ralm.ResidualLM(base, phi, ref)
     except ValueError as e:

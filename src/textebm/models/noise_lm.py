@@ -24,6 +24,7 @@ from textebm.sampling import sample_top_k
 
 class NoiseLM(nn.Module):
     """q(l, x) over word ids 0..V−1 (never `pad_id`), lengths 1..L with probabilities π."""
+    FP32_MODULES = ("out",)  # the output layer stays fp32 (models/mixed.py)
 
     def __init__(self, vocab_size: int, length_probs: Tensor, embed: int = 100, hidden: int = 200, pad_id: int = 0):
         super().__init__()

@@ -53,6 +53,8 @@ class LinearEnergy(nn.Module):
 
 
 class BiLSTMEnergy(nn.Module):
+    FP32_MODULES = ("out",)  # the energy stays fp32 (models/mixed.py)
+
     def __init__(self, vocab_size: int, embed: int = 256, hidden: int = 256, layers: int = 1, pad_id: int = 0):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, embed, padding_idx=pad_id)
@@ -70,6 +72,7 @@ class BiLSTMEnergy(nn.Module):
 
 class UniTransfEnergy(nn.Module):
     """A causal transformer body (e.g. the `.model` of a LlamaForCausalLM), mean-pooled."""
+    FP32_MODULES = ("out",)  # the energy stays fp32 (models/mixed.py)
 
     def __init__(self, body: nn.Module):
         super().__init__()
@@ -87,6 +90,7 @@ BITRANSF_POOLS = ("first", "mean")
 class BiTransfEnergy(nn.Module):
     """A bidirectional encoder (BERT-like): its first position ([CLS] / <s>; Bakhtin et al.), or
     the mean of its top states over the real tokens (`pool="mean"`; Deng et al.'s BiT)."""
+    FP32_MODULES = ("out",)  # the energy stays fp32 (models/mixed.py)
 
     def __init__(self, encoder: nn.Module, pool: str = "first"):
         super().__init__()

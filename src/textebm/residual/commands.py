@@ -131,6 +131,7 @@ class _Setup:
     prefix_len: int
     length: int
     precision: str
+    tolerance: dict  # a token score's stated largest difference from fp32's (textebm.precision)
 
 
 def _energy_shape(spec, energy_opt: str, prefix_len: int, length: int) -> tuple[int, int]:
@@ -172,7 +173,8 @@ def _setup(cfg, energy_opts: list[str]) -> _Setup:
     lm, tok, meta = load_lm(base_path, dtype=choice.dtype, device=device, option="--base")
     base = BaseLM(lm, tok, meta, energies[0].vocab, name=f"--base {cfg.base}")
     base.check_length(*shape, "--prefix-len")
-    return _Setup(base, energies, energy_paths, base_path, shape[0], shape[1], choice.precision)
+    return _Setup(base, energies, energy_paths, base_path, shape[0], shape[1], choice.precision,
+                  choice.tolerance)
 
 
 def _test_windows(cfg, vocab, length: int, prefix_len: int) -> list:
@@ -266,7 +268,8 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     win_rows = sorted((r for r in rows if r["part"] == "window"), key=lambda r: order[r["key"]])
     pos_rows = sorted((r for r in rows if r["part"] == "position"), key=lambda r: order[r["key"]])
     metrics = {"corpus": corpus_name(cfg.data), "split": cfg.split, "prefix_len": st.prefix_len,
-               "length": st.length, "precision": st.precision, "seconds": round(elapsed, 1),
+               "length": st.length, "precision": st.precision, "precision_tolerance": st.tolerance,
+               "seconds": round(elapsed, 1),
                "samples_per_second": round(total / elapsed, 1) if elapsed > 0 and total else None,
                "base": str(st.base_path), "models": []}
     for k, path in enumerate(st.energy_paths):
@@ -299,7 +302,7 @@ def _compare(cfg, paths: list[Path], st: _Setup, wins) -> list[dict]:
     out = []
     device = st.base.device
     for opt, path in zip(cfg.compare, paths):
-        dtype = resolve_precision(st.precision, device.type).dtype
+        dtype = resolve_precision(st.precision, device.type, inference=True).dtype
         lm, tok, meta = load_lm(path, dtype=dtype, device=device, option="--compare")
         other = BaseLM(lm, tok, meta, st.energies[0].vocab, name=f"--compare {opt}")
         other.check_length(st.prefix_len, st.length, "--prefix-len")
@@ -399,7 +402,8 @@ def _generation_metrics(rows: list[dict], st: _Setup, cfg, elapsed: float) -> di
     if rows and rows[0]["real"]:
         groups["real"] = [r["real"] for r in rows]
     out = {"prefixes": len(rows), "n": cfg.n, "top_k": cfg.top_k, "prefix_len": st.prefix_len,
-           "length": st.length, "precision": st.precision, "seconds": round(elapsed, 1),
+           "length": st.length, "precision": st.precision, "precision_tolerance": st.tolerance,
+               "seconds": round(elapsed, 1),
            "ess_mean": float(np.mean([r["ess"] for r in rows])), "ess_median": float(np.median([r["ess"] for r in rows])),
            "groups": {}}
     prefixes = [r["prefix"] for r in rows]

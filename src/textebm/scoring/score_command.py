@@ -155,7 +155,7 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     if done:
         log.info("resuming %s: %d of %d texts already scored", partial.path, done, len(rows))
     with partial:
-        _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores)
+        _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores, choice.precision)
     if cfg.html:  # before OUT appears: a failure here leaves the partial, complete and resumable
         write_html(partial.rows(), Path(cfg.html), method, folder)
     partial.finish()
@@ -175,7 +175,8 @@ def _check_lengths(path: str, numbered: list[tuple[int, dict]], tokenizer, limit
             raise InputError(path, f"this text has {len(ids)} tokens; the model takes at most {limit}", line)
 
 
-def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores) -> None:
+def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores,
+                  precision: str) -> None:
     from tqdm import tqdm
 
     with tqdm(total=len(rows), initial=done, unit="text", desc=f"scoring ({method})",
@@ -186,7 +187,7 @@ def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_toke
             lines = []  # the chunk's records, appended together
             for i, (row, sc) in enumerate(zip(part, scored)):
                 rec = {"id": ids[s + i], "text": row["text"], "method": method, "score": sc.total,
-                       "n_tokens": len(sc.scores)}
+                       "n_tokens": len(sc.scores), "precision": precision}
                 if cfg.normalize != "none":
                     rec.update(input_text=row["input_text"], normalize=cfg.normalize)
                 if per_token:
