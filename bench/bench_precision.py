@@ -33,6 +33,7 @@ import torch
 
 from textebm.models.mixed import fp32_module_ids, mixed_precision
 from textebm.precision import cpu_capability, cpu_flags, cpu_name
+from textebm.cloze.train import ClozeBuildSpec, build_cloze  # noqa: F401  imported before the run: a later edit of the tree cannot mix versions
 
 TOLERANCE = {"mean": 0.005, "max": 0.1}  # nats a token: issue 33's target for bf16
 

@@ -222,6 +222,11 @@ class Grid:
         lines += [f"  {c.name}" + (f"  ~{_minutes(c.seconds)}" if c.seconds else "") for c in left]
         lines.append(estimate(left) if estimate else
                      f"estimated CPU time: {_minutes(sum(c.seconds for c in left))} on one thread")
+        others = [c for c in self.left(cells) if self.file(c) not in {self.file(x) for x in left}]
+        if shard != (1, 1) and others:
+            lines.append(f"then, as `run` does, it helps with the other shards' {len({self.file(c) for c in others})} "
+                         "unfinished cells that no process has started (a cell is computed once, by whoever locks it "
+                         "first)")
         return "\n".join(lines)
 
     def run(self, cells: list[Cell], shard: tuple[int, int] = (1, 1), backend: str = "local", workers: int = 2,

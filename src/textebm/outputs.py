@@ -26,7 +26,7 @@ from typing import Iterable, Iterator
 
 from textebm import __version__
 from textebm.errors import TextebmError
-from textebm.fingerprint import file_sha256
+from textebm.fingerprint import file_sha256, folder_sha256
 from textebm.io import atomic_write, temporary_dir, write_json
 
 MARKER = ".textebm-output.json"
@@ -50,8 +50,44 @@ def read_marker(path: str | Path) -> dict | None:
     return _read_marker_file(Path(path) / MARKER)
 
 
-def write_marker(path: str | Path, kind: str, entries: list[str]) -> None:
+def write_marker(path: str | Path, kind: str, entries: list[str], sealed: bool = False) -> None:
+    """Mark `path` as `kind`'s output owning `entries`; with `sealed`, record the content hash of
+    each entry that exists (`seal_marker`)."""
     write_json(Path(path) / MARKER, {"kind": kind, "entries": sorted(set(entries)), "textebm": __version__})
+    if sealed:
+        seal_marker(path)
+
+
+def entry_sha256(path: Path) -> str:
+    """The content hash of a file, or of a folder (every file under it, by relative name)."""
+    return folder_sha256(path) if path.is_dir() else file_sha256(path)
+
+
+def seal_marker(path: str | Path, names: Iterable[str] | None = None) -> None:
+    """Record in `path`'s marker the content hash of its entries (`names`, default all it owns
+    that exist), so that `--overwrite` refuses an entry changed since (`changed_entries`). A
+    command that updates an entry of another's folder (`lm eval` into a run's metrics.json)
+    seals that entry again."""
+    path = Path(path)
+    marker = read_marker(path)
+    if marker is None:
+        return
+    hashes = dict(marker.get("sha256") or {}) if names is not None else {}
+    for name in (own_entries(marker) if names is None else names):
+        if name in own_entries(marker) and (path / name).exists():
+            hashes[name] = entry_sha256(path / name)
+    write_json(path / MARKER, {**marker, "sha256": hashes})
+
+
+def changed_entries(path: str | Path, marker: dict | None) -> list[str]:
+    """The entries of a sealed marker whose content differs from the hash it recorded (a user's
+    edit); an entry since removed is not a change to protect."""
+    path, hashes = Path(path), (marker or {}).get("sha256")
+    if not isinstance(hashes, dict):
+        return []
+    own = set(own_entries(marker))
+    return sorted(n for n, h in hashes.items()
+                  if n in own and os.path.lexists(path / n) and entry_sha256(path / n) != h)
 
 
 def _non_empty(path: Path) -> bool:
@@ -118,6 +154,11 @@ def check_output_dir(path: str | Path, kind: str, overwrite: bool, option: str =
     if not overwrite:
         raise TextebmError(f"{option} {path}: exists and holds earlier `{kind}` output; pass --overwrite "
                            "to replace it, or choose another folder")
+    edited = changed_entries(path, marker)
+    if edited:
+        raise TextebmError(f"{option} {path}: {', '.join(edited[:3])} changed since `{kind}` wrote "
+                           f"{'it' if len(edited) == 1 else 'them'} (edited or replaced); textebm does not replace "
+                           "a changed file: move it away yourself, or choose another folder")
     return True
 
 
@@ -232,7 +273,7 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
     with temporary_dir(path) as tmp:  # held locked; removed afterwards unless moved into place
         yield tmp
         entries = [p.name for p in tmp.iterdir() if p.name != MARKER]
-        write_marker(tmp, kind, entries)
+        write_marker(tmp, kind, entries, sealed=True)
         if not path.exists() or not any(path.iterdir()):
             if path.exists():
                 path.rmdir()

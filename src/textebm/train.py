@@ -91,6 +91,7 @@ from textebm.outputs import (
     own_entries,
     read_marker,
     remove,
+    seal_marker,
     write_marker,
 )
 from textebm.precision import PrecisionChoice, resolve_precision
@@ -819,6 +820,7 @@ def finish_run(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolde
         if not opts.keep_checkpoint:
             shutil.rmtree(folder.checkpoint, ignore_errors=True)
             shutil.rmtree(folder.path / BEST_DIR, ignore_errors=True)
+        seal_marker(folder.path)  # a later --overwrite refuses an entry the user changed since
     accelerator.wait_for_everyone()
     return metrics
 

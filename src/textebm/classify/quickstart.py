@@ -186,10 +186,10 @@ def quickstart(cfg: QuickstartConfig) -> dict:
     data = Path(cfg.data) if cfg.data else out / "data"
     if cfg.data:
         check_dataset(data)  # before any work: a step late in the pipeline must not fail on the data
+    reuse = reuse_source(cfg, out)  # with --plan too: a bad --reuse is refused before anything
     if cfg.plan:
         print(plan(cfg, choice.precision, data, out, shard))
         return {}
-    reuse = reuse_source(cfg, out)
     check_models(cfg)  # before anything is written: a wrong folder must not leave a half-made OUT
     out.mkdir(parents=True, exist_ok=True)
     write_marker(out, QUICKSTART_KIND, ["data", "data.lock", "settings.json", "results.json", "report.md",
@@ -460,8 +460,12 @@ def reuse_source(cfg: QuickstartConfig, out: Path) -> ReuseSource | None:
         return None
     root = Path(cfg.reuse)
     settings = root / "settings.json"
-    if not (root / MARKER).is_file() or not settings.is_file():
-        raise TextebmError(f"--reuse {root}: not a quickstart folder (no {MARKER} and settings.json)")
+    marker = read_marker(root)
+    if marker is None or marker["kind"] != QUICKSTART_KIND or not settings.is_file():
+        what = "no such folder" if not root.exists() else (
+            f"holds the output of `{marker['kind']}`" if marker is not None and marker["kind"] != QUICKSTART_KIND
+            else f"no {MARKER} and settings.json")
+        raise TextebmError(f"--reuse {root}: not a quickstart folder ({what})")
     if root.resolve() == out.resolve():
         raise TextebmError(f"--reuse {root}: is --out itself")
     # what each of its steps took: the seeds' own files (OUT/timings.json held them all before)

@@ -170,10 +170,13 @@ def build_cloze(want: ClozeBuildSpec, train_texts: list[str]):
     if want.objective == "mlm" and mask is None:
         raise TextebmError("--objective mlm needs a tokenizer with a [MASK] token")
     tower = None
-    if want.objective in ("electric", "electra"):
-        tower = scaled_tower(**shape, scale=want.noise_scale)
-    elif want.objective == "twotower":
-        tower = scaled_tower(**shape, scale=want.twotower_scale)
+    option, scale = ("--twotower-scale", want.twotower_scale) if want.objective == "twotower" else \
+        ("--noise-scale", want.noise_scale)
+    if want.objective in ("electric", "electra", "twotower"):
+        try:
+            tower = scaled_tower(**shape, scale=scale)
+        except ValueError as e:
+            raise TextebmError(f"{option} {scale}: {e}") from None
     if want.objective == "twotower":
         encoder = None
     spec = ClozeSpec(objective=want.objective, vocab_size=len(tokenizer), start_id=start, end_id=end, pad_id=pad,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from textebm.data.conll import CONLL_SUFFIX, read_conll
-from textebm.data.layout import DATASET_KIND, split_examples, write_dataset
+from textebm.data.layout import CONVERT_KIND, split_examples, write_dataset
 from textebm.data.readers import read_examples
 from textebm.errors import TextebmError
 from textebm.outputs import check_output_dir
@@ -39,7 +39,7 @@ def convert(
     `text`, `tokens`, `tags` and `source_line`.
     """
 
-    check_output_dir(out, DATASET_KIND, overwrite)  # before reading anything
+    check_output_dir(out, CONVERT_KIND, overwrite)  # before reading anything
     fields = dict(text_field=text_field, pair_field=pair_field, label_field=label_field,
                   id_field=id_field)
     files = {"train": Path(input), "dev": dev and Path(dev), "test": test and Path(test)}
@@ -81,7 +81,7 @@ def convert(
     }
     if conll:
         meta["tags"] = sorted({t for rows in splits.values() for ex in rows for t in ex["tags"]})
-    return write_dataset(out, splits, meta, overwrite)
+    return write_dataset(out, splits, meta, overwrite, kind=CONVERT_KIND)
 
 
 def _source_line(row: dict[str, Any]) -> dict[str, Any]:

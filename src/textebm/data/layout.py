@@ -84,11 +84,14 @@ def label_set(splits: Mapping[str, Sequence[dict]]) -> list[str]:
     return sorted({ex["label"] for rows in splits.values() for ex in rows if "label" in ex})
 
 
-DATASET_KIND = "dataset"  # the output marker's kind of a dataset folder (textebm.outputs)
+# The output marker's kind of a dataset folder (textebm.outputs): one per command, so that
+# `data prepare --overwrite` never replaces `data convert`'s folder nor the other way round.
+PREPARE_KIND, CONVERT_KIND = "data prepare", "data convert"
+DATASET_KIND = PREPARE_KIND
 
 
 def write_dataset(out: str | Path, splits: Mapping[str, Sequence[dict]], meta: dict[str, Any],
-                  overwrite: bool = False) -> dict[str, Any]:
+                  overwrite: bool = False, kind: str = DATASET_KIND) -> dict[str, Any]:
     """Write the standard layout to `out` as a whole and return the `dataset.json` contents.
 
     `splits` maps each of train/dev/test to its examples (ids are assigned here); `meta` is
@@ -103,7 +106,7 @@ def write_dataset(out: str | Path, splits: Mapping[str, Sequence[dict]], meta: d
             if not isinstance(ex.get("text"), str) or not ex["text"].strip():
                 raise InputError(out / f"{s}.jsonl", f"example without text: {str(ex)[:80]}")
     info = {**meta, "splits": {s: len(splits[s]) for s in SPLITS}, "labels": label_set(splits)}
-    with output_dir(out, DATASET_KIND, overwrite) as tmp:
+    with output_dir(out, kind, overwrite) as tmp:
         for s in SPLITS:
             with open(tmp / f"{s}.jsonl", "w", encoding="utf-8") as f:
                 for row in with_ids(s, splits[s]):

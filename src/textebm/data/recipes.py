@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from textebm import cache
 from textebm.data import corpora, tagsets
-from textebm.data.layout import DATASET_KIND, split_documents, write_dataset
+from textebm.data.layout import PREPARE_KIND, split_documents, write_dataset
 from textebm.errors import TextebmError
 from textebm.outputs import check_output_dir
 
@@ -164,7 +164,7 @@ def prepare(name: str, out: str | Path, seed: int = 0, overwrite: bool = False) 
     """Download (once), parse and write dataset `name` to `out`; returns dataset.json."""
 
     recipe = get_recipe(name)
-    check_output_dir(out, DATASET_KIND, overwrite)  # before the download
+    check_output_dir(out, PREPARE_KIND, overwrite)  # before the download
     archive = recipe.fetch()
     splits = recipe.build(archive, seed)
     meta = {
@@ -180,4 +180,4 @@ def prepare(name: str, out: str | Path, seed: int = 0, overwrite: bool = False) 
     if recipe.tagset is not None:
         meta["tagset"] = recipe.tagset
         meta["tags"] = sorted({t for rows in splits.values() for ex in rows for t in ex["tags"]})
-    return write_dataset(out, splits, meta, overwrite)
+    return write_dataset(out, splits, meta, overwrite, kind=PREPARE_KIND)

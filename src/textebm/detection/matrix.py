@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from textebm import grid
-from textebm.data.recipes import prepare
+from textebm.data.recipes import RECIPES, prepare
 from textebm.detection import detect
 from textebm.detection.commands import FitConfig, fit_zeroshot
 from textebm.detection.detect import ZEROSHOT
@@ -126,6 +126,13 @@ def read_config(path: str | Path) -> dict:
         cfg["corpora"] = {c: None for c in corpora}
     elif not isinstance(corpora, dict):
         raise InputError(path, "`corpora` must be a list of dataset names or {name: folder}")
+    for name, folder in cfg["corpora"].items():  # before --out is made: a missing corpus leaves nothing behind
+        if folder is None:
+            if name not in RECIPES:
+                raise InputError(path, f"corpus {name!r} is no named dataset ({', '.join(sorted(RECIPES))}); give "
+                                       "your own as {\"name\": \"folder\"}")
+        elif not isinstance(folder, str) or not (Path(folder) / "train.jsonl").is_file():
+            raise InputError(path, f"corpus {name!r}: {folder} is no dataset folder (no train.jsonl)")
     cfg.setdefault("vocab_corpora", list(cfg["corpora"]))
     cfg.setdefault("vocab_size", 8000)
     for section in ("generators", "energies", "lm", "windows"):
@@ -543,12 +550,19 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     threads, shard = cfg_.start()
     cfg = read_config(cfg_.config)
     out = Path(cfg_.out)
+    fresh = not out.exists()
+    inputs = matrix_inputs(cfg)  # a missing corpus fails here, before --out is made
     check_out(out, cfg_.overwrite, cfg_.plan)
-    check_inputs(out, matrix_inputs(cfg), cfg_.plan, cfg_.overwrite)
-    m = Matrix(cfg, out, threads, cfg_.progress and cfg_.backend == "local")
-    cells = [m.grid_cell(c) for c in plan_cells(cfg)]
-    runner = m.runner()
-    plan = runner.plan(cells, shard, lambda left: plan_report(m, cells, [c.task for c in left]))
+    try:  # set-up: a failure here leaves no half-made --out behind (a new one is removed whole)
+        check_inputs(out, inputs, cfg_.plan, cfg_.overwrite)
+        m = Matrix(cfg, out, threads, cfg_.progress and cfg_.backend == "local")
+        cells = [m.grid_cell(c) for c in plan_cells(cfg)]
+        runner = m.runner()
+        plan = runner.plan(cells, shard, lambda left: plan_report(m, cells, [c.task for c in left]))
+    except BaseException:
+        if fresh and out.exists():
+            remove(out)
+        raise
     if cfg_.plan:
         print(plan)
         return {}

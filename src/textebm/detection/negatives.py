@@ -81,6 +81,10 @@ class NegativesConfig:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def check(self) -> None:
+        if Path(self.data).exists() and not Path(self.data).is_dir():
+            raise TextebmError(f"--data {self.data}: is a file; negatives are cut from a dataset folder of one corpus "
+                               "(train.jsonl, dev.jsonl, test.jsonl with `doc` per row): make one with `textebm data "
+                               f"convert --input {self.data} --out DIR`")
         bad = [c for c in self.contexts if c >= self.length]
         if bad:
             raise TextebmError(f"--contexts {bad[0]} leaves nothing to generate in a window of --length {self.length}")

@@ -34,7 +34,7 @@ from textebm.lm.scoring import (
 from textebm.models.lm import read_meta
 from textebm.models.load import CAUSAL_LM, find_model, load_lm
 from textebm.options import check_config, refuse_unused, threads_field
-from textebm.outputs import check_file_target, check_output_file, output_file
+from textebm.outputs import check_file_target, check_output_file, output_file, seal_marker
 from textebm.precision import CHOICES as PRECISIONS
 
 log = logging.getLogger(__name__)
@@ -185,6 +185,7 @@ def merge_metrics(path: Path, key: str, value: dict) -> None:
         raise InputError(path, "expected a JSON object to merge metrics into")
     current[key] = value
     write_json(path, current)
+    seal_marker(path.parent, [path.name])  # textebm's own change: a later --overwrite still replaces it
 
 
 def eval_split(cfg: LMEvalConfig) -> dict:

@@ -24,6 +24,7 @@ reads it back after checking what the folder holds.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,8 @@ SPEC_FILE = "cloze.json"
 KIND = ModelKind("cloze", SPEC_FILE, "a textebm cloze model",
                  "a cloze model trained with `textebm cloze train` (RUN or RUN/model)")
 OBJECTIVES = ("electric", "electra", "mlm", "twotower")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -92,7 +95,17 @@ def scaled_tower(width: int, ffn: int, heads: int, layers: int, scale: float) ->
     each head's size even (rotary positions need it)."""
     h = max(1, round(heads * scale))
     head_dim = max(8, 2 * round(width * scale / h / 2))
-    return TowerShape(layers=layers, width=h * head_dim, heads=h, ffn=max(8, round(ffn * scale)))
+    tower = TowerShape(layers=layers, width=h * head_dim, heads=h, ffn=max(8, round(ffn * scale)))
+    asked = width * scale
+    if tower.width > 2 * asked:  # the smallest tower (one head of width 8) is far from what was asked
+        raise ValueError(f"{scale} x a transformer of width {width} ({heads} heads) asks for a tower of width "
+                         f"{asked:.3g}, below the smallest one (one head of width 8): it would be {tower.width / asked:.1f}x "
+                         f"the size asked; use a scale of at least {4 / width:.3g}")
+    if tower.width != round(asked) or tower.heads != heads * scale:
+        log.warning("tower of %s x (width %d, %d heads, feed-forward %d): width %d, %d head(s), feed-forward %d "
+                    "(rounded to whole heads of even width >= 8)", scale, width, heads, ffn, tower.width, tower.heads,
+                    tower.ffn)
+    return tower
 
 
 class TwoTower(nn.Module):

@@ -117,6 +117,10 @@ class ResidualPPLConfig(_JointOptions):
             raise TextebmError("--data is required: the test windows whose continuations are scored")
         if not self.positions:
             refuse_unused(self, ["position_samples"], "without --positions")
+        if self.windows and self.positions > self.windows:
+            raise TextebmError(f"--positions {self.positions}: the per-position estimate runs on the first of the "
+                               f"test windows, and --windows {self.windows} gives only {self.windows}; ask for at "
+                               f"most {self.windows}")
 
 
 # ---------------------------------------------------------------- shared set-up
@@ -146,6 +150,9 @@ def _energy_shape(spec, energy_opt: str, prefix_len: int, length: int) -> tuple[
     elif trained and prefix_len not in trained:
         raise TextebmError(f"--prefix-len {prefix_len}: the energy {energy_opt} was trained on prefixes of "
                            f"{', '.join(map(str, trained))} tokens")
+    if not length:
+        log.info("--length 0: the energy's own, %d generated tokens after a prefix of %d", spec.length - prefix_len,
+                 prefix_len)
     length = length or spec.length - prefix_len
     if prefix_len + length != spec.length:
         raise TextebmError(f"--prefix-len {prefix_len} + --length {length} = {prefix_len + length} tokens, but the "
