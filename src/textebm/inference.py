@@ -20,6 +20,7 @@ from typing import Callable, Sequence, TypeVar
 import torch
 
 from textebm.precision import inference_device, resolve_precision
+from textebm.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +43,7 @@ def batched(items: Sequence[T], lengths: Sequence[int], batch_size: int,
         raise ValueError(f"{len(items)} items but {len(lengths)} lengths")
     order = sorted(range(len(items)), key=lambda i: -lengths[i]) if sort else list(range(len(items)))
     out: list = [None] * len(items)
-    from tqdm import tqdm
-
-    with tqdm(total=len(items), unit=unit, desc=desc, disable=not progress) as bar:
+    with progress_bar(len(items), desc, unit, progress) as bar:
         for s in range(0, len(order), batch_size):
             idx = order[s:s + batch_size]
             results = fn([items[i] for i in idx])

@@ -107,6 +107,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with temporary_dir(path) as tmp:
         yield tmp
+        ordinary_modes(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -115,6 +116,22 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
+
+
+def ordinary_modes(folder: str | Path) -> None:
+    """Give every file under `folder` 0666 and every folder 0777, less the umask, as an ordinary
+    write would: libraries that write through private temporary files (safetensors shards of
+    transformers' save_pretrained came out 0600) would otherwise leave outputs others cannot read."""
+    mask = current_umask()
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for d in dirnames:
+            p = Path(dirpath) / d
+            if not p.is_symlink():
+                p.chmod(0o777 & ~mask)
+        for f in filenames:
+            p = Path(dirpath) / f
+            if not p.is_symlink():
+                p.chmod(0o666 & ~mask)
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from typing import Iterable, Iterator
 from textebm import __version__
 from textebm.errors import TextebmError
 from textebm.fingerprint import file_sha256, folder_sha256
-from textebm.io import atomic_write, temporary_dir, write_json
+from textebm.io import atomic_write, ordinary_modes, temporary_dir, write_json
 
 MARKER = ".textebm-output.json"
 
@@ -272,6 +272,7 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
     path.parent.mkdir(parents=True, exist_ok=True)
     with temporary_dir(path) as tmp:  # held locked; removed afterwards unless moved into place
         yield tmp
+        ordinary_modes(tmp)
         entries = [p.name for p in tmp.iterdir() if p.name != MARKER]
         write_marker(tmp, kind, entries, sealed=True)
         if not path.exists() or not any(path.iterdir()):

@@ -95,6 +95,7 @@ from textebm.outputs import (
     write_marker,
 )
 from textebm.precision import PrecisionChoice, resolve_precision
+from textebm.progress import on_terminal
 
 log = logging.getLogger(__name__)
 
@@ -935,6 +936,9 @@ def interrupted_message(folder: RunFolder, entries: Sequence[str] = ()) -> str:
         step = read_json(folder.checkpoint / "state.json").get("step")
         return (f"--out {folder.path}: the checkpoint of step {step} is kept; run the same command with "
                 "--resume to continue it")
+    if (folder.path / "model").exists():  # stopped after the last step: the trained model is written
+        return (f"--out {folder.path}: stopped after training, while writing its metrics or evaluating; the trained "
+                "model/ is kept: run the same command with --resume to finish it")
     if stages := stages_with_progress(folder.path, entries):
         return (f"--out {folder.path}: stopped before its first checkpoint; what its first stage trained "
                 f"({', '.join(stages)}) is kept: run the same command with --resume to continue")
@@ -954,7 +958,9 @@ def progress_line(entry: dict[str, Any], total: int, steps_done: int, seconds: f
 
 
 def _progress(opts: TrainOptions, accelerator, total: int, initial: int):
-    if not opts.progress or not accelerator.is_main_process:
+    """A bar on a terminal; None elsewhere (no terminal, --no-progress, another process), where the
+    loop logs a line per log window instead (`progress_line`)."""
+    if not opts.progress or not accelerator.is_main_process or not on_terminal():
         return None
     from tqdm.auto import tqdm
 

@@ -44,6 +44,7 @@ from textebm.options import check_config, threads_field
 from textebm.outputs import check_output_file
 from textebm.precision import CHOICES as PRECISIONS
 from textebm.resumable import PartialFile
+from textebm.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,6 @@ class NegativesConfig:
 
 def generate_negatives(cfg: NegativesConfig) -> Path:
     """Write the windows of a split with `cfg.k` negatives each into `cfg.out` (resumable)."""
-    from tqdm import tqdm
 
     check_config(cfg)
     set_threads(cfg.threads)
@@ -132,7 +132,7 @@ def generate_negatives(cfg: NegativesConfig) -> Path:
     if done:
         log.info("resuming %s: %d of %d windows already written", partial.path, len(done), len(wins))
     t0, short = time.perf_counter(), 0
-    with partial, tqdm(total=len(todo), unit="win", desc="negatives", disable=not cfg.progress) as bar:
+    with partial, progress_bar(len(todo), "negatives", "win", cfg.progress) as bar:
         for n_done, rows in sampler.iter_negatives(todo, spec):
             short += n_done - len(rows)
             partial.append({"key": r["key"], **common, **{k: v for k, v in r.items() if k != "key"}} for r in rows)

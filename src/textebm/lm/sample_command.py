@@ -49,6 +49,7 @@ from textebm.outputs import check_output_file
 from textebm.precision import CHOICES as PRECISIONS
 from textebm.resumable import PartialFile
 from textebm.seeds import derive_seed
+from textebm.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +228,6 @@ def _check_ids(rows: list[dict], order: dict[str, tuple[int, int]], path: Path) 
 
 def sample_file(cfg: SampleConfig) -> Path:
     """Sample noise / generations for each example of a split into a JSONL file (resumable)."""
-    from tqdm import tqdm
 
     check_config(cfg)
     set_threads(cfg.threads)
@@ -287,7 +287,7 @@ def sample_file(cfg: SampleConfig) -> Path:
 
     sampling = Sampling(cfg.top_k, cfg.temperature, sp.eos, sp.pad, tuple(banned_ids(sp)))
     t0, n_tokens = time.perf_counter(), 0
-    with partial, tqdm(total=len(jobs), unit="seq", desc="sampling", disable=not cfg.progress) as bar:
+    with partial, progress_bar(len(jobs), "sampling", "seq", cfg.progress) as bar:
         for batch, finished in generate_groups(model, jobs, cfg.batch_size, sampling,
                                                lambda key: len(source_fields(examples[key[0]]))):
             n_tokens += sum(len(gen.tokens) for _, parts in finished for _, gen in parts.values())

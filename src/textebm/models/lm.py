@@ -103,7 +103,15 @@ def cache_arg(model, cache) -> dict:
 def save_lm(model, tokenizer, meta: LMMeta, path: str | Path) -> None:
     """Write the HF folder (safetensors) and the meta file (callers write into a temporary folder)."""
 
+    from transformers.utils import logging as hf_logging
+
     path = Path(path)
-    model.save_pretrained(path, safe_serialization=True)
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # "Writing model shards": the command draws its own progress, or none
+    try:
+        model.save_pretrained(path, safe_serialization=True)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(path)
     write_json(path / META_FILE, dataclasses.asdict(meta))

@@ -172,6 +172,9 @@ def find_model(name_or_path: str | Path, kind: str, option: str = "--model", ids
             path = resolve_model(name_or_path)
         except TextebmError as e:
             raise TextebmError(f"{option}: {str(e).rstrip('.')}; expected {NEEDS[kind]}") from None
+    if _is_run(path) and not (path / "model").exists():
+        raise TextebmError(f"{option} {path}: an unfinished `{read_marker(path)['kind']}` run (no model/ yet); "
+                           "finish it with the same command and --resume, then use it")
     info = inspect_folder(path)
     if info.kind != kind and not (kind == CAUSAL_LM and info.kind == RESIDUAL_LM):  # a RALM is a causal LM
         found = info.describe() if info.kind == NONE else f"{info.describe()}, not {NAMES[kind]}"

@@ -39,6 +39,7 @@ from textebm.residual.joint import BaseLM, JointEnergy
 from textebm.resumable import PartialFile
 from textebm.seeds import derive_seed
 from textebm.tokenizer import same_vocab
+from textebm.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +203,7 @@ def _check_continuations(cfg, st: _Setup, wins) -> None:
 
 
 def _progress(total: int, enabled: bool, unit: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit=unit, desc="samples", disable=not enabled, smoothing=0.1)
+    return progress_bar(total, "samples", unit, enabled, smoothing=0.1)
 
 
 def _log_progress(done: int, total: int, t0: float, what: str, every: int = 10) -> None:

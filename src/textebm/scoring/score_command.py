@@ -53,6 +53,7 @@ from textebm.scoring.pll import (
 )
 from textebm.scoring.textcheck import check_texts
 from textebm.scoring.words import word_scores
+from textebm.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -177,10 +178,7 @@ def _check_lengths(path: str, numbered: list[tuple[int, dict]], tokenizer, limit
 
 def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores,
                   precision: str) -> None:
-    from tqdm import tqdm
-
-    with tqdm(total=len(rows), initial=done, unit="text", desc=f"scoring ({method})",
-              disable=not cfg.progress) as bar:
+    with progress_bar(len(rows), f"scoring ({method})", "text", cfg.progress, initial=done) as bar:
         for s in range(done, len(rows), cfg.chunk):
             part = rows[s:s + cfg.chunk]
             scored = fn([r["text"] for r in part])

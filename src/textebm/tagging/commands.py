@@ -81,6 +81,7 @@ class TagPredictConfig:
     batch_size: int = field(default=64, metadata={"help": "sentences per batch", "min": 1})
     threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an --out file of an earlier `tag predict`"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
 
 def tag_predict(cfg: TagPredictConfig) -> int:
@@ -91,7 +92,7 @@ def tag_predict(cfg: TagPredictConfig) -> int:
     device, _ = inference_setup("fp32")
     tagger, vocab, _ = load_tagging_model(cfg.model, device)
     rows = load_tagged(cfg.input, "train", tags=False)
-    pred = tag_sentences(tagger, vocab, rows, cfg.batch_size, progress=True)
+    pred = tag_sentences(tagger, vocab, rows, cfg.batch_size, progress=cfg.progress)
     write_conll(cfg.out, [{"tokens": r["tokens"], "tags": p} for r, p in zip(rows, pred)])
     mark_file(cfg.out, "tag predict")
     log.info("tagged %d sentences into %s", len(rows), cfg.out)
