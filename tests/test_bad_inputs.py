@@ -425,6 +425,27 @@ def _command_configs() -> dict[str, type]:
     return out
 
 
+def _missing_corpus(w, named: bool = False) -> Path:
+    """A matrix config whose corpus is a folder that does not exist (or an unknown dataset name)."""
+    f = w["root"] / f"matrix-missing{'-named' if named else ''}.json"
+    if not f.is_file():
+        corpora = ["no-such-dataset"] if named else {"mine": str(w["root"] / "no-such-corpus")}
+        f.write_text(json.dumps({"corpora": corpora, "generators": {"tf": {"arch": "transformer"}}, "tables": []}))
+    return f
+
+
+def _unfinished(w) -> Path:
+    """A cloze run killed before it wrote model/: its marker and config.json, a checkpoint only."""
+    run = w["root"] / "unfinished-cloze"
+    if not run.is_dir():
+        from textebm.outputs import write_marker
+
+        (run / "checkpoint").mkdir(parents=True)
+        (run / "config.json").write_text('{"objective": "electric"}')
+        write_marker(run, "cloze train", ["config.json", "checkpoint", "metrics.json", "model"])
+    return run
+
+
 def _with_out(w, argv: list) -> list:
     """argv with an --out (a new folder) where it has none."""
     return argv if "--out" in argv else [*argv, "--out", w["root"] / "never-written"]
@@ -1123,6 +1144,23 @@ CASES = [
     ("tag-train --overwrite of its own --init",
      lambda w: ["tag", "train", "--data", _tag(w)["data"], "--out", w["adir"], "--method", "joint", "--init", w["adir"],
                 "--max-steps", "1", "--no-progress", "--overwrite"], "is the input of --init"),
+    # what issue 33's probes found accepted silently or left behind
+    ("cloze-train --noise-scale 0.01 (below the smallest tower)",
+     lambda w: _cloze_train(w, "--width", "64", "--noise-scale", "0.01"), "--noise-scale 0.01"),
+    ("negatives-generate --data a file", lambda w: _set(_neg(w), "--data", w["file"]), "is a file"),
+    ("residual-ppl --positions beyond --windows", lambda w: _jppl(w, "--positions", "100"), "--positions 100"),
+    ("quickstart --reuse missing with --plan", lambda w: _quickstart(w, "--plan", "--reuse", w["root"] / "nosuch"),
+     "--reuse"),
+    ("quickstart --reuse a classifier run with --plan", lambda w: _quickstart(w, "--plan", "--reuse", w["clf"]),
+     "`classify train`"),
+    ("residual-matrix a config naming a missing corpus folder",
+     lambda w: ["residual", "matrix", "--config", _missing_corpus(w), "--out", w["root"] / "new-matrix"],
+     "no train.jsonl"),
+    ("residual-matrix a config naming an unknown dataset",
+     lambda w: ["residual", "matrix", "--config", _missing_corpus(w, named=True), "--out", w["root"] / "new-matrix"],
+     "no named dataset"),
+    ("score an unfinished cloze run", lambda w: ["score", "--model", _unfinished(w), "--input", w["file"], "--out",
+                                                w["root"] / "s.jsonl"], "unfinished `cloze train` run"),
     # --threads beyond the cores this process may use: every command that takes it
     *[(f"{name} --threads 100000", lambda w, b=build: _with_out(w, _set(b(w), "--threads", "100000")),
        "--threads must be at most")

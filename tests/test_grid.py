@@ -164,6 +164,8 @@ def test_the_plan_lists_the_cells_left_and_their_cpu_time(tmp_path):
     plan = g.plan(cells, (1, 2))
     assert "1 cached; shard 1/2 holds 2, 1 to run here" in plan and "c2" in plan and "c1" not in plan
     assert "estimated CPU time: 1.5 min" in plan
+    assert "then, as `run` does, it helps with the other shards' 2 unfinished cells" in plan  # c1, c3
+    assert "helps" not in g.plan(cells)  # one shard holds every cell
     assert g.plan(cells, estimate=lambda left: f"{len(left)} left by my own estimate").endswith("3 left by my own estimate")
     assert g.plan([*cells, cells[3]]).startswith("4 cells (5 entries, some the same cell), 1 cached, 3 to run")
 

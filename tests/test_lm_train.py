@@ -215,3 +215,50 @@ def test_lm_loss_runs_the_head_on_labelled_rows_only_and_equals_the_full_logits_
     torch.testing.assert_close(fast[0], slow[0], rtol=1e-6, atol=1e-5)
     for k in slow[2]:
         torch.testing.assert_close(fast[2][k], slow[2][k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_ctrl_c_after_the_last_step_says_resume_finishes_it(data, tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the evaluation runs (model/ written, no checkpoint): not "nothing was kept"."""
+    import textebm.lm.train
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(textebm.lm.train.LMRecipe, "evaluate", interrupt)
+    args = ["lm", "train", "--data", str(data), "--out", str(tmp_path / "r"), "--max-steps", "2",
+            "--checkpoint-every", "100", *TINY]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert "model/ is kept" in err and "--resume" in err and "nothing was kept" not in err
+    assert (tmp_path / "r" / "model").is_dir()
+    monkeypatch.undo()
+    assert main([*args, "--resume"]) == 0
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["completed"]
+
+
+def test_overwrite_refuses_a_run_the_user_edited_and_replaces_one_lm_eval_updated(data, tmp_path, capsys):
+    run = tmp_path / "r"
+    args = ["lm", "train", "--data", str(data), "--out", str(run), "--max-steps", "2", "--eval-split", "", *TINY]
+    assert main(args) == 0
+    assert "Writing model shards" not in capsys.readouterr().err  # --no-progress: no bar at all
+    assert main(["lm", "eval", "--model", str(run), "--data", str(data), "--split", "dev", "--precision", "fp32"]) == 0
+    assert main([*args, "--overwrite"]) == 0  # lm eval's own change is sealed: still textebm's run
+    metrics = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**metrics, "my_note": "keep"}))
+    capsys.readouterr()
+    assert main([*args, "--overwrite"]) == 2
+    assert "metrics.json changed since `lm train` wrote it" in capsys.readouterr().err
+    assert json.loads((run / "metrics.json").read_text())["my_note"] == "keep"
+
+
+def test_a_saved_model_has_ordinary_file_modes(data, tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        assert main(["lm", "train", "--data", str(data), "--out", str(tmp_path / "r"), "--max-steps", "1",
+                     "--eval-split", "", *TINY]) == 0
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "r" / "model").iterdir()}
+    assert set(modes.values()) == {0o644}, modes

@@ -307,3 +307,67 @@ def test_a_replacement_that_fails_midway_leaves_the_earlier_output_whole(tmp_pat
     assert (out / "a" / "y.txt").read_text() == "new a" and (out / "b").read_text() == "new b"
     assert not (out / "c.json").exists() and (out / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in out.iterdir()) == sorted(["a", "b", "d.json", "notes.txt", MARKER])
+
+
+def test_private_files_a_library_writes_come_out_ordinary(tmp_path):
+    """transformers' save_pretrained wrote safetensors shards 0600 beside 0644 JSON: atomic_dir and
+    output_dir give every file 0666 and every folder 0777, less the umask."""
+    import os
+
+    from textebm.io import atomic_dir
+
+    old = os.umask(0o022)
+    try:
+        with atomic_dir(tmp_path / "model") as d:
+            (d / "model.safetensors").write_bytes(b"w")
+            os.chmod(d / "model.safetensors", 0o600)
+            (d / "sub").mkdir(mode=0o700)
+            (d / "sub" / "x.json").write_text("{}")
+            os.chmod(d / "sub" / "x.json", 0o600)
+        with output_dir(tmp_path / "o", "test-kind", False) as o:
+            (o / "z.bin").write_bytes(b"z")
+            os.chmod(o / "z.bin", 0o600)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "model" / "model.safetensors").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "model" / "sub").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "model" / "sub" / "x.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "o" / "z.bin").stat().st_mode & 0o777 == 0o644
+
+
+def test_an_entry_the_user_changed_is_never_replaced(tmp_path):
+    """The marker records each entry's content hash: --overwrite refuses an edited entry (named),
+    replaces an untouched output, and a textebm command's own later edit is sealed again."""
+    from textebm.outputs import seal_marker
+
+    out = tmp_path / "report"
+    with output_dir(out, "residual ppl", overwrite=False) as tmp:
+        _write(tmp, {"metrics.json": "{}", "cells/a.json": "1"})
+    assert set(read_marker(out)["sha256"]) == {"metrics.json", "cells"}
+    assert check_output_dir(out, "residual ppl", overwrite=True) is True
+    (out / "cells" / "a.json").write_text("2")  # an edit inside a folder entry counts too
+    with pytest.raises(TextebmError, match="cells changed since `residual ppl` wrote it"):
+        check_output_dir(out, "residual ppl", overwrite=True)
+    seal_marker(out, ["cells"])  # what a textebm command that updates an entry does
+    assert check_output_dir(out, "residual ppl", overwrite=True) is True
+    (out / "metrics.json").write_text('{"mine": 1}')
+    with pytest.raises(TextebmError, match="metrics.json changed"):
+        with output_dir(out, "residual ppl", overwrite=True) as tmp:
+            _write(tmp, {"metrics.json": "{}"})
+    assert (out / "metrics.json").read_text() == '{"mine": 1}'
+    (out / "metrics.json").unlink()  # a removed entry is no change to protect
+    assert check_output_dir(out, "residual ppl", overwrite=True) is True
+
+
+def test_an_output_folder_may_not_be_or_hold_an_input(tmp_path):
+    from textebm.outputs import check_not_input
+
+    run, data = tmp_path / "run", tmp_path / "run" / "data"
+    data.mkdir(parents=True)
+    with pytest.raises(TextebmError, match="--out .*: is the input of --init"):
+        check_not_input(run, [("--init", run)])
+    with pytest.raises(TextebmError, match="holds the input of --data"):
+        check_not_input(run, [("--data", data)])
+    with pytest.raises(TextebmError, match="holds the input of --train"):
+        check_not_input(run, [("--train", [str(tmp_path / "x"), str(data)])])
+    check_not_input(data / "new-run", [("--data", data), ("--init", ""), ("--init", tmp_path / "missing")])

@@ -400,6 +400,9 @@ def test_every_command_that_runs_a_model_applies_threads_first(command, monkeypa
     def reached(n):
         raise TextebmError(f"set_threads({n}) reached")
 
+    from textebm.options import usable_cores
+
+    n = usable_cores()  # the most --threads allows
     monkeypatch.setattr("torch.set_num_threads", reached)  # what the one shared set_threads calls
-    assert main([*argv, "--threads", "3"]) == 2
-    assert "set_threads(3) reached" in capsys.readouterr().err
+    assert main([*argv, "--threads", str(n)]) == 2
+    assert f"set_threads({n}) reached" in capsys.readouterr().err

@@ -103,7 +103,8 @@ def test_shards_split_the_cells(tagged, tmp_path, capsys):  # noqa: F811
         assert _grid(cfg, out, "--plan", "--shard", f"{i}/2") == 0
         text = capsys.readouterr().out
         assert f"shard {i}/2 holds 3" in text
-        halves.append({line.split()[0] for line in text.splitlines()[1:-1]})
+        halves.append({line.split()[0] for line in text.splitlines() if line.startswith("  ")})
+        assert "helps with the other shards' 3 unfinished cells" in text
     assert halves[0] | halves[1] == NAMES and not halves[0] & halves[1]
 
 

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -30,6 +31,7 @@ from textebm.fingerprint import file_sha256, folder_sha256
 from textebm.io import atomic_write, ordinary_modes, temporary_dir, write_json
 
 MARKER = ".textebm-output.json"
+log = logging.getLogger(__name__)
 
 
 def _read_marker_file(f: Path) -> dict | None:
@@ -142,6 +144,9 @@ def check_output_dir(path: str | Path, kind: str, overwrite: bool, option: str =
         raise TextebmError(f"{option} {path}: exists and is a file; {option} must be a folder")
     if not path.exists():
         _check_parent(path, option)
+    if recover_interrupted(path):
+        log.warning("%s %s: a replacement of its earlier `%s` output was interrupted; the earlier output is back",
+                    option, path, (read_marker(path) or {}).get("kind", "textebm"))
     if not _non_empty(path):
         return False
     marker = read_marker(path)
@@ -290,11 +295,20 @@ def output_dir(path: str | Path, kind: str, overwrite: bool, option: str = "--ou
         _swap_entries(path, tmp, [n for n in old if os.path.lexists(path / n)], entries)
 
 
+SWAP_JOURNAL = ".textebm-swap.json"  # OUT/SWAP_JOURNAL: a replacement in progress (`_swap_entries`)
+ASIDE_PREFIX = ".textebm-old."  # OUT/.textebm-old.XXXX: the earlier output's entries while they are replaced
+
+
 def _swap_entries(path: Path, tmp: Path, old: list[str], new: list[str]) -> None:
     """Replace `path`'s entries `old` (and its marker) by `tmp`'s entries `new` (and marker), all or
     nothing: the old ones are first moved into a fresh folder inside `path`, then the new ones
-    moved in; if a move fails, what moved comes back, so `path` never holds a mix of two runs."""
-    aside = Path(tempfile.mkdtemp(prefix=".textebm-old.", dir=path))  # a fresh name: never a user's
+    moved in; if a move fails, what moved comes back, so `path` never holds a mix of two runs.
+
+    A kill cannot run that rollback, so a journal (`SWAP_JOURNAL`, written atomically before the
+    first move and removed after the last) names the moves: the next command that checks or writes
+    `path` rolls an interrupted replacement back (`recover_interrupted`)."""
+    aside = Path(tempfile.mkdtemp(prefix=ASIDE_PREFIX, dir=path))  # a fresh name: never a user's
+    write_json(path / SWAP_JOURNAL, {"aside": aside.name, "old": [*old, MARKER], "new": [*new, MARKER]})
     away: list[str] = []
     moved_in: list[str] = []
     try:
@@ -310,9 +324,48 @@ def _swap_entries(path: Path, tmp: Path, old: list[str], new: list[str]) -> None
             os.replace(path / name, tmp / name)
         for name in reversed(away):
             os.replace(aside / name, path / name)
+        (path / SWAP_JOURNAL).unlink()
         shutil.rmtree(aside, ignore_errors=True)
         raise
+    (path / SWAP_JOURNAL).unlink()  # the commit point: from here on `path` is the new output
     shutil.rmtree(aside)
+
+
+def recover_interrupted(path: str | Path) -> bool:
+    """Undo a replacement of `path` that a kill cut short (`_swap_entries`): the new entries that
+    had moved in are removed, every earlier entry comes back from its folder aside. Without a
+    journal, folders aside are leftovers of a finished replacement (its earlier output, replaced) or
+    of one that never moved anything, and are removed. Returns True when it rolled one back."""
+    path = Path(path)
+    if not path.is_dir():
+        return False
+    journal = path / SWAP_JOURNAL
+    plan = None
+    if journal.is_file():
+        import json
+
+        try:
+            plan = json.loads(journal.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            plan = None
+    asides = [p for p in path.iterdir() if p.name.startswith(ASIDE_PREFIX) and p.is_dir() and not p.is_symlink()]
+    if not isinstance(plan, dict):
+        for p in asides:
+            shutil.rmtree(p, ignore_errors=True)
+        return False
+    aside = path / str(plan.get("aside", ""))
+    old = [n for n in plan.get("old", []) if isinstance(n, str) and "/" not in n and n not in (".", "..", "")]
+    new = [n for n in plan.get("new", []) if isinstance(n, str) and "/" not in n and n not in (".", "..", "")]
+    for name in new:  # a new entry is in `path` when its old namesake went aside, or it had none
+        if os.path.lexists(path / name) and (os.path.lexists(aside / name) or name not in old):
+            remove(path / name)
+    for name in old:
+        if os.path.lexists(aside / name):
+            os.replace(aside / name, path / name)
+    journal.unlink()
+    for p in asides:
+        shutil.rmtree(p, ignore_errors=True)
+    return True
 
 
 def remove(p: Path) -> None:

@@ -60,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import random
 import shutil
 import time
@@ -479,13 +480,15 @@ INPUT_OPTIONS = ("data", "init", "residual_of", "tokenizer", "train", "val", "vo
 def check_run_dir(opts: TrainOptions, config: dict | None) -> None:
     """Refuse a non-empty RUN without --resume / --overwrite, and a resumed run whose settings differ.
 
-    Only reads: every process calls it before anything is written, so all of them stop with the
-    same message instead of one erring and the others failing at the next barrier. Commands call
+    Only reads, but for completing what a kill cut short in RUN (`recover_run_folder`): every
+    process calls it before anything is written, so all of them stop with the same message instead
+    of one erring and the others failing at the next barrier. Commands call
     it with `config=None` before their own work (data, tokenizer, model), so a bad --out fails at
     once; `train` calls it again with the full config."""
 
     run = Path(opts.out)
     cfg_file = run / "config.json"
+    recover_run_folder(run)
     check_not_input(run, [(f"--{name.replace('_', '-')}", getattr(opts, name, "")) for name in INPUT_OPTIONS])
     if opts.resume:
         if not cfg_file.is_file():
@@ -521,6 +524,7 @@ def start_run(run: Path, opts: TrainOptions, config: dict, entries: Sequence[str
 
 SET_ASIDE = ".textebm-replaced"  # RUN/SET_ASIDE: the earlier run --overwrite replaces, until the new one holds
 SETTING_ASIDE = ".textebm-replacing"  # RUN/SETTING_ASIDE: that run's entries while they move aside
+RESTORING = ".textebm-restoring"  # RUN/RESTORING: the run set aside, while it moves back (`bring_back`)
 
 
 def set_aside(run: Path) -> None:
@@ -537,7 +541,7 @@ def set_aside(run: Path) -> None:
     if aside.is_dir() and (run / "checkpoint" / "state.json").is_file():
         remove(aside)  # the run here got past its checkpoint before it stopped: it is the one to replace
     marker = read_marker(run) or (read_marker(moving) if moving.is_dir() else None)
-    names = [n for n in [*own_entries(marker), MARKER] if n not in (SET_ASIDE, SETTING_ASIDE) and (run / n).exists()]
+    names = [n for n in [*own_entries(marker), MARKER] if n not in (SET_ASIDE, SETTING_ASIDE, RESTORING) and (run / n).exists()]
     if aside.is_dir() and not moving.is_dir():  # a try that stopped before its first checkpoint; the run before it waits aside
         for name in names:
             remove(run / name)
@@ -577,12 +581,39 @@ def abandon_failed_start(run: Path, created: bool, entries: Sequence[str] = tupl
     for name in [*entries, MARKER]:
         remove(run / name)
     aside = run / SET_ASIDE
-    if aside.is_dir():
-        for entry in aside.iterdir():
-            entry.rename(run / entry.name)
-        aside.rmdir()
+    bring_back(run)
     if created and run.is_dir() and not any(run.iterdir()):
         run.rmdir()
+
+
+def bring_back(run: Path) -> None:
+    """Move the earlier run set aside back into RUN: the folder aside first becomes
+    RUN/.textebm-restoring in one rename, then its entries move out one by one (the marker last),
+    so a kill midway leaves a state `recover_run_folder` completes, never entries that a later
+    `set_aside` would take for a failed try's and remove."""
+    aside, restoring = run / SET_ASIDE, run / RESTORING
+    if aside.is_dir() and not restoring.exists():
+        aside.rename(restoring)
+    if not restoring.is_dir():
+        return
+    for entry in sorted(restoring.iterdir(), key=lambda p: p.name == MARKER):  # the marker last
+        if not os.path.lexists(run / entry.name):
+            entry.rename(run / entry.name)
+    remove(restoring)
+
+
+def recover_run_folder(run: Path) -> None:
+    """Complete what a kill cut short in RUN, before anything reads it: a move aside
+    (RUN/.textebm-replacing) is finished; an earlier run set aside whose replacement never wrote its
+    marker, or whose bringing back stopped midway (RUN/.textebm-restoring), is brought back whole.
+    Several processes may call it at once: a rename another one did first is skipped."""
+    try:
+        if (run / SETTING_ASIDE).is_dir():
+            set_aside(run)
+        if (run / RESTORING).is_dir() or ((run / SET_ASIDE).is_dir() and read_marker(run) is None):
+            bring_back(run)
+    except FileNotFoundError:
+        pass
 
 
 def run_precision(opts: TrainOptions, run: Path):

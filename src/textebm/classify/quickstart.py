@@ -166,6 +166,12 @@ def estimate_seconds(precision: str, lm_sentences: int, train_examples: int, eva
             "eval": 5 * (train_examples + eval_examples) * c["eval"]}
 
 
+def dataset_labels(data: Path, info: dict) -> list[str]:
+    """The classes of the report: dataset.json's, or (a folder made by hand, without one) those of
+    the training split, as `classify train` reads them."""
+    return list(info.get("labels") or label_vocab(load_split(data, "train"), str(data / "train.jsonl")))
+
+
 def check_models(cfg: QuickstartConfig) -> None:
     """--encoder an encoder (or a cloze run's), --noise-lm a causal LM: TextebmError naming the option."""
     enc = Path(cfg.encoder).expanduser()
@@ -233,7 +239,8 @@ def quickstart(cfg: QuickstartConfig) -> dict:
         settings={**{k: v for k, v in asdict(cfg).items() if k not in GRID_ONLY},
                   "train_examples": first["train_examples"], "dev_half": first["dev_half"],
                   "test_half": first["test_half"], "noise_per_example": cfg.noise_ratio * math.ceil(cfg.epochs),
-                  "dataset": info.get("name", data.name), "labels": info.get("labels", []),
+                  "dataset": info.get("name", data.name),
+                  "labels": dataset_labels(data, info),
                   "precision_choice": choice.as_dict(), "expected_seconds_per_seed": round(sum(est.values()))})
     write_json(out / "results.json", results)
     with atomic_write(out / "report.md") as f:

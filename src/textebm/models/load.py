@@ -153,6 +153,13 @@ def _is_run(folder: Path) -> bool:
     return marker is not None and marker["kind"].endswith("train") and (folder / "config.json").is_file()
 
 
+def refuse_unfinished(path: Path, option: str) -> None:
+    """A training run killed before it wrote model/ is named as such (not as a wrong kind)."""
+    if _is_run(path) and not (path / "model").exists():
+        raise TextebmError(f"{option} {path}: an unfinished `{read_marker(path)['kind']}` run (no model/ yet); "
+                           "finish it with the same command and --resume, then use it")
+
+
 def folder_kind(path: str | Path) -> str:
     """causal-lm | encoder | other | none | a textebm kind (see the module doc)."""
     return inspect_folder(path).kind
@@ -172,9 +179,7 @@ def find_model(name_or_path: str | Path, kind: str, option: str = "--model", ids
             path = resolve_model(name_or_path)
         except TextebmError as e:
             raise TextebmError(f"{option}: {str(e).rstrip('.')}; expected {NEEDS[kind]}") from None
-    if _is_run(path) and not (path / "model").exists():
-        raise TextebmError(f"{option} {path}: an unfinished `{read_marker(path)['kind']}` run (no model/ yet); "
-                           "finish it with the same command and --resume, then use it")
+    refuse_unfinished(path, option)
     info = inspect_folder(path)
     if info.kind != kind and not (kind == CAUSAL_LM and info.kind == RESIDUAL_LM):  # a RALM is a causal LM
         found = info.describe() if info.kind == NONE else f"{info.describe()}, not {NAMES[kind]}"

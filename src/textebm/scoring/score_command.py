@@ -36,6 +36,7 @@ from textebm.models.load import (
     CLOZE,
     find_model,
     inspect_folder,
+    refuse_unfinished,
     load_cloze,
     load_lm,
 )
@@ -91,6 +92,7 @@ def _model_kind(model_arg: str) -> tuple[str, Path]:
 
     p = Path(model_arg).expanduser()
     if p.is_dir():
+        refuse_unfinished(p, "--model")
         info = inspect_folder(p)
         if info.kind == CLOZE:
             return "cloze", find_model(p, CLOZE).path

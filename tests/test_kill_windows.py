@@ -1,0 +1,150 @@
+"""Kills at every rename of the two crash windows (issue 33, item 4): `outputs.output_dir`
+replacing an earlier output, and `train.set_aside` / `bring_back` moving an earlier run aside and
+back. A child process does the work and dies (os._exit, as SIGKILL: no rollback runs) just before
+its k-th rename; the parent then does what the next command does first, and the folder must hold
+one whole output (the earlier one, or the new one once the replacement committed), never a mix,
+and no file of the earlier run may be lost."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from textebm.outputs import MARKER, SWAP_JOURNAL, check_output_dir, read_marker
+from textebm.train import RESTORING, SET_ASIDE, SETTING_ASIDE, recover_run_folder
+
+CHILD = r"""
+import json, os, pathlib, sys
+k, what, target = int(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
+count = {"n": 0}
+real_replace, real_rename = os.replace, pathlib.Path.rename
+def tick():
+    count["n"] += 1
+    if count["n"] == k:
+        os._exit(9)  # killed just before this rename: nothing rolls back
+def replace(src, dst, **kw):
+    tick()
+    return real_replace(src, dst, **kw)
+def rename(self, target_):
+    tick()
+    return real_rename(self, target_)
+os.replace, pathlib.Path.rename = replace, rename
+if what == "swap":
+    from textebm.outputs import output_dir
+    with output_dir(target, "residual ppl", overwrite=True) as tmp:
+        (tmp / "a").mkdir()
+        (tmp / "a" / "y.txt").write_text("new a")
+        (tmp / "b").write_text("new b")
+        (tmp / "d.json").write_text("new d")
+else:
+    from textebm.train import abandon_failed_start, set_aside
+    from textebm.outputs import write_marker
+    count["n"] = -10**6  # the writes below are not the window under test
+    set_aside(target)
+    write_marker(target, "lm train", ["config.json", "checkpoint", "metrics.json", "model"])
+    (target / "config.json").write_text('{"new": true}')
+    count["n"] = 0
+    abandon_failed_start(target, created=False)
+print(json.dumps({"renames": count["n"]}))
+"""
+
+SET_ASIDE_CHILD = CHILD.replace('else:\n    from textebm.train import abandon_failed_start, set_aside',
+                                'elif what == "set_aside":\n    from textebm.train import set_aside\n'
+                                '    set_aside(target)\nelse:\n'
+                                '    from textebm.train import abandon_failed_start, set_aside')
+
+
+def _child(k: int, what: str, target: Path) -> dict | None:
+    r = subprocess.run([sys.executable, "-c", SET_ASIDE_CHILD, str(k), what, str(target)], capture_output=True,
+                       text=True)
+    if r.returncode == 9:
+        return None
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every entry and its content; the marker aside, and textebm's own temporaries
+    (`.NAME.textebm-XXXXXXXX.tmp` of an atomic write the kill cut: removed by the next write)."""
+    import re
+
+    temporary = re.compile(r"\..+\.textebm-[a-z0-9_]{8}\.tmp")
+    return {str(p.relative_to(root)): p.read_text() if p.is_file() else "/"
+            for p in sorted(root.rglob("*")) if p.name != MARKER and not temporary.fullmatch(p.name)}
+
+
+def _earlier_output(out: Path) -> dict[str, str]:
+    from textebm.outputs import output_dir
+
+    with output_dir(out, "residual ppl", overwrite=False) as tmp:
+        (tmp / "a").write_text("old a")
+        (tmp / "b").mkdir()
+        (tmp / "b" / "x.txt").write_text("old b")
+        (tmp / "c.json").write_text("old c")
+    (out / "notes.txt").write_text("mine")
+    return _tree(out)
+
+
+def test_a_replacement_killed_at_any_rename_leaves_one_whole_output(tmp_path):
+    new = {"a": "/", "a/y.txt": "new a", "b": "new b", "d.json": "new d", "notes.txt": "mine"}
+    outcomes = set()
+    for k in range(1, 40):
+        out = tmp_path / f"k{k}" / "report"
+        old = _earlier_output(out)
+        finished = _child(k, "swap", out)
+        check_output_dir(out, "residual ppl", overwrite=True)  # what the next command does first
+        now = _tree(out)
+        assert now in (old, new), f"killed before rename {k}: a mix of two outputs: {now}"
+        assert not (out / SWAP_JOURNAL).exists() and not any(p.name.startswith(".textebm-old.") for p in out.iterdir())
+        assert read_marker(out)["entries"] == sorted(k for k in (old if now == old else new)
+                                                     if "/" not in k and k != "notes.txt")
+        outcomes.add("old" if now == old else "new")
+        if finished is not None:  # k went past the last rename: the window is covered
+            break
+    assert outcomes == {"old", "new"} and k > 6  # both sides of the commit point were hit
+
+
+def _earlier_run(run: Path) -> dict[str, str]:
+    from textebm.outputs import write_marker
+
+    run.mkdir(parents=True)
+    (run / "config.json").write_text('{"old": true}')
+    (run / "metrics.json").write_text('{"completed": true}')
+    (run / "model").mkdir()
+    (run / "model" / "model.safetensors").write_text("weights")
+    (run / "notes.txt").write_text("mine")
+    write_marker(run, "lm train", ["config.json", "checkpoint", "metrics.json", "model"])
+    return _tree(run)
+
+
+@pytest.mark.parametrize("what", ["set_aside", "abandon"])
+def test_an_earlier_run_survives_a_kill_at_any_rename_of_set_aside_and_bring_back(tmp_path, what):
+    """set_aside: the kill comes while the earlier run moves aside (the new run never wrote its
+    marker); abandon: after the new run failed, while the earlier run moves back."""
+    for k in range(1, 30):
+        run = tmp_path / f"k{k}" / "run"
+        old = _earlier_run(run)
+        finished = _child(k, what, run)
+        recover_run_folder(run)  # what the next training command does first (check_run_dir)
+        # the new run never wrote its marker (set_aside) or gave up (abandon): the earlier one is back
+        assert _tree(run) == old, f"killed before rename {k}: the earlier run is not whole: {_tree(run)}"
+        assert read_marker(run)["kind"] == "lm train"
+        assert not any((run / n).exists() for n in (SET_ASIDE, SETTING_ASIDE, RESTORING))
+        if finished is not None:
+            break
+    assert k > 3  # several renames were each interrupted
+
+
+def test_a_folder_with_a_rolled_back_replacement_is_replaced_cleanly_next_time(tmp_path):
+    from textebm.outputs import output_dir
+
+    out = tmp_path / "report"
+    _earlier_output(out)
+    assert _child(5, "swap", out) is None
+    with output_dir(out, "residual ppl", overwrite=True) as tmp:
+        (tmp / "z.json").write_text("z")
+    assert sorted(_tree(out)) == ["notes.txt", "z.json"]
