@@ -562,3 +562,16 @@ def test_cli_a_score_file_of_score_normalize_is_looked_up_in_its_own_form(tmp_pa
                  str(tmp_path / "r4")]) == 2
     err = capsys.readouterr().err
     assert "unknown.jsonl:1" in err and "'lower'" in err and "Traceback" not in err
+
+
+def test_cli_scores_of_normalised_texts_without_a_recorded_form_name_the_normalize_fix(tmp_path, capsys):
+    """`rerank --normalize ptb --write-texts` then a plain `score`: the rows hold PTB-form texts and
+    record no form; rerank without --normalize finds none of the hypotheses and says which
+    --normalize finds them all (not only --write-texts)."""
+    dev, test = write_nbest(tmp_path / "dev.json", PTB_DEV), write_nbest(tmp_path / "test.json", PTB_TEST)
+    ptb_only = {t: v for t, v in PTB_SCORES.items() if " n't" in t}
+    scores = write_scores(tmp_path / "causal.jsonl", ptb_only, "causal")
+    base = ["rerank", "--dev", str(dev), "--test", str(test), "--scores", str(scores)]
+    assert main(base + ["--out", str(tmp_path / "r")]) == 2
+    assert "its texts are in the --normalize ptb form" in capsys.readouterr().err
+    assert main(base + ["--out", str(tmp_path / "r"), "--normalize", "ptb"]) == 0

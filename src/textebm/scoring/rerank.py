@@ -288,9 +288,15 @@ def attach(items: Sequence[NBest], sf: ScoreFile, how: str, normalize: str = "no
     missing = [norm(t) for it in items for t in it.texts if norm(t) not in sf.scores]
     if missing:
         unique = list(dict.fromkeys(missing))
+        texts = [t for it in items for t in it.texts]
+        # texts written with `rerank --normalize P --write-texts` and scored by a plain `score` hold the
+        # P form without recording it: name the form that finds every hypothesis, the actual fix
+        fits = [p for p in PRESETS if p != normalize and all(normalizer(p)(t) in sf.scores for t in texts)]
+        fix = (f"its texts are in the --normalize {fits[0]} form (written so, scored without recording it): pass "
+               f"--normalize {fits[0]}" if fits else f"scores are matched by exact text: {how}")
         raise InputError(sf.path, f"no score for {len(unique)} hypothesis text{'s' if len(unique) > 1 else ''}, "
                                   f"e.g. {unique[0]!r}" + (f" (--normalize {normalize})" if normalize != "none" else "")
-                                  + f"; scores are matched by exact text: {how}")
+                                  + f"; {fix}")
     return [np.array([sf.scores[norm(t)] for t in it.texts], dtype=np.float64) for it in items]
 
 
