@@ -1,15 +1,12 @@
 """Kills at every rename of the two crash windows (issue 33, item 4): `outputs.output_dir`
 replacing an earlier output, and `train.set_aside` / `bring_back` moving an earlier run aside and
-back. A child process does the work and dies (os._exit, as SIGKILL: no rollback runs) just before
+back. A forked child process does the work and dies (os._exit, as SIGKILL: no rollback runs) just before
 its k-th rename; the parent then does what the next command does first, and the folder must hold
 one whole output (the earlier one, or the new one once the replacement committed), never a mix,
 and no file of the earlier run may be lost."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,54 +14,61 @@ import pytest
 from textebm.outputs import MARKER, SWAP_JOURNAL, check_output_dir, read_marker
 from textebm.train import RESTORING, SET_ASIDE, SETTING_ASIDE, recover_run_folder
 
-CHILD = r"""
-import json, os, pathlib, sys
-k, what, target = int(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
-count = {"n": 0}
-real_replace, real_rename = os.replace, pathlib.Path.rename
-def tick():
-    count["n"] += 1
-    if count["n"] == k:
-        os._exit(9)  # killed just before this rename: nothing rolls back
-def replace(src, dst, **kw):
-    tick()
-    return real_replace(src, dst, **kw)
-def rename(self, target_):
-    tick()
-    return real_rename(self, target_)
-os.replace, pathlib.Path.rename = replace, rename
-if what == "swap":
-    from textebm.outputs import output_dir
-    with output_dir(target, "residual ppl", overwrite=True) as tmp:
-        (tmp / "a").mkdir()
-        (tmp / "a" / "y.txt").write_text("new a")
-        (tmp / "b").write_text("new b")
-        (tmp / "d.json").write_text("new d")
-else:
-    from textebm.train import abandon_failed_start, set_aside
-    from textebm.outputs import write_marker
-    count["n"] = -10**6  # the writes below are not the window under test
-    set_aside(target)
-    write_marker(target, "lm train", ["config.json", "checkpoint", "metrics.json", "model"])
-    (target / "config.json").write_text('{"new": true}')
-    count["n"] = 0
-    abandon_failed_start(target, created=False)
-print(json.dumps({"renames": count["n"]}))
-"""
+def _child(k: int, what: str, target: Path) -> bool:
+    """Run `what` on `target` in a forked child that dies (os._exit) just before its k-th rename
+    (os.replace or Path.rename); True when it finished before a k-th rename came."""
+    import os
+    import pathlib
 
-SET_ASIDE_CHILD = CHILD.replace('else:\n    from textebm.train import abandon_failed_start, set_aside',
-                                'elif what == "set_aside":\n    from textebm.train import set_aside\n'
-                                '    set_aside(target)\nelse:\n'
-                                '    from textebm.train import abandon_failed_start, set_aside')
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest, no rollback, no atexit
+        try:
+            count = {"n": 0}
+            real_replace, real_rename = os.replace, pathlib.Path.rename
 
+            def tick():
+                count["n"] += 1
+                if count["n"] == k:
+                    os._exit(9)  # killed just before this rename: nothing rolls back
 
-def _child(k: int, what: str, target: Path) -> dict | None:
-    r = subprocess.run([sys.executable, "-c", SET_ASIDE_CHILD, str(k), what, str(target)], capture_output=True,
-                       text=True)
-    if r.returncode == 9:
-        return None
-    assert r.returncode == 0, r.stderr[-2000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+            def replace(src, dst, **kw):
+                tick()
+                return real_replace(src, dst, **kw)
+
+            def rename(self, target_):
+                tick()
+                return real_rename(self, target_)
+
+            os.replace, pathlib.Path.rename = replace, rename
+            if what == "swap":
+                from textebm.outputs import output_dir
+
+                with output_dir(target, "residual ppl", overwrite=True) as tmp:
+                    (tmp / "a").mkdir()
+                    (tmp / "a" / "y.txt").write_text("new a")
+                    (tmp / "b").write_text("new b")
+                    (tmp / "d.json").write_text("new d")
+            elif what == "set_aside":
+                from textebm.train import set_aside
+
+                set_aside(target)
+            else:
+                from textebm.outputs import write_marker
+                from textebm.train import abandon_failed_start, set_aside
+
+                count["n"] = -10**6  # the new run's start is not the window under test
+                set_aside(target)
+                write_marker(target, "lm train", ["config.json", "checkpoint", "metrics.json", "model"])
+                (target / "config.json").write_text('{"new": true}')
+                count["n"] = 0
+                abandon_failed_start(target, created=False)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    assert code in (0, 9), f"the child failed (exit {code})"
+    return code == 0
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -103,7 +107,7 @@ def test_a_replacement_killed_at_any_rename_leaves_one_whole_output(tmp_path):
         assert read_marker(out)["entries"] == sorted(k for k in (old if now == old else new)
                                                      if "/" not in k and k != "notes.txt")
         outcomes.add("old" if now == old else "new")
-        if finished is not None:  # k went past the last rename: the window is covered
+        if finished:  # k went past the last rename: the window is covered
             break
     assert outcomes == {"old", "new"} and k > 6  # both sides of the commit point were hit
 
@@ -134,7 +138,7 @@ def test_an_earlier_run_survives_a_kill_at_any_rename_of_set_aside_and_bring_bac
         assert _tree(run) == old, f"killed before rename {k}: the earlier run is not whole: {_tree(run)}"
         assert read_marker(run)["kind"] == "lm train"
         assert not any((run / n).exists() for n in (SET_ASIDE, SETTING_ASIDE, RESTORING))
-        if finished is not None:
+        if finished:
             break
     assert k > 3  # several renames were each interrupted
 
@@ -144,7 +148,7 @@ def test_a_folder_with_a_rolled_back_replacement_is_replaced_cleanly_next_time(t
 
     out = tmp_path / "report"
     _earlier_output(out)
-    assert _child(5, "swap", out) is None
+    assert not _child(5, "swap", out)
     with output_dir(out, "residual ppl", overwrite=True) as tmp:
         (tmp / "z.json").write_text("z")
     assert sorted(_tree(out)) == ["notes.txt", "z.json"]
