@@ -1144,6 +1144,7 @@ CASES = [
     ("tag-train --overwrite of its own --init",
      lambda w: ["tag", "train", "--data", _tag(w)["data"], "--out", w["adir"], "--method", "joint", "--init", w["adir"],
                 "--max-steps", "1", "--no-progress", "--overwrite"], "is the input of --init"),
+    ("tag-train --freeze with --method joint", lambda w: _tag_train(w, "--method", "joint", "--freeze"), "--freeze"),
     # what issue 33's probes found accepted silently or left behind
     ("cloze-train --noise-scale 0.01 (below the smallest tower)",
      lambda w: _cloze_train(w, "--width", "64", "--noise-scale", "0.01"), "--noise-scale 0.01"),

@@ -166,7 +166,7 @@ def pretrained(tagged, tmp_path_factory) -> Path:  # noqa: F811
     return out
 
 
-def test_pretrain_learns_with_the_bilstm_frozen_and_tag_eval_reads_it(tagged, pretrained, tmp_path):  # noqa: F811
+def test_pretrain_fine_tunes_every_weight_and_tag_eval_reads_it(tagged, pretrained, tmp_path):  # noqa: F811
     metrics = json.loads((pretrained / "metrics.json").read_text())
     acc = metrics["eval"]["dev_accuracy"]
     assert acc > _majority(tagged) + 0.3, acc
@@ -174,11 +174,11 @@ def test_pretrain_learns_with_the_bilstm_frozen_and_tag_eval_reads_it(tagged, pr
     assert stage1["completed"] and {"dnce", "noise_nll"} <= set(stage1["train"]["history"][-1])
     config = json.loads((pretrained / "config.json").read_text())
     assert (config["labelled_sentences"], config["unlabelled_sentences"]) == (40, 80)
-    # stage 2 kept the embeddings and the BiLSTM of stage 1 byte for byte; the output layer learnt
+    # stage 2 started from stage 1's embeddings and BiLSTM and fine-tuned every weight (the paper's code)
     first, final = _weights(pretrained / "pretrain" / "model"), _weights(pretrained / "model")
-    frozen = [k for k in final if k.startswith(("embed.", "lstm."))]
-    assert frozen and all(torch.equal(first[k], final[k]) for k in frozen)
-    assert not torch.equal(first["out.weight"], final["out.weight"])
+    assert set(final) == set(first)
+    assert all(not torch.equal(first[k], final[k]) for k in final), [k for k in final if torch.equal(first[k], final[k])]
+    assert config["freeze"] is False
     assert (pretrained / "pretrain" / "model" / "trf.safetensors").is_file()
     out = tmp_path / "dev.json"
     assert main(["tag", "eval", "--model", str(pretrained), "--data", str(tagged), "--split", "dev",
@@ -302,3 +302,31 @@ def test_keep_best_ends_with_the_epoch_of_best_dev_accuracy(tagged, tmp_path):  
     assert m["train"]["kept"] == kept and m["eval"]["dev_accuracy"] == pytest.approx(1 - kept["loss"], abs=1e-12)
     assert main(supervised_args(tagged, tmp_path / "x", "--keep-best", "--eval-split", "")) == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_pretrain_freeze_keeps_stage_1s_network_and_trains_the_head_only(tagged, tmp_path):  # noqa: F811
+    """--freeze, the ablation: the embeddings and the BiLSTM byte for byte as stage 1 left them; the
+    output layer and A learn. Refused with another method."""
+    run = tmp_path / "frozen"
+    assert main(_args("pretrain", tagged, run, *PRETRAIN, "--freeze")) == 0
+    first, final = _weights(run / "pretrain" / "model"), _weights(run / "model")
+    frozen = [k for k in final if k.startswith(("embed.", "lstm."))]
+    assert frozen and all(torch.equal(first[k], final[k]) for k in frozen)
+    assert not torch.equal(first["out.weight"], final["out.weight"])
+    assert json.loads((run / "config.json").read_text())["freeze"] is True
+    assert main(_args("joint", tagged, tmp_path / "j", *JOINT, "--freeze")) == 2
+    assert not (tmp_path / "j").exists()
+
+
+def test_a_pretrain_run_from_before_freeze_resumes_frozen(tagged, tmp_path, monkeypatch):  # noqa: F811
+    """A run whose config.json has no `freeze` started with the BiLSTM frozen; --resume keeps it so."""
+    from textebm.tagging.train import TagTrainConfig, stage2_frozen
+
+    run = tmp_path / "old"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"method": "pretrain", "data": str(tagged)}))
+    cfg = TagTrainConfig(data=str(tagged), out=str(run), method="pretrain", resume=True)
+    assert stage2_frozen(cfg) is True
+    (run / "config.json").write_text(json.dumps({"method": "pretrain", "freeze": False}))
+    assert stage2_frozen(cfg) is False
+    assert stage2_frozen(TagTrainConfig(data=str(tagged), out=str(tmp_path / "new"), method="pretrain")) is False

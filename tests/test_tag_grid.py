@@ -246,3 +246,19 @@ def test_the_plan_prices_dnce_by_the_vocabulary_it_will_have(tagged, tmp_path, m
     with_labelled = base.seconds(joint)
     monkeypatch.setitem(tag_grid.SECONDS, "labelled", 0.0)
     assert with_labelled - base.seconds(joint) == pytest.approx(16 * 0.0016)
+
+
+def test_pretrain_cells_fine_tune_by_default_and_a_frozen_cell_keeps_its_earlier_key(tagged, tmp_path):  # noqa: F811
+    """Stage 2 fine-tunes every weight since issue 34: those cells take a new key (no frozen result is
+    read for them); `options.pretrain.freeze` gives the ablation, under the key frozen cells had."""
+    plain = _config(tmp_path, tagged)
+    cfg = json.loads(plain.read_text())
+    cfg.setdefault("options", {}).setdefault("pretrain", {})["freeze"] = True
+    (tmp_path / "frozen.json").write_text(json.dumps(cfg))
+    g0 = tag_grid.TagGrid(tag_grid.read_config(plain), tmp_path / "a")
+    g1 = tag_grid.TagGrid(tag_grid.read_config(tmp_path / "frozen.json"), tmp_path / "a")
+    pre, sup = tag_grid.Setting("pretrain", 1.0, 2, 0), tag_grid.Setting("supervised", 1.0, 0, 0)
+    assert g0.train_settings(pre)["stage2"] == "every weight" and "stage2" not in g1.train_settings(pre)
+    assert "freeze" not in g1.train_settings(pre)["options"]  # the key of a cell made before --freeze existed
+    assert g0.run_dir(pre) != g1.run_dir(pre) and g0.run_dir(sup) == g1.run_dir(sup)
+    assert g1.seconds(pre) < g0.seconds(pre)  # a frozen stage 2 is cheaper

@@ -305,8 +305,12 @@ class TagGrid:
 
     def train_settings(self, s: Setting) -> dict:
         """Everything a run's weights depend on (by content: the data folder's hash)."""
+        opts = method_options(self.cfg, s.method)
         d = {"method": s.method, "data": self.data_sha, "labelled": self.cfg["labelled"], "proportion": s.proportion,
-             "ratio": s.ratio, "seed": s.seed, "options": method_options(self.cfg, s.method)}
+             "ratio": s.ratio, "seed": s.seed, "options": {k: v for k, v in opts.items() if k != "freeze"}}
+        if s.method == "pretrain" and not opts.get("freeze"):
+            # stage 2 fine-tunes every weight since issue 34; a frozen cell keeps the key it had before
+            d["stage2"] = "every weight"
         if s.method == "joint":
             d["init"] = self.train_settings(Setting("supervised", s.proportion, 0, s.seed))
         if s.method != "supervised" and self.unlabelled_sha:
@@ -347,7 +351,7 @@ class TagGrid:
             n_unl = s.ratio * n_lab
             t += SECONDS["start"] + passes(n_unl, opts.get("pretrain_epochs", 1.0), opts.get("pretrain_steps", 0)) \
                 * self._dnce_seconds(n_unl, opts) + SECONDS["pool"] * bool(self.cfg["unlabelled"])
-            t += passes(n_lab, epochs, opts.get("max_steps", 0)) * SECONDS["frozen"]
+            t += passes(n_lab, epochs, opts.get("max_steps", 0)) * SECONDS["frozen" if opts.get("freeze") else "labelled"]
             t += evaluations(n_lab) * SECONDS["eval"]
         else:
             n_unl = s.ratio * n_lab

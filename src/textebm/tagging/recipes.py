@@ -5,7 +5,8 @@ options (the command, `tagging/train.py`, builds them):
     TRFRecipe       stage 1 of pre-training: the TRF language model of eq. (3) over the BiLSTM by
                     DNCE on unlabelled sentences, the noise LM by maximum likelihood (paper e, 3.2)
     FineTuneRecipe  stage 2 of pre-training: `prepare` runs stage 1 and loads its embeddings and
-                    BiLSTM, frozen; the output layer and A learn on the labelled sentences
+                    BiLSTM; every weight then learns on the labelled sentences (the paper's code),
+                    or, with `freeze`, only the new output layer and A (sec. 3.2 read alone)
     JointRecipe     the JRF (eq. 6): CRF NLL on a labelled batch + w(step) · DNCE of the marginal on
                     an unlabelled batch + the noise LM's NLL (paper e, 3.3)
 
@@ -143,20 +144,24 @@ class TRFRecipe(Recipe):
         save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(Path(folder) / TRF_FILE))
 
 
-FROZEN = ("embed.", "lstm.")  # what stage 2 of pre-training keeps from stage 1
+FROZEN = ("embed.", "lstm.")  # what stage 2 of pre-training takes from stage 1 (and keeps, with `freeze`)
 
 
 class FineTuneRecipe(TaggerRecipe):
     """Stage 2 of pre-training: `prepare` runs stage 1 (RUN/pretrain) and loads its embeddings and
-    BiLSTM into the tagger, whose embeddings and BiLSTM are frozen: the output layer and A learn."""
+    BiLSTM into the tagger; the output layer and A start fresh. Every weight then trains on the
+    labelled sentences, as thu-spmi/semi-EBM's `run_trf_finetune.sh` does (`run_crf.py --model`
+    restores all but `edge_mat` and `final_linear` and trains every trainable variable); with
+    `freeze` the embeddings and the BiLSTM stay as stage 1 left them (sec. 3.2's last sentence
+    read alone: "fine-tune ... the output layer"), the ablation."""
 
     run_files = (STAGE1,)
 
-    def __init__(self, *args, stage1: Callable[[Path], Path], **kwargs):
+    def __init__(self, *args, stage1: Callable[[Path], Path], freeze: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
-        self.stage1 = stage1
+        self.stage1, self.freeze = stage1, freeze
         for name, p in self.model.named_parameters():
-            p.requires_grad_(not name.startswith(FROZEN))
+            p.requires_grad_(not (freeze and name.startswith(FROZEN)))
 
     def prepare(self, run):
         folder = self.stage1(run)

@@ -49,6 +49,7 @@ from textebm.data.ssl_split import nested_split
 from textebm.data.tagging import check_known_tags, load_tagged, load_unlabelled_text, tag_set
 from textebm.errors import TextebmError
 from textebm.fingerprint import file_sha256, json_sha256
+from textebm.io import read_json
 from textebm.models.crf import BiLSTMCRF, TaggerSpec
 from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, length_distribution
@@ -81,7 +82,7 @@ log = logging.getLogger(__name__)
 METHODS = ["supervised", "pretrain", "joint"]
 SSL_OPTIONS = ["ratio", "unlabelled", "unlabelled_max_tokens", "dnce_alpha", "noise_ratio", "noise_lr", "noise_embed",
                "noise_hidden"]  # pretrain, joint
-PRETRAIN_OPTIONS = ["pretrain_epochs", "pretrain_steps", "pretrain_lr"]
+PRETRAIN_OPTIONS = ["pretrain_epochs", "pretrain_steps", "pretrain_lr", "freeze"]
 JOINT_OPTIONS = ["unlabelled_weight", "ramp_steps", "init"]
 
 
@@ -93,7 +94,8 @@ class TagTrainConfig(TrainOptions):
     method: str = field(default="supervised", metadata={
         "help": "supervised: the BiLSTM-CRF trained on the CRF's -log p(y|x) of the labelled sentences; "
                 "pretrain: a TRF language model over the BiLSTM (eq. 3) trained by DNCE on unlabelled sentences "
-                "(RUN/pretrain), then the BiLSTM frozen and a new output layer and A trained on the labelled ones; "
+                "(RUN/pretrain), then the tagger started from its embeddings and BiLSTM and fine-tuned on the "
+                "labelled ones (--freeze: only a new output layer and A); "
                 "joint: the JRF (eq. 6), CRF NLL on labelled + weighted DNCE of its marginal on unlabelled sentences",
         "choices": METHODS})
     labelled: int = field(default=0, metadata={
@@ -154,6 +156,9 @@ class TagTrainConfig(TrainOptions):
         "help": "pretrain: stop stage 1 after this many optimizer steps (0: no limit)", "min": 0})
     pretrain_lr: float = field(default=1e-3, metadata={"help": "pretrain: peak learning rate of stage 1 (AdamW)",
                                                        "gt": 0})
+    freeze: bool = field(default=False, metadata={
+        "help": "pretrain: stage 2 trains only the new output layer and A, the embeddings and BiLSTM kept as stage "
+                "1 left them (the ablation; default: every weight fine-tuned, as the paper's code does)"})
     # joint
     unlabelled_weight: float = field(default=0.1, metadata={
         "help": "joint: the DNCE loss's weight after the ramp (thu-spmi/semi-EBM: 0.1)", "min": 0})
@@ -252,6 +257,18 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     return train(cfg, config, recipe)
 
 
+def stage2_frozen(cfg: TagTrainConfig) -> bool:
+    """Whether stage 2 of pre-training keeps the BiLSTM frozen: --freeze; and for a run resumed
+    from before --freeze existed (its config.json has no `freeze`), frozen, as that run started."""
+    old = Path(cfg.out) / "config.json"
+    if cfg.resume and old.is_file():
+        recorded = read_json(old)
+        if isinstance(recorded, dict) and recorded.get("method") == "pretrain" and "freeze" not in recorded:
+            log.info("--resume of a pre-training run from before --freeze: its stage 2 stays frozen, as it started")
+            return True
+    return cfg.freeze
+
+
 @dataclass(kw_only=True)
 class PretrainStageOptions(TrainOptions):
     """Stage 1 of `tag train --method pretrain`, the run in RUN/pretrain (made from the command's
@@ -321,10 +338,14 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
             start_zeta(trf_model, joint=False, seed=cfg.seed)  # a checkpoint, if any, then replaces it
         train(opts, {**options_dict(opts), **own, **inputs}, TRFRecipe(trf_model, vocab, unlabelled, spec,
                                                                          cfg.noise_lr))
-        log.info("stage 2: the output layer and A on the labelled sentences, the BiLSTM frozen")
+        log.info("stage 2: %s on the labelled sentences", "the output layer and A, the embeddings and BiLSTM "
+                 "frozen" if freeze else "every weight fine-tuned from stage 1's embeddings and BiLSTM")
         return out / "model"
 
-    recipe = FineTuneRecipe(tagger, vocab, rows, eval_split, eval_rows, cfg.batch_size, stage1=stage1)
+    freeze = stage2_frozen(cfg)
+    if freeze != cfg.freeze:  # an older run, frozen as it started: its config.json stays as written
+        config.pop("freeze", None)
+    recipe = FineTuneRecipe(tagger, vocab, rows, eval_split, eval_rows, cfg.batch_size, stage1=stage1, freeze=freeze)
     recipe.keep_best = cfg.keep_best
     return train(cfg, config, recipe)
 
