@@ -49,6 +49,13 @@ def test_a_tiny_grid_end_to_end_then_cached(tagged, tmp_path, monkeypatch, capsy
     res = json.loads((out / "results.json").read_text())
     assert {f"{c['method']}-p{c['proportion']:g}-r{c['ratio']}-s{c['seed']}" for c in res["cells"]} == NAMES
     assert all(0 <= c["accuracy"] <= 1 for c in res["cells"])
+    # each cell records what its run trained: CRF steps, and DNCE steps (pretrain: stage 1's)
+    for c in res["cells"]:
+        run = json.loads((out / c["run"] / "metrics.json").read_text())["train"]
+        assert c["crf_steps"] == run["steps"] > 0
+        if c["method"] == "pretrain":
+            assert c["dnce_steps"] == 2  # pretrain_steps 2
+        assert ("dnce_steps" in c) == (c["method"] != "supervised")
     # the out-of-domain set at 50 % only; joint started from the supervised run of its cell
     assert {c["method"] for c in res["cells"] if "ood_accuracy" in c} == {"supervised", "pretrain", "joint"}
     assert all(("ood_accuracy" in c) == (c["proportion"] == 0.5) for c in res["cells"])
@@ -262,3 +269,19 @@ def test_pretrain_cells_fine_tune_by_default_and_a_frozen_cell_keeps_its_earlier
     assert "freeze" not in g1.train_settings(pre)["options"]  # the key of a cell made before --freeze existed
     assert g0.run_dir(pre) != g1.run_dir(pre) and g0.run_dir(sup) == g1.run_dir(sup)
     assert g1.seconds(pre) < g0.seconds(pre)  # a frozen stage 2 is cheaper
+
+
+def test_a_cell_records_the_kept_and_the_last_dev_accuracy(tmp_path):
+    """--keep-best: the dev accuracy of the weights kept (1 − validation loss) beside the last epoch's."""
+    run = tmp_path / "run"
+    (run / "pretrain").mkdir(parents=True)
+    validation = [{"step": 5, "epoch": 0, "loss": 0.3}, {"step": 10, "epoch": 1, "loss": 0.2},
+                  {"step": 15, "epoch": 2, "loss": 0.25}]
+    (run / "metrics.json").write_text(json.dumps({"train": {"steps": 15, "validation": validation,
+                                                            "kept": validation[1]}}))
+    (run / "pretrain" / "metrics.json").write_text(json.dumps({"train": {"steps": 40}}))
+    got = tag_grid.training_steps(run, "pretrain")
+    assert got == {"crf_steps": 15, "dnce_steps": 40, "dev_accuracy_kept": pytest.approx(0.8),
+                   "dev_accuracy_last": pytest.approx(0.75), "kept_epoch": 2}
+    assert tag_grid.training_steps(run, "supervised").keys() == {"crf_steps", "dev_accuracy_kept",
+                                                                 "dev_accuracy_last", "kept_epoch"}

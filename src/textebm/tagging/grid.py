@@ -44,11 +44,12 @@ from textebm.data.tagging import load_tagged, load_unlabelled_text
 from textebm.errors import InputError, TextebmError
 from textebm.figures import new_figure, save_png
 from textebm.fingerprint import folder_sha256
-from textebm.io import atomic_write, read_json_object, write_json
+from textebm.io import atomic_write, read_json, read_json_object, write_json
 from textebm.markdown import table
 from textebm.options import check_config, type_problem
 from textebm.outputs import check_output_dir, own_entries, read_marker, write_marker
 from textebm.tagging.commands import TagEvalConfig, tag_eval
+from textebm.tagging.recipes import STAGE1
 from textebm.tagging.train import (
     JOINT_OPTIONS,
     PRETRAIN_OPTIONS,
@@ -414,12 +415,29 @@ class TagGrid:
         test = tag_eval(TagEvalConfig(model=str(run), data=self.cfg["data"], split=split, threads=self.threads))
         out = {"method": s.method, "proportion": s.proportion, "ratio": s.ratio, "seed": s.seed,
                "accuracy": test[f"{split}_accuracy"], "test_sentences": test[f"{split}_sentences"],
-               "run": str(run.relative_to(self.out))}
+               "run": str(run.relative_to(self.out)), **training_steps(run, s.method)}
         if self.ood_here(s):
             ood_split = self.cfg["ood_split"]
             ood = tag_eval(TagEvalConfig(model=str(run), data=self.cfg["ood"], split=ood_split, threads=self.threads))
             out["ood_accuracy"] = ood[f"{ood_split}_accuracy"]
         return out
+
+
+def training_steps(run: Path, method: str) -> dict:
+    """What a cell's run trained: its CRF steps (labelled batches), its DNCE steps (pretrain:
+    stage 1's; joint: one unlabelled batch a step), and with --keep-best the dev accuracy of the
+    weights it kept beside the last epoch's (`1 - validation loss`)."""
+    train = read_json(run / "metrics.json")["train"]
+    out = {"crf_steps": train["steps"]}
+    if method == "pretrain":
+        out["dnce_steps"] = read_json(run / STAGE1 / "metrics.json")["train"]["steps"]
+    elif method == "joint":
+        out["dnce_steps"] = train["steps"]
+    if train.get("kept") and train.get("validation"):
+        out["dev_accuracy_kept"] = 1.0 - train["kept"]["loss"]
+        out["dev_accuracy_last"] = 1.0 - train["validation"][-1]["loss"]
+        out["kept_epoch"] = train["kept"]["epoch"] + 1
+    return out
 
 
 # ---------------------------------------------------------------- report
