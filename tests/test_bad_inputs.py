@@ -1145,6 +1145,8 @@ CASES = [
      lambda w: ["tag", "train", "--data", _tag(w)["data"], "--out", w["adir"], "--method", "joint", "--init", w["adir"],
                 "--max-steps", "1", "--no-progress", "--overwrite"], "is the input of --init"),
     ("tag-train --freeze with --method joint", lambda w: _tag_train(w, "--method", "joint", "--freeze"), "--freeze"),
+    ("tag-train --zeta-lr -1", lambda w: _tag_train(w, "--method", "joint", "--zeta-lr", "-1"), "--zeta-lr"),
+    ("tag-train --zeta-draws 0", lambda w: _tag_train(w, "--method", "joint", "--zeta-draws", "0"), "--zeta-draws"),
     # what issue 33's probes found accepted silently or left behind
     ("cloze-train --noise-scale 0.01 (below the smallest tower)",
      lambda w: _cloze_train(w, "--width", "64", "--noise-scale", "0.01"), "--noise-scale 0.01"),

@@ -330,3 +330,22 @@ def test_a_pretrain_run_from_before_freeze_resumes_frozen(tagged, tmp_path, monk
     (run / "config.json").write_text(json.dumps({"method": "pretrain", "freeze": False}))
     assert stage2_frozen(cfg) is False
     assert stage2_frozen(TagTrainConfig(data=str(tagged), out=str(tmp_path / "new"), method="pretrain")) is False
+
+
+def test_zeta_trains_in_its_own_parameter_group_at_its_own_rate():
+    from textebm.tagging.recipes import trf_groups
+    from textebm.tagging.ssl import SemiSupervisedTagger
+    from textebm.train import TrainOptions, make_optimizer
+
+    tagger = BiLSTMCRF(TaggerSpec(vocab_size=6, tags=["A", "B"], embed=4, hidden=3))
+    pi = length_distribution([1, 2, 3], 3)
+    model = SemiSupervisedTagger(tagger, TRFHead(6, 3, pi), NoiseLM(6, pi, embed=4, hidden=3))
+    opt = make_optimizer(model, TrainOptions(out="-", lr=1e-3), trf_groups(noise_lr=2e-3, zeta_lr=0.05))
+    where = {id(p): g for g in opt.param_groups for p in g["params"]}
+    zeta = where[id(model.trf.zeta)]
+    assert zeta["name"] == "zeta" and zeta["lr"] == 0.05 and zeta["weight_decay"] == 0.0
+    assert [p for p in zeta["params"]] == [model.trf.zeta]  # nothing else at ζ's rate
+    others = [p for n, p in model.trf.named_parameters() if n != "zeta"]  # the output embeddings
+    assert others and all(where[id(p)]["name"] == "" for p in others)
+    opt = make_optimizer(model, TrainOptions(out="-", lr=1e-3), trf_groups(noise_lr=2e-3, zeta_lr=0.0))
+    assert {id(p): g for g in opt.param_groups for p in g["params"]}[id(model.trf.zeta)]["name"] == ""

@@ -120,16 +120,25 @@ def pad_batch(items: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "mask": mask.bool()}
 
 
+def trf_groups(noise_lr: float, zeta_lr: float) -> list[ParamGroup]:
+    """The parameter groups of a loop that trains a TRF: the noise LM at its own rate, and ζ (the
+    log-normalisers, `trf.zeta`) at its own when `zeta_lr` > 0 (else with the TRF's weights)."""
+    groups = [ParamGroup(name="noise", prefix="noise.", lr=noise_lr)]
+    if zeta_lr > 0:
+        groups.append(ParamGroup(name="zeta", prefix="trf.zeta", lr=zeta_lr))
+    return groups
+
+
 class TRFRecipe(Recipe):
     """Stage 1 of pre-training: the TRF language model (eq. 3 over the BiLSTM) by DNCE on
     unlabelled sentences, the noise LM by maximum likelihood, in one loop."""
 
     def __init__(self, model: SemiSupervisedTagger, vocab: WordVocab, sentences: list[list[int]], spec: DNCESpec,
-                 noise_lr: float):
+                 noise_lr: float, zeta_lr: float = 0.0):
         self.model, self.vocab, self.spec = model, vocab, spec
         self.dataset, self.lengths = sentences, [len(s) for s in sentences]
         self.collate = lambda items: pad_batch(items, vocab.pad_id)
-        self.param_groups = [ParamGroup(name="noise", prefix="noise.", lr=noise_lr)]
+        self.param_groups = trf_groups(noise_lr, zeta_lr)
 
     def loss(self, model, batch, at):
         out = dnce_step(model.pretrain_log_density, model.noise, batch["input_ids"], batch["mask"], self.spec)
@@ -183,7 +192,7 @@ class JointRecipe(TaggerRecipe):
 
     def __init__(self, model: SemiSupervisedTagger, vocab: WordVocab, rows: list[dict[str, Any]],
                  unlabelled: list[list[int]], eval_split: str, eval_rows: list[dict[str, Any]], batch_size: int,
-                 spec: DNCESpec, weight: float, ramp_steps: int, noise_lr: float):
+                 spec: DNCESpec, weight: float, ramp_steps: int, noise_lr: float, zeta_lr: float = 0.0):
         super().__init__(model.tagger, vocab, rows, eval_split, eval_rows, batch_size)
         labelled = Stream(dataset=self.dataset, lengths=self.lengths, collate=self.collate, batch_size=batch_size,
                           lockstep=False)
@@ -191,7 +200,7 @@ class JointRecipe(TaggerRecipe):
         self.model, self.spec, self.weight, self.ramp_steps = model, spec, weight, ramp_steps
         self.dataset, self.lengths = unlabelled, [len(s) for s in unlabelled]
         self.collate = lambda items: pad_batch(items, vocab.pad_id)
-        self.param_groups = [ParamGroup(name="noise", prefix="noise.", lr=noise_lr)]
+        self.param_groups = trf_groups(noise_lr, zeta_lr)
 
     def loss(self, model, batch, at):
         lab, unl = batch["labelled"], batch[MAIN]
@@ -218,7 +227,7 @@ def transfer_tagger(init: BiLSTMCRF, init_vocab: WordVocab, vocab: WordVocab, dr
     return model
 
 
-def start_zeta(model: SemiSupervisedTagger, joint: bool, seed: int) -> None:
+def start_zeta(model: SemiSupervisedTagger, joint: bool, seed: int, draws: int = 8) -> None:
     """ζ of `model`'s TRF set to `estimate_zeta`'s log Z_l of its potential at the start (the
     tagger in eval mode: no dropout), instead of l·log V, the zero potential's: the JRF of a trained
     tagger (--init) has log-partitions far above zero, which DNCE would otherwise first push down."""
@@ -228,7 +237,8 @@ def start_zeta(model: SemiSupervisedTagger, joint: bool, seed: int) -> None:
     was = model.training
     model.eval()
     spec = model.tagger.spec
-    zeta = estimate_zeta(potential, model.trf.log_pi.exp(), spec.vocab_size, spec.pad_id, generator=generator)
+    zeta = estimate_zeta(potential, model.trf.log_pi.exp(), spec.vocab_size, spec.pad_id, n=draws,
+                         generator=generator)
     with torch.no_grad():
         model.trf.zeta.copy_(zeta)
     model.train(was)

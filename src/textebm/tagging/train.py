@@ -81,7 +81,7 @@ log = logging.getLogger(__name__)
 
 METHODS = ["supervised", "pretrain", "joint"]
 SSL_OPTIONS = ["ratio", "unlabelled", "unlabelled_max_tokens", "dnce_alpha", "noise_ratio", "noise_lr", "noise_embed",
-               "noise_hidden"]  # pretrain, joint
+               "noise_hidden", "zeta_lr", "zeta_draws"]  # pretrain, joint
 PRETRAIN_OPTIONS = ["pretrain_epochs", "pretrain_steps", "pretrain_lr", "freeze"]
 JOINT_OPTIONS = ["unlabelled_weight", "ramp_steps", "init"]
 
@@ -149,6 +149,12 @@ class TagTrainConfig(TrainOptions):
                                                     "min": 1})
     noise_hidden: int = field(default=200, metadata={"help": "pretrain, joint: the noise LM's LSTM state size",
                                                      "min": 1})
+    zeta_lr: float = field(default=0.0, metadata={
+        "help": "pretrain, joint: peak learning rate of zeta, the log-normalisers (its own parameter group; 0: the "
+                "TRF's own rate, --pretrain-lr or --lr)", "min": 0})
+    zeta_draws: int = field(default=8, metadata={
+        "help": "pretrain, joint: uniform sentences per length behind zeta's starting estimate of log Z_l",
+        "min": 1})
     # pretrain: stage 1 (the TRF); --epochs, --lr, --max-steps are stage 2's (the output layer and A)
     pretrain_epochs: float = field(default=1.0, metadata={
         "help": "pretrain: passes of stage 1 (the TRF language model) over the unlabelled sentences", "gt": 0})
@@ -313,9 +319,9 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
     config = {**options_dict(cfg), **inputs}
     if cfg.method == "joint":
         model = SemiSupervisedTagger(tagger, TRFHead(len(vocab), None, pi), noise)
-        start_zeta(model, joint=True, seed=cfg.seed)
+        start_zeta(model, joint=True, seed=cfg.seed, draws=cfg.zeta_draws)
         recipe = JointRecipe(model, vocab, rows, unlabelled, eval_split, eval_rows, cfg.batch_size, spec,
-                             cfg.unlabelled_weight, cfg.ramp_steps, cfg.noise_lr)
+                             cfg.unlabelled_weight, cfg.ramp_steps, cfg.noise_lr, cfg.zeta_lr)
         recipe.keep_best = cfg.keep_best
         return train(cfg, config, recipe)
     # pretrain: stage 1 in RUN/pretrain, trained (or resumed, or found finished) by the stage-2 recipe's prepare
@@ -332,12 +338,14 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
                                             "min_count", "embed", "hidden", "layers", "dropout", "dnce_alpha",
                                             "noise_ratio", "noise_lr", "noise_embed", "noise_hidden")}
         # recorded only when set, so that a stage 1 written before these options existed still resumes
-        own.update({k: getattr(cfg, k) for k in ("max_words", "unlabelled_max_tokens") if getattr(cfg, k)})
+        own.update({k: getattr(cfg, k) for k in ("max_words", "unlabelled_max_tokens", "zeta_lr") if getattr(cfg, k)})
+        if cfg.zeta_draws != 8:
+            own["zeta_draws"] = cfg.zeta_draws
         log.info("stage 1 (the TRF language model) in %s", out)
         if not run_completed(out):
-            start_zeta(trf_model, joint=False, seed=cfg.seed)  # a checkpoint, if any, then replaces it
+            start_zeta(trf_model, joint=False, seed=cfg.seed, draws=cfg.zeta_draws)  # a checkpoint replaces it
         train(opts, {**options_dict(opts), **own, **inputs}, TRFRecipe(trf_model, vocab, unlabelled, spec,
-                                                                         cfg.noise_lr))
+                                                                         cfg.noise_lr, cfg.zeta_lr))
         log.info("stage 2: %s on the labelled sentences", "the output layer and A, the embeddings and BiLSTM "
                  "frozen" if freeze else "every weight fine-tuned from stage 1's embeddings and BiLSTM")
         return out / "model"
