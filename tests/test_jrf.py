@@ -326,10 +326,13 @@ def test_a_pretrain_run_from_before_freeze_resumes_frozen(tagged, tmp_path, monk
     run.mkdir()
     (run / "config.json").write_text(json.dumps({"method": "pretrain", "data": str(tagged)}))
     cfg = TagTrainConfig(data=str(tagged), out=str(run), method="pretrain", resume=True)
-    assert stage2_frozen(cfg) is True
+    assert stage2_frozen(cfg) == (True, True)
+    cfg_freeze = TagTrainConfig(data=str(tagged), out=str(run), method="pretrain", resume=True, freeze=True)
+    assert stage2_frozen(cfg_freeze) == (True, True)  # --freeze on such a run: the same, not a changed setting
     (run / "config.json").write_text(json.dumps({"method": "pretrain", "freeze": False}))
-    assert stage2_frozen(cfg) is False
-    assert stage2_frozen(TagTrainConfig(data=str(tagged), out=str(tmp_path / "new"), method="pretrain")) is False
+    assert stage2_frozen(cfg) == (False, False)
+    assert stage2_frozen(TagTrainConfig(data=str(tagged), out=str(tmp_path / "new"), method="pretrain")) == (False,
+                                                                                                            False)
 
 
 def test_zeta_trains_in_its_own_parameter_group_at_its_own_rate():

@@ -152,3 +152,48 @@ def test_a_folder_with_a_rolled_back_replacement_is_replaced_cleanly_next_time(t
     with output_dir(out, "residual ppl", overwrite=True) as tmp:
         (tmp / "z.json").write_text("z")
     assert sorted(_tree(out)) == ["notes.txt", "z.json"]
+
+
+def test_a_journal_that_names_no_folder_of_its_own_rolls_nothing_back(tmp_path):
+    import json
+
+    from textebm.outputs import recover_interrupted
+
+    out = tmp_path / "report"
+    old = _earlier_output(out)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "a").write_text("someone else's")
+    for aside in ("../outside", None, "."):
+        (out / SWAP_JOURNAL).write_text(json.dumps({"aside": aside, "old": ["a"], "new": ["a", "notes.txt"]}))
+        assert recover_interrupted(out) is False
+        assert _tree(out) == {**old, SWAP_JOURNAL: (out / SWAP_JOURNAL).read_text()}
+        assert (tmp_path / "outside" / "a").read_text() == "someone else's"
+    # a journal whose folder aside was never made (killed between the two): nothing had moved
+    (out / SWAP_JOURNAL).write_text(json.dumps({"aside": ".textebm-old.00000000", "old": ["a"], "new": ["a"]}))
+    assert recover_interrupted(out) is False and not (out / SWAP_JOURNAL).exists() and _tree(out) == old
+
+
+def test_a_live_replacement_is_not_rolled_back_by_another_command(tmp_path):
+    """The writer holds its temporary folder locked; a second command checking OUT meanwhile
+    leaves the replacement alone."""
+    import json
+    import os
+
+    from textebm.io import _hold
+    from textebm.outputs import recover_interrupted
+
+    out = tmp_path / "report"
+    _earlier_output(out)
+    tmp = tmp_path / ".report.textebm-abcdefgh.tmp"
+    tmp.mkdir()
+    (out / ".textebm-old.1234abcd").mkdir()
+    os.replace(out / "a", out / ".textebm-old.1234abcd" / "a")
+    (out / SWAP_JOURNAL).write_text(json.dumps({"aside": ".textebm-old.1234abcd", "tmp": str(tmp),
+                                                "old": ["a"], "new": ["a"]}))
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        _hold(fd)
+        assert recover_interrupted(out) is False and (out / SWAP_JOURNAL).exists()
+    finally:
+        os.close(fd)
+    assert recover_interrupted(out) is True and (out / "a").read_text() == "old a"  # the writer died: undone

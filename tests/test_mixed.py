@@ -196,3 +196,29 @@ def test_fpmath_probe_measures_this_cpu():
     assert speedup > 0 and 0 <= error < 0.05  # a real measurement: at worst bf16 rounding (4e-3)
     if not ({"avx512_bf16", "amx_bf16"} & P.cpu_flags()):
         assert error < 1e-5  # torch ignores the mode without native bf16: plain fp32
+
+
+def test_without_torchs_fpmath_setting_bf16_is_cast_and_the_context_a_no_op(monkeypatch):
+    """torch before 2.9 has no torch.backends.mkldnn.matmul: auto inference then runs fp32."""
+    import types
+
+    monkeypatch.setattr(P.torch.backends, "mkldnn", types.SimpleNamespace())
+    monkeypatch.setattr(P, "cpu_flags", lambda: {"avx512_bf16"})
+    assert P.bf16_products("cpu") == "cast"
+    with P.reduced_fp32_matmul():
+        pass
+
+
+def test_a_training_precision_states_no_score_tolerance():
+    c = P.PrecisionChoice("bf16", "auto", "cpu", "training", "AVX512")
+    assert c.tolerance is None and c.as_dict()["tolerance"] is None
+    assert P.PrecisionChoice("fp32", "auto", "cpu", "x", "AVX2").tolerance == P.TOLERANCE["fp32"]
+
+
+def test_the_loader_converts_for_the_target_device_before_moving(monkeypatch):
+    from textebm.models import load
+
+    seen = []
+    monkeypatch.setattr(load, "bf16_products", lambda device: seen.append(device) or "cast")
+    model = load._place(tiny_llama(layers=1), torch.bfloat16, "cpu")
+    assert seen == ["cpu"] and model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16

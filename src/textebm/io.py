@@ -43,6 +43,23 @@ def _hold(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
+def held(path: str | Path) -> bool:
+    """Whether a live process holds `path` locked (`_hold`): a temporary still being written."""
+    if fcntl is None or not Path(path).exists():
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock taken here
+    return False
+
+
 def remove_stale_temporaries(path: str | Path) -> list[Path]:
     """Remove the temporaries of `path` that a killed textebm process left beside it: only names
     of textebm's pattern (`.NAME.textebm-XXXXXXXX.tmp`, made by `atomic_write`, `atomic_dir` and

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import shutil
+import secrets
 import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -28,7 +29,7 @@ from typing import Iterable, Iterator
 from textebm import __version__
 from textebm.errors import TextebmError
 from textebm.fingerprint import file_sha256, folder_sha256
-from textebm.io import atomic_write, ordinary_modes, temporary_dir, write_json
+from textebm.io import atomic_write, held, ordinary_modes, temporary_dir, write_json
 
 MARKER = ".textebm-output.json"
 log = logging.getLogger(__name__)
@@ -307,8 +308,10 @@ def _swap_entries(path: Path, tmp: Path, old: list[str], new: list[str]) -> None
     A kill cannot run that rollback, so a journal (`SWAP_JOURNAL`, written atomically before the
     first move and removed after the last) names the moves: the next command that checks or writes
     `path` rolls an interrupted replacement back (`recover_interrupted`)."""
-    aside = Path(tempfile.mkdtemp(prefix=ASIDE_PREFIX, dir=path))  # a fresh name: never a user's
-    write_json(path / SWAP_JOURNAL, {"aside": aside.name, "old": [*old, MARKER], "new": [*new, MARKER]})
+    aside = path / f"{ASIDE_PREFIX}{secrets.token_hex(4)}"  # a fresh name: never a user's
+    write_json(path / SWAP_JOURNAL, {"aside": aside.name, "tmp": str(tmp), "old": [*old, MARKER],
+                                     "new": [*new, MARKER]})
+    aside.mkdir()  # after the journal: a folder aside without one holds an output replaced for good
     away: list[str] = []
     moved_in: list[str] = []
     try:
@@ -328,7 +331,7 @@ def _swap_entries(path: Path, tmp: Path, old: list[str], new: list[str]) -> None
         shutil.rmtree(aside, ignore_errors=True)
         raise
     (path / SWAP_JOURNAL).unlink()  # the commit point: from here on `path` is the new output
-    shutil.rmtree(aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def recover_interrupted(path: str | Path) -> bool:
@@ -350,10 +353,20 @@ def recover_interrupted(path: str | Path) -> bool:
             plan = None
     asides = [p for p in path.iterdir() if p.name.startswith(ASIDE_PREFIX) and p.is_dir() and not p.is_symlink()]
     if not isinstance(plan, dict):
-        for p in asides:
+        for p in asides:  # made after the journal, so without one it holds an output replaced for good
             shutil.rmtree(p, ignore_errors=True)
         return False
-    aside = path / str(plan.get("aside", ""))
+    name = plan.get("aside")
+    if not (isinstance(name, str) and name.startswith(ASIDE_PREFIX) and "/" not in name and "\\" not in name):
+        log.warning("%s: %s names no folder of its own (%r); nothing rolled back: check the folder by hand",
+                    path, SWAP_JOURNAL, name)
+        return False
+    if held(Path(str(plan.get("tmp", "")))):  # the replacement is live in another process: not ours to undo
+        return False
+    aside = path / name
+    if not aside.is_dir():  # killed before the folder aside was made: nothing had moved
+        journal.unlink()
+        return False
     old = [n for n in plan.get("old", []) if isinstance(n, str) and "/" not in n and n not in (".", "..", "")]
     new = [n for n in plan.get("new", []) if isinstance(n, str) and "/" not in n and n not in (".", "..", "")]
     for name in new:  # a new entry is in `path` when its old namesake went aside, or it had none

@@ -63,9 +63,12 @@ class PrecisionChoice:
     products: str = ""  # inference in bf16/fp16: "fpmath" or "cast" (textebm.models.mixed); "" else
 
     @property
-    def tolerance(self) -> dict:
-        """The stated largest difference of a token's score from fp32's, in nats (`TOLERANCE`)."""
-        return TOLERANCE[self.products or "fp32"] if self.precision != "fp32" else TOLERANCE["fp32"]
+    def tolerance(self) -> dict | None:
+        """The stated largest difference of a token's score from fp32's, in nats (`TOLERANCE`); None
+        for a training precision (autocast: no score is read from it)."""
+        if self.precision == "fp32":
+            return TOLERANCE["fp32"]
+        return TOLERANCE[self.products] if self.products else None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -169,7 +172,10 @@ def reduced_fp32_matmul():
     1024 x 1024 product, 2e-7 on small ones) at 2.2x fp32's speed (`fpmath_probe` checks both on
     the CPU at hand). Restores the earlier setting on exit; ignored by torch on a CPU without
     native bf16."""
-    matmul = torch.backends.mkldnn.matmul
+    matmul = getattr(torch.backends.mkldnn, "matmul", None)  # torch >= 2.9; before, a no-op
+    if matmul is None:
+        yield
+        return
     before = matmul.fp32_precision
     matmul.fp32_precision = "bf16"
     try:
@@ -205,8 +211,8 @@ def bf16_products(device: str) -> str:
     (fp32 weights, oneDNN's bf16 arithmetic, as accurate as fp32) on a CPU where `fpmath_probe`
     finds that both accurate and at least `MIN_SPEEDUP` x faster; "cast" (bf16 weights and inputs,
     8-bit mantissas: the products' error is bf16's) elsewhere, GPUs included."""
-    if device != "cpu" or not (set(BF16_FLAGS) & cpu_flags()):
-        return "cast"
+    if device != "cpu" or not (set(BF16_FLAGS) & cpu_flags()) or getattr(torch.backends.mkldnn, "matmul", None) is None:
+        return "cast"  # (torch before 2.9 has no fp32_precision setting for oneDNN's products)
     speedup, error = fpmath_probe()
     return "fpmath" if error <= FPMATH_MAX_ERROR and speedup >= MIN_SPEEDUP else "cast"
 

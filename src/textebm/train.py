@@ -597,9 +597,11 @@ def bring_back(run: Path) -> None:
     if not restoring.is_dir():
         return
     for entry in sorted(restoring.iterdir(), key=lambda p: p.name == MARKER):  # the marker last
-        if not os.path.lexists(run / entry.name):
-            entry.rename(run / entry.name)
-    remove(restoring)
+        if os.path.lexists(run / entry.name):  # a failed try's entry of that name: the earlier run's wins
+            log.warning("%s: %s of a failed try is replaced by the earlier run's", run, entry.name)
+            remove(run / entry.name)
+        entry.rename(run / entry.name)
+    restoring.rmdir()
 
 
 def recover_run_folder(run: Path) -> None:
@@ -969,7 +971,8 @@ def interrupted_message(folder: RunFolder, entries: Sequence[str] = ()) -> str:
                 "--resume to continue it")
     if (folder.path / "model").exists():  # stopped after the last step: the trained model is written
         return (f"--out {folder.path}: stopped after training, while writing its metrics or evaluating; the trained "
-                "model/ is kept: run the same command with --resume to finish it")
+                "model/ is kept (usable as it is), but no checkpoint of the last step: the same command with --resume "
+                "trains again from the start to the same weights (same seed) and finishes the run")
     if stages := stages_with_progress(folder.path, entries):
         return (f"--out {folder.path}: stopped before its first checkpoint; what its first stage trained "
                 f"({', '.join(stages)}) is kept: run the same command with --resume to continue")

@@ -49,6 +49,7 @@ from textebm.models.cloze import ClozeModel
 from textebm.models.kinds import ModelKind
 from textebm.models.lm import ensure_special_tokens, read_meta
 from textebm.models.mixed import mixed_precision
+from textebm.precision import bf16_products
 from textebm.models.seq_energy import build_energy
 from textebm.outputs import read_marker
 
@@ -243,10 +244,12 @@ def _tokenizer(option: str, path: Path):
 def _place(model: torch.nn.Module, dtype: torch.dtype | None, device: str | torch.device | None):
     """`model` on `device`; in bf16 or fp16 by `mixed_precision` (products in the low precision,
     the residual stream, norms, softmax and output layer in fp32), never cast whole."""
+    if dtype is not None:  # converted where it was loaded (the CPU), then moved: a GPU never holds the fp32 copy
+        target = torch.device(device) if device is not None else next(model.parameters()).device
+        products = bf16_products(target.type) if dtype == torch.bfloat16 else "cast"
+        model = mixed_precision(model, dtype, products if dtype in (torch.bfloat16, torch.float16) else "")
     if device is not None:
         model = model.to(device=device)
-    if dtype is not None:
-        model = mixed_precision(model, dtype)
     return model
 
 

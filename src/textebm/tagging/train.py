@@ -263,16 +263,17 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     return train(cfg, config, recipe)
 
 
-def stage2_frozen(cfg: TagTrainConfig) -> bool:
-    """Whether stage 2 of pre-training keeps the BiLSTM frozen: --freeze; and for a run resumed
-    from before --freeze existed (its config.json has no `freeze`), frozen, as that run started."""
+def stage2_frozen(cfg: TagTrainConfig) -> tuple[bool, bool]:
+    """(whether stage 2 of pre-training keeps the BiLSTM frozen, whether the run is one resumed from
+    before --freeze existed): --freeze; and a run whose config.json has no `freeze` is frozen, as it
+    started, with or without --freeze now."""
     old = Path(cfg.out) / "config.json"
     if cfg.resume and old.is_file():
         recorded = read_json(old)
         if isinstance(recorded, dict) and recorded.get("method") == "pretrain" and "freeze" not in recorded:
             log.info("--resume of a pre-training run from before --freeze: its stage 2 stays frozen, as it started")
-            return True
-    return cfg.freeze
+            return True, True
+    return cfg.freeze, False
 
 
 @dataclass(kw_only=True)
@@ -350,8 +351,8 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
                  "frozen" if freeze else "every weight fine-tuned from stage 1's embeddings and BiLSTM")
         return out / "model"
 
-    freeze = stage2_frozen(cfg)
-    if freeze != cfg.freeze:  # an older run, frozen as it started: its config.json stays as written
+    freeze, legacy = stage2_frozen(cfg)
+    if legacy:  # an older run, frozen as it started: its config.json stays as written
         config.pop("freeze", None)
     recipe = FineTuneRecipe(tagger, vocab, rows, eval_split, eval_rows, cfg.batch_size, stage1=stage1, freeze=freeze)
     recipe.keep_best = cfg.keep_best
