@@ -36,8 +36,8 @@ class TaggerSpec:
 
     vocab_size: int  # word ids the embedding reads
     tags: list[str]  # the tag set; tag id k is tags[k]
-    embed: int = 100  # word embedding size (the paper's code: 100)
-    hidden: int = 200  # LSTM state size per direction (the paper's code: 200)
+    embed: int = 100  # word embedding size (thu-spmi/semi-EBM's mix_net.Config default: 100)
+    hidden: int = 200  # LSTM state size per direction (mix_net.Config's default: 200)
     layers: int = 1  # stacked bidirectional LSTM layers
     dropout: float = 0.0  # on the embeddings and on the LSTM's outputs, while training
     pad_id: int = 0  # the word id of padding

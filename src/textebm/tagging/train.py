@@ -172,8 +172,8 @@ class TagTrainConfig(TrainOptions):
         "help": "joint: the weight ramps as unlabelled_weight * sqrt(min(step, N) / N) over N optimizer steps "
                 "(the paper's code: 40000 on a GPU; 0: no ramp)", "min": 0})
     init: str = field(default="", metadata={
-        "help": "joint: start from this supervised tagger (a `tag train` run; the paper's code starts joint "
-                "training from the supervised CRF); words it lacks start as its unknown word"})
+        "help": "joint: start from this supervised tagger (a `tag train` run; as thu-spmi/semi-EBM's ICASSP-2020 "
+                "script does); words it lacks start as its unknown word"})
 
     def check(self) -> None:
         super().check()
