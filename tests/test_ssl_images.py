@@ -254,7 +254,8 @@ def test_bad_inputs_exit_2_naming_the_file_or_option(ebm, tmp_path, capsys):
     text.write_text("not an npz")
     _refused([*train, "--data", str(text)], capsys, str(text))
     _refused([*train, "--labelled-proportion", "0.0003"], capsys, "--labelled-proportion 0.0003", "no labelled image")
-    _refused([*train, "--method", "joint", "--labelled-proportion", "1"], capsys, "no unlabelled image")
+    _refused([*train, "--method", "pretrain", "--init", str(ebm), "--labelled-proportion", "1"], capsys,
+             "no unlabelled image")
     _refused([*train, "--sgld-steps", "5"], capsys, "--sgld-steps", "--method supervised")
     _refused([*train, "--method", "joint", "--init", str(ebm)], capsys, "--init")
     _refused([*train, "--method", "pretrain"], capsys, "needs --init")
@@ -272,3 +273,15 @@ def test_bad_inputs_exit_2_naming_the_file_or_option(ebm, tmp_path, capsys):
               "--out", str(tmp_path / "e.json")], capsys, str(small), "6x6", "takes 8x8")
     assert not (tmp_path / "e.json").exists()
     _refused(["ssl-images", "eval", "--model", str(run), "--split", "all", "--test-seed", "2"], capsys, "--test-seed")
+
+
+def test_joint_with_every_label_runs_its_ebm_on_the_labelled_images(tmp_path):
+    """Figure 1 at 100 % of the labels: no unlabelled image, so p(x) is fitted to the labelled ones
+    (the paper's joint-training EBM with 100 % labels, as JEM)."""
+    out = tmp_path / "full"
+    assert main(["ssl-images", "train", "--method", "joint", "--labelled-proportion", "1", "--max-steps", "3",
+                 "--out", str(out), *SGLD, *FAST]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["unlabelled_images"] == 0 and config["ebm_images"] == "labelled"
+    history = json.loads((out / "metrics.json").read_text())["train"]["history"]
+    assert history and all(math.isfinite(h["loss"]) for h in history)

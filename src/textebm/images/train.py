@@ -201,12 +201,17 @@ def prepare_train(cfg: SSLImagesTrainConfig) -> tuple[Recipe, dict]:
     check_config(cfg)
     check_run_dir(cfg, None)  # a bad --out fails before the images are read
     data, split = _read(cfg)
-    if cfg.method != "supervised" and not split.unlabelled:
+    if cfg.method == "pretrain" and not split.unlabelled:
         raise TextebmError(f"--labelled-proportion {cfg.labelled_proportion:g} leaves no unlabelled image; "
                            f"--method {cfg.method} needs some (use a smaller proportion, or --method supervised)")
+    if cfg.method == "joint" and not split.unlabelled:
+        log.info("--labelled-proportion %g: no unlabelled image; the EBM term p(x) runs on the labelled images, as "
+                 "the paper's figure 1 does at 100 %% of the labels (and JEM)", cfg.labelled_proportion)
     seed_everything(cfg.seed)
     config = {**options_dict(cfg), **split_record(data, cfg), "labelled_images": len(split.labelled),
               "unlabelled_images": len(split.unlabelled), "test_images": len(split.test)}
+    if cfg.method == "joint":
+        config["ebm_images"] = "unlabelled" if split.unlabelled else "labelled"
     if cfg.method == "pretrain":
         model = init_from_ebm(cfg.init, data, cfg, derive_seed(cfg.seed, "ssl-images", "new-head"))
         config["init_sha256"] = folder_sha256(find_model(cfg.init, IMAGE_NET, "--init", ids=False).path)
@@ -326,7 +331,8 @@ class JointRecipe(ClassifierRecipe):
                  sampler: ChainSampler):
         super().__init__(model, data, split)
         self.cfg, self.sampler = cfg, sampler
-        unl = _items(data, split.unlabelled)
+        # p(x) on the unlabelled images; with every image labelled, on the labelled ones (figure 1 at 100 %)
+        unl = _items(data, split.unlabelled or split.labelled)
         if len(unl) < cfg.unlabelled_batch_size:
             raise TextebmError(f"--unlabelled-batch-size {cfg.unlabelled_batch_size}: only {len(unl)} unlabelled "
                                "images; use a smaller batch or a smaller --labelled-proportion")
