@@ -82,14 +82,15 @@ def _pm(xs: list[float]) -> str:
 
 
 def report(root: Path, grid: Grid, all_cells: list[Cell], proportions: list[float]) -> str:
-    done = [(c, grid.result(c)) for c in all_cells if grid.done(c)]
+    unique = list({grid.file(c): c for c in all_cells}.values())  # 100 % in --proportions is the dashed line's cell too
+    done = [(c, grid.result(c)) for c in unique if grid.done(c)]
     by: dict[tuple[str, float], list[tuple[int, dict]]] = {}
     for c, r in done:
         by.setdefault((c.settings["method"], c.settings["proportion"]), []).append((c.settings["seed"], r))
     prec = {r["precision"] for _, r in done}
     bf16 = "native bf16" if {"avx512_bf16", "amx_bf16"} & cpu_flags() else "no native bf16"
     about = (f"CPU: {cpu_name()} ({bf16}), torch CPU capability {cpu_capability()}, one thread; precision "
-             f"{', '.join(sorted(prec)) or '-'}; {len(done)} of {len(all_cells)} cells finished. Mean ± standard "
+             f"{', '.join(sorted(prec)) or '-'}; {len(done)} of {len(unique)} cells finished. Mean ± standard "
              "deviation over seeds (each seed its own labelled set and initialisation); 359 held-out test images.\n")
     lines = ["# Figure 1 on digits: test error (%) against labelled proportion\n", about]
     rows = []
