@@ -222,9 +222,10 @@ class Grid:
         lines += [f"  {c.name}" + (f"  ~{_minutes(c.seconds)}" if c.seconds else "") for c in left]
         lines.append(estimate(left) if estimate else
                      f"estimated CPU time: {_minutes(sum(c.seconds for c in left))} on one thread")
-        others = [c for c in self.left(cells) if self.file(c) not in {self.file(x) for x in left}]
+        here = {self.file(c) for c in left}
+        others = {self.file(c) for c in self.left(cells)} - here
         if shard != (1, 1) and others:
-            lines.append(f"then, as `run` does, it helps with the other shards' {len({self.file(c) for c in others})} "
+            lines.append(f"then, as `run` does, it helps with the other shards' {len(others)} "
                          "unfinished cells that no process has started (a cell is computed once, by whoever locks it "
                          "first)")
         return "\n".join(lines)

@@ -18,10 +18,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
-import shutil
 import secrets
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -35,17 +36,22 @@ MARKER = ".textebm-output.json"
 log = logging.getLogger(__name__)
 
 
-def _read_marker_file(f: Path) -> dict | None:
-    """A marker's JSON object with a string `kind`, or None (missing, unreadable or damaged)."""
-    import json
-
+def _json_object(f: Path) -> dict | None:
+    """The JSON object in textebm's own file `f` (a marker, a journal), or None (missing,
+    unreadable or damaged)."""
     if not f.is_file():
         return None
     try:
         obj = json.loads(f.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    return obj if isinstance(obj, dict) and isinstance(obj.get("kind"), str) else None
+    return obj if isinstance(obj, dict) else None
+
+
+def _read_marker_file(f: Path) -> dict | None:
+    """A marker's JSON object with a string `kind`, or None (missing, unreadable or damaged)."""
+    obj = _json_object(f)
+    return obj if obj is not None and isinstance(obj.get("kind"), str) else None
 
 
 def read_marker(path: str | Path) -> dict | None:
@@ -337,22 +343,18 @@ def _swap_entries(path: Path, tmp: Path, old: list[str], new: list[str]) -> None
 def recover_interrupted(path: str | Path) -> bool:
     """Undo a replacement of `path` that a kill cut short (`_swap_entries`): the new entries that
     had moved in are removed, every earlier entry comes back from its folder aside. Without a
-    journal, folders aside are leftovers of a finished replacement (its earlier output, replaced) or
-    of one that never moved anything, and are removed. Returns True when it rolled one back."""
+    journal, in a folder textebm marked, folders aside are leftovers of a finished replacement (its
+    earlier output, replaced) and are removed; a folder with neither journal nor marker is not
+    textebm's and is left alone. Returns True when it rolled one back."""
     path = Path(path)
     if not path.is_dir():
         return False
     journal = path / SWAP_JOURNAL
-    plan = None
-    if journal.is_file():
-        import json
-
-        try:
-            plan = json.loads(journal.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            plan = None
+    plan = _json_object(journal)
+    if plan is None and read_marker(path) is None:
+        return False  # no folder textebm wrote: nothing in it is ours to move or remove
     asides = [p for p in path.iterdir() if p.name.startswith(ASIDE_PREFIX) and p.is_dir() and not p.is_symlink()]
-    if not isinstance(plan, dict):
+    if plan is None:
         for p in asides:  # made after the journal, so without one it holds an output replaced for good
             shutil.rmtree(p, ignore_errors=True)
         return False

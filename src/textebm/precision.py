@@ -164,6 +164,11 @@ def matmul_peak(dtype: torch.dtype, n: int = 1024, budget_s: float = 1.0) -> flo
 FPMATH_MAX_ERROR = 1e-5  # relative error of a reduced fp32 product that counts as fp32-accurate
 
 
+def _onednn_matmul():
+    """torch's oneDNN matmul settings (`fp32_precision`), or None before torch 2.9."""
+    return getattr(torch.backends.mkldnn, "matmul", None)
+
+
 @contextlib.contextmanager
 def reduced_fp32_matmul():
     """fp32 matrix products inside run with oneDNN's bf16 arithmetic ("fpmath mode bf16":
@@ -172,8 +177,8 @@ def reduced_fp32_matmul():
     1024 x 1024 product, 2e-7 on small ones) at 2.2x fp32's speed (`fpmath_probe` checks both on
     the CPU at hand). Restores the earlier setting on exit; ignored by torch on a CPU without
     native bf16."""
-    matmul = getattr(torch.backends.mkldnn, "matmul", None)  # torch >= 2.9; before, a no-op
-    if matmul is None:
+    matmul = _onednn_matmul()
+    if matmul is None:  # torch before 2.9: a no-op
         yield
         return
     before = matmul.fp32_precision
@@ -211,8 +216,8 @@ def bf16_products(device: str) -> str:
     (fp32 weights, oneDNN's bf16 arithmetic, as accurate as fp32) on a CPU where `fpmath_probe`
     finds that both accurate and at least `MIN_SPEEDUP` x faster; "cast" (bf16 weights and inputs,
     8-bit mantissas: the products' error is bf16's) elsewhere, GPUs included."""
-    if device != "cpu" or not (set(BF16_FLAGS) & cpu_flags()) or getattr(torch.backends.mkldnn, "matmul", None) is None:
-        return "cast"  # (torch before 2.9 has no fp32_precision setting for oneDNN's products)
+    if device != "cpu" or not (set(BF16_FLAGS) & cpu_flags()) or _onednn_matmul() is None:
+        return "cast"
     speedup, error = fpmath_probe()
     return "fpmath" if error <= FPMATH_MAX_ERROR and speedup >= MIN_SPEEDUP else "cast"
 

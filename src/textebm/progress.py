@@ -75,31 +75,11 @@ class LogProgress:
             self.close()
 
 
-class _Off:
-    """No progress at all (--no-progress)."""
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def set_postfix(self, refresh: bool = True, **kw) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _Off:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-
 def progress_bar(total: int | None, desc: str, unit: str = "it", enabled: bool = True, initial: int = 0, **tqdm_kw):
-    """A tqdm bar on a terminal, `LogProgress` lines elsewhere, nothing when not `enabled`."""
-    if not enabled:
-        return _Off()
-    if not on_terminal():
+    """A tqdm bar on a terminal, `LogProgress` lines elsewhere, nothing (a disabled tqdm) when not
+    `enabled`."""
+    if enabled and not on_terminal():
         return LogProgress(total, desc, unit, initial)
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit=unit, **tqdm_kw)
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not enabled, **tqdm_kw)

@@ -541,7 +541,8 @@ def set_aside(run: Path) -> None:
     if aside.is_dir() and (run / "checkpoint" / "state.json").is_file():
         remove(aside)  # the run here got past its checkpoint before it stopped: it is the one to replace
     marker = read_marker(run) or (read_marker(moving) if moving.is_dir() else None)
-    names = [n for n in [*own_entries(marker), MARKER] if n not in (SET_ASIDE, SETTING_ASIDE, RESTORING) and (run / n).exists()]
+    names = [n for n in [*own_entries(marker), MARKER]
+             if n not in (SET_ASIDE, SETTING_ASIDE, RESTORING) and (run / n).exists()]
     if aside.is_dir() and not moving.is_dir():  # a try that stopped before its first checkpoint; the run before it waits aside
         for name in names:
             remove(run / name)
@@ -580,7 +581,6 @@ def abandon_failed_start(run: Path, created: bool, entries: Sequence[str] = tupl
         return
     for name in [*entries, MARKER]:
         remove(run / name)
-    aside = run / SET_ASIDE
     bring_back(run)
     if created and run.is_dir() and not any(run.iterdir()):
         run.rmdir()

@@ -468,11 +468,12 @@ def reuse_source(cfg: QuickstartConfig, out: Path) -> ReuseSource | None:
     root = Path(cfg.reuse)
     settings = root / "settings.json"
     marker = read_marker(root)
-    if marker is None or marker["kind"] != QUICKSTART_KIND or not settings.is_file():
-        what = "no such folder" if not root.exists() else (
-            f"holds the output of `{marker['kind']}`" if marker is not None and marker["kind"] != QUICKSTART_KIND
-            else f"no {MARKER} and settings.json")
-        raise TextebmError(f"--reuse {root}: not a quickstart folder ({what})")
+    if not root.exists():
+        raise TextebmError(f"--reuse {root}: not a quickstart folder (no such folder)")
+    if marker is not None and marker["kind"] != QUICKSTART_KIND:
+        raise TextebmError(f"--reuse {root}: not a quickstart folder (it holds the output of `{marker['kind']}`)")
+    if marker is None or not settings.is_file():
+        raise TextebmError(f"--reuse {root}: not a quickstart folder (no {MARKER} and settings.json)")
     if root.resolve() == out.resolve():
         raise TextebmError(f"--reuse {root}: is --out itself")
     # what each of its steps took: the seeds' own files (OUT/timings.json held them all before)

@@ -551,7 +551,7 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
     cfg = read_config(cfg_.config)
     out = Path(cfg_.out)
     fresh = not out.exists()
-    inputs = matrix_inputs(cfg)  # a missing corpus fails here, before --out is made
+    inputs = matrix_inputs(cfg)  # (read_config has checked the corpora: a missing one made nothing)
     check_out(out, cfg_.overwrite, cfg_.plan)
     try:  # set-up: a failure here leaves no half-made --out behind (a new one is removed whole)
         check_inputs(out, inputs, cfg_.plan, cfg_.overwrite)

@@ -43,8 +43,8 @@ from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
 from textebm.options import check_config, threads_field
 from textebm.outputs import check_output_file
 from textebm.precision import CHOICES as PRECISIONS
-from textebm.resumable import PartialFile
 from textebm.progress import progress_bar
+from textebm.resumable import PartialFile
 
 log = logging.getLogger(__name__)
 

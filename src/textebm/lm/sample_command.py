@@ -47,9 +47,9 @@ from textebm.models.load import CAUSAL_LM, find_model, load_lm
 from textebm.options import check_config, refuse_unused, threads_field
 from textebm.outputs import check_output_file
 from textebm.precision import CHOICES as PRECISIONS
+from textebm.progress import progress_bar
 from textebm.resumable import PartialFile
 from textebm.seeds import derive_seed
-from textebm.progress import progress_bar
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,9 @@ weights are bf16 and do not train.
 
 from __future__ import annotations
 
+import functools
+
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from textebm.precision import bf16_products, reduced_fp32_matmul
@@ -37,49 +38,36 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 PRODUCTS = ("fpmath", "cast")
 
 
-class MixedLinear(nn.Linear):
-    """nn.Linear whose product runs in reduced precision; the output comes back in the input's
-    dtype. Two ways (`PRODUCTS`): "cast" holds the weight in bf16 (or fp16) and rounds the input to
-    it; "fpmath" keeps fp32 weights and lets oneDNN compute the fp32 product with bf16 arithmetic
-    (`textebm.precision.reduced_fp32_matmul`). The state-dict keys are nn.Linear's."""
+class _Mixed:
+    """The forward of a layer whose product runs in reduced precision; its output comes back in the
+    input's dtype. Two ways (`PRODUCTS`): "cast" holds the weight in bf16 (or fp16) and rounds the
+    input to it; "fpmath" keeps fp32 weights and lets oneDNN compute the fp32 product with bf16
+    arithmetic (`textebm.precision.reduced_fp32_matmul`). Mixed into the layer's own class, so its
+    attributes and state-dict keys stay the layer's."""
 
     product = "cast"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # the layer's own shapes
         if self.product == "fpmath":
             with reduced_fp32_matmul():
-                return F.linear(x, self.weight, self.bias)
-        return F.linear(x.to(self.weight.dtype), self.weight, self.bias).to(x.dtype)
+                return super().forward(x)
+        return super().forward(x.to(self.weight.dtype)).to(x.dtype)
 
 
-class MixedConv1d(nn.Conv1d):
-    """nn.Conv1d with its product in reduced precision (as `MixedLinear`)."""
-
-    product = "cast"
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C_in, T) -> (B, C_out, T')
-        if self.product == "fpmath":
-            with reduced_fp32_matmul():
-                return self._conv_forward(x, self.weight, self.bias)
-        return self._conv_forward(x.to(self.weight.dtype), self.weight, self.bias).to(x.dtype)
+class MixedLinear(_Mixed, nn.Linear):
+    """nn.Linear with its product in reduced precision (`_Mixed`)."""
 
 
-def _mixed_conv1d_hf():
-    """transformers' GPT-2 `Conv1D` (y = x W + b, W of shape (in, out)) with a reduced product."""
+class MixedConv1d(_Mixed, nn.Conv1d):
+    """nn.Conv1d with its product in reduced precision (`_Mixed`)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _hf_conv1d() -> tuple[type, type]:
+    """(transformers' GPT-2 `Conv1D`, its reduced-precision class); imported only when met."""
     from transformers.pytorch_utils import Conv1D
 
-    class MixedConv1D(Conv1D):
-        product = "cast"
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
-            if self.product == "fpmath":
-                with reduced_fp32_matmul():
-                    return super().forward(x)
-            low = x.to(self.weight.dtype)
-            y = torch.addmm(self.bias, low.reshape(-1, low.shape[-1]), self.weight)
-            return y.reshape(*x.shape[:-1], self.nf).to(x.dtype)
-
-    return Conv1D, MixedConv1D
+    return Conv1D, type("MixedConv1D", (_Mixed, Conv1D), {"__doc__": "GPT-2's Conv1D with a reduced product."})
 
 
 def fp32_module_ids(model: nn.Module, heads_only: bool = False) -> set[int]:
@@ -106,16 +94,14 @@ def fp32_module_ids(model: nn.Module, heads_only: bool = False) -> set[int]:
     return keep
 
 
-def _convertible(module: nn.Module) -> tuple[type, type] | None:
-    """(its own class, its mixed class) for a layer whose cost is a matrix product, else None."""
+def _mixed_class(module: nn.Module) -> type | None:
+    """The reduced-precision class of a layer whose cost is a matrix product, else None."""
     if type(module) is nn.Linear:
-        return nn.Linear, MixedLinear
+        return MixedLinear
     if type(module) is nn.Conv1d:
-        return nn.Conv1d, MixedConv1d
-    if type(module).__name__ == "Conv1D":
-        conv, mixed = _mixed_conv1d_hf()
-        if type(module) is conv:
-            return conv, mixed
+        return MixedConv1d
+    if type(module).__name__ == "Conv1D" and type(module) is _hf_conv1d()[0]:
+        return _hf_conv1d()[1]
     return None
 
 
@@ -139,10 +125,10 @@ def mixed_precision(model: nn.Module, dtype: torch.dtype, products: str = "") ->
     for module in model.modules():
         if id(module) in keep:
             continue
-        kinds = _convertible(module)
-        if kinds is None:
+        mixed = _mixed_class(module)
+        if mixed is None:
             continue
-        module.__class__ = kinds[1]  # same attributes and state-dict keys; only forward differs
+        module.__class__ = mixed  # same attributes and state-dict keys; only forward differs
         module.product = products
         if products == "cast":
             module.weight.data = module.weight.data.to(dtype)

@@ -32,6 +32,7 @@ from textebm.models.load import CAUSAL_LM, ENERGY, find_model, load_energy, load
 from textebm.options import check_config, refuse_unused, threads_field
 from textebm.outputs import check_output_dir, output_dir
 from textebm.precision import resolve_precision
+from textebm.progress import progress_bar
 from textebm.residual import bounds, report
 from textebm.residual.diversity import ngram_ratios
 from textebm.residual.generate import joint_sample
@@ -39,7 +40,6 @@ from textebm.residual.joint import BaseLM, JointEnergy
 from textebm.resumable import PartialFile
 from textebm.seeds import derive_seed
 from textebm.tokenizer import same_vocab
-from textebm.progress import progress_bar
 
 log = logging.getLogger(__name__)
 

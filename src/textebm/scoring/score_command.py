@@ -43,6 +43,7 @@ from textebm.models.load import (
 from textebm.options import check_config, threads_field
 from textebm.outputs import check_output_files, output_file
 from textebm.precision import CHOICES as PRECISIONS
+from textebm.progress import progress_bar
 from textebm.resumable import PartialFile
 from textebm.scoring.html import render_html
 from textebm.scoring.pll import (
@@ -54,7 +55,6 @@ from textebm.scoring.pll import (
 )
 from textebm.scoring.textcheck import check_texts
 from textebm.scoring.words import word_scores
-from textebm.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
