@@ -34,15 +34,33 @@ def load_tagging_model(model: str | Path, device: str | torch.device | None = No
         raise InputError(path / VOCAB_FILE, f"{len(vocab)} words (padding id {vocab.pad_id}), but {SPEC_FILE} "
                                             f"says vocab_size {tagger.spec.vocab_size} (pad_id "
                                             f"{tagger.spec.pad_id}): not this tagger's vocabulary")
+    if len(vocab.chars) != tagger.spec.char_vocab:
+        raise InputError(path / VOCAB_FILE, f"{len(vocab.chars)} characters, but {SPEC_FILE} says char_vocab "
+                                            f"{tagger.spec.char_vocab}: not this tagger's vocabulary")
     return tagger, vocab, path
 
 
-def tag_batch(items: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """(word ids, tag ids) pairs -> {"input_ids", "tags", "mask"}, each (B, T), right-padded (tags
-    -1 and mask 0 past each sentence's end)."""
-    ids, mask = right_pad([w for w, _ in items], pad_id)  # (B, T), (B, T)
-    tags, _ = right_pad([t for _, t in items], -1)  # (B, T)
-    return {"input_ids": ids, "tags": tags, "mask": mask.bool()}
+def pad_chars(sentences: Sequence[Sequence[list[int]]], T: int) -> torch.Tensor:
+    """Each sentence's per-token character ids -> (B, T, C), 0 past each word's and sentence's end
+    (C the longest word)."""
+    C = max((len(w) for s in sentences for w in s), default=1)
+    out = torch.zeros(len(sentences), T, C, dtype=torch.long)  # (B, T, C)
+    for b, words in enumerate(sentences):
+        for t, w in enumerate(words):
+            out[b, t, :len(w)] = torch.tensor(w, dtype=torch.long)
+    return out
+
+
+def tag_batch(items: Sequence[tuple], pad_id: int) -> dict[str, torch.Tensor]:
+    """(word ids, tag ids[, character ids per token]) items -> {"input_ids", "tags", "mask"}, each
+    (B, T), right-padded (tags -1 and mask 0 past each sentence's end), and "chars" (B, T, C) when
+    the items carry characters (a tagger with a character CNN)."""
+    ids, mask = right_pad([it[0] for it in items], pad_id)  # (B, T), (B, T)
+    tags, _ = right_pad([it[1] for it in items], -1)  # (B, T)
+    batch = {"input_ids": ids, "tags": tags, "mask": mask.bool()}
+    if items and len(items[0]) > 2:
+        batch["chars"] = pad_chars([it[2] for it in items], ids.shape[1])  # (B, T, C)
+    return batch
 
 
 @torch.no_grad()
@@ -54,11 +72,14 @@ def tag_sentences(tagger: BiLSTMCRF, vocab: WordVocab, rows: Sequence[dict[str, 
     device = next(tagger.parameters()).device
     names = tagger.spec.tags
 
-    def decode(batch: list[list[int]]) -> list[list[str]]:
-        ids, mask = right_pad(batch, vocab.pad_id)  # (B, T)
-        best = tagger.decode(ids.to(device), mask.bool().to(device)).cpu()  # (B, T), -1 past the end
-        return [[names[k] for k in best[b, :len(s)].tolist()] for b, s in enumerate(batch)]
+    spelt = bool(tagger.spec.char_vocab)
 
-    encoded = [vocab.encode(row["tokens"]) for row in rows]
-    return batched(encoded, [len(x) for x in encoded], batch_size, decode, progress=progress,
+    def decode(batch: list[tuple[list[int], list[list[int]]]]) -> list[list[str]]:
+        ids, mask = right_pad([w for w, _ in batch], vocab.pad_id)  # (B, T)
+        chars = pad_chars([c for _, c in batch], ids.shape[1]).to(device) if spelt else None  # (B, T, C)
+        best = tagger.decode(ids.to(device), mask.bool().to(device), chars=chars).cpu()  # (B, T), -1 past the end
+        return [[names[k] for k in best[b, :len(w)].tolist()] for b, (w, _) in enumerate(batch)]
+
+    encoded = [(vocab.encode(row["tokens"]), vocab.encode_chars(row["tokens"]) if spelt else []) for row in rows]
+    return batched(encoded, [len(w) for w, _ in encoded], batch_size, decode, progress=progress,
                    desc="tag", unit="sentence")

@@ -58,14 +58,16 @@ class TaggerRecipe(Recipe):
         self.tagger = model  # what is scored and saved (the loop's `model` may hold more: paper e's JRF)
         self.batch_size = batch_size
         tag_id = {t: k for k, t in enumerate(model.spec.tags)}
-        self.dataset = [(vocab.encode(r["tokens"]), [tag_id[t] for t in r["tags"]]) for r in rows]
-        self.lengths = [len(w) for w, _ in self.dataset]
+        spelt = bool(model.spec.char_vocab)  # a character CNN reads each token as written
+        self.dataset = [(vocab.encode(r["tokens"]), [tag_id[t] for t in r["tags"]],
+                         *([vocab.encode_chars(r["tokens"])] if spelt else [])) for r in rows]
+        self.lengths = [len(item[0]) for item in self.dataset]
         self.collate = lambda items: tag_batch(items, vocab.pad_id)
         self.by_epoch: list[float] = []  # dev accuracy after each full epoch (kept in checkpoints)
         self._just_measured: float | None = None  # end_epoch's accuracy, for the validation that follows
 
     def loss(self, model, batch, at):
-        phi = model(batch["input_ids"], batch["mask"])  # (B, T, K) in fp32
+        phi = model(batch["input_ids"], batch["mask"], batch.get("chars"))  # (B, T, K) in fp32
         nll = crf_nll(phi, self.model.transitions, batch["tags"], batch["mask"])  # mean over sentences
         return nll, {"tokens": float(batch["mask"].sum())}
 
@@ -153,7 +155,7 @@ class TRFRecipe(Recipe):
         save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(Path(folder) / TRF_FILE))
 
 
-FROZEN = ("embed.", "lstm.")  # what stage 2 of pre-training takes from stage 1 (and keeps, with `freeze`)
+FROZEN = ("embed.", "char_embed.", "char_convs.", "lstm.")  # what stage 2 of pre-training takes from stage 1 (and keeps, with `freeze`)
 
 
 class FineTuneRecipe(TaggerRecipe):
@@ -205,7 +207,7 @@ class JointRecipe(TaggerRecipe):
     def loss(self, model, batch, at):
         lab, unl = batch["labelled"], batch[MAIN]
         tagger = model.tagger
-        phi = tagger(lab["input_ids"], lab["mask"])  # (B, T, K) in fp32
+        phi = tagger(lab["input_ids"], lab["mask"], lab.get("chars"))  # (B, T, K) in fp32
         nll = crf_nll(phi, tagger.transitions, lab["tags"], lab["mask"])
         w = ramp_weight(at.step, self.weight, self.ramp_steps)
         out = dnce_step(model.joint_log_density, model.noise, unl["input_ids"], unl["mask"], self.spec)
@@ -216,10 +218,16 @@ class JointRecipe(TaggerRecipe):
 
 def transfer_tagger(init: BiLSTMCRF, init_vocab: WordVocab, vocab: WordVocab, dropout: float) -> BiLSTMCRF:
     """A tagger over `vocab` with `init`'s weights: each word's embedding is init's for the same
-    word, or init's unknown word's (what init gave it); so it tags every sentence as init does."""
+    word, or init's unknown word's (what init gave it); so it tags every sentence as init does.
+    With a character CNN, `vocab` spells with init's characters and the word table is rebuilt."""
+    if vocab.chars != init_vocab.chars:
+        raise ValueError("the new vocabulary must spell with the initial tagger's characters")
     spec = dataclasses.replace(init.spec, vocab_size=len(vocab), dropout=dropout, pad_id=vocab.pad_id)
     model = BiLSTMCRF(spec)
-    state = {k: v for k, v in init.state_dict().items() if not k.startswith("embed.")}
+    state = {k: v for k, v in init.state_dict().items() if not k.startswith(("embed.", "word_chars"))}
+    if spec.char_vocab:
+        model.set_word_chars(vocab.word_chars())
+        state["word_chars"] = model.word_chars
     rows = torch.tensor([init_vocab.index.get(w, init_vocab.unk_id) for w in vocab.words])  # (V,)
     rows[vocab.pad_id] = init_vocab.pad_id
     state["embed.weight"] = init.embed.weight.detach()[rows].clone()  # (V, E)

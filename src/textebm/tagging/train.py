@@ -38,6 +38,7 @@ RUN/model is a tagger folder like the supervised method's, so `tag eval` and `ta
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +67,7 @@ from textebm.tagging.recipes import (
     transfer_tagger,
 )
 from textebm.tagging.ssl import DNCESpec, SemiSupervisedTagger
-from textebm.tagging.vocab import build_vocab
+from textebm.tagging.vocab import WordVocab, build_vocab
 from textebm.train import (
     TrainOptions,
     check_run_dir,
@@ -118,6 +119,11 @@ class TagTrainConfig(TrainOptions):
         "help": "keep only this many of the most frequent words (of the labelled and unlabelled sentences); the "
                 "others share the unknown word's vector (0: no cap)", "min": 0})
     embed: int = field(default=100, metadata={"help": "word embedding size", "min": 1})
+    char_cnn: bool = field(default=False, metadata={
+        "help": "add a character CNN to each word's embedding (thu-spmi/semi-EBM's: widths 2, 3, 4), reading "
+                "every token as written, so that a word outside the vocabulary keeps its spelling"})
+    char_embed: int = field(default=50, metadata={"help": "--char-cnn: character embedding size", "min": 1})
+    char_filters: int = field(default=100, metadata={"help": "--char-cnn: filters per width", "min": 1})
     hidden: int = field(default=200, metadata={"help": "LSTM state size per direction", "min": 1})
     layers: int = field(default=1, metadata={"help": "stacked bidirectional LSTM layers", "min": 1})
     dropout: float = field(default=0.0, metadata={"help": "dropout on the embeddings and the LSTM's outputs",
@@ -184,8 +190,10 @@ class TagTrainConfig(TrainOptions):
         else:
             refuse_unused(self, PRETRAIN_OPTIONS, "with --method joint")
             if self.init:
-                refuse_unused(self, ["embed", "hidden", "layers", "lowercase"],
+                refuse_unused(self, ["embed", "hidden", "layers", "lowercase", "char_embed", "char_filters"],
                               "with --init (the sizes and the lowercasing are the initial tagger's)")
+        if not self.char_cnn:
+            refuse_unused(self, ["char_embed", "char_filters"], "without --char-cnn")
         if Path(self.data).suffix.lower() != CONLL_SUFFIX:
             refuse_unused(self, ["tag_column"], "unless --data is a CoNLL file (.conll)")
         if not self.labelled and self.proportion == 1.0:
@@ -249,10 +257,8 @@ def tag_train(cfg: TagTrainConfig) -> dict:
 
         return ssl_train(cfg, train_rows, tags, eval_split, eval_rows)
     rows = labelled_rows(train_rows, cfg.labelled, cfg.proportion, cfg.split_seed, cfg.data)
-    vocab = build_vocab(rows, cfg.lowercase, cfg.min_count, cfg.max_words)
-    spec = TaggerSpec(vocab_size=len(vocab), tags=tags, embed=cfg.embed, hidden=cfg.hidden, layers=cfg.layers,
-                      dropout=cfg.dropout, pad_id=vocab.pad_id)
-    model = BiLSTMCRF(spec)
+    vocab = build_vocab(rows, cfg.lowercase, cfg.min_count, cfg.max_words, chars=cfg.char_cnn)
+    model = new_tagger(cfg, vocab, tags)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("tagger: %d labelled sentences (%d tokens), %d words, %d tags, %.2fM parameters", len(rows),
              sum(len(r["tokens"]) for r in rows), len(vocab), len(tags), n_params / 1e6)
@@ -261,6 +267,17 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     recipe = TaggerRecipe(model, vocab, rows, eval_split, eval_rows, cfg.batch_size)
     recipe.keep_best = cfg.keep_best
     return train(cfg, config, recipe)
+
+
+def new_tagger(cfg: TagTrainConfig, vocab: WordVocab, tags: list[str]) -> BiLSTMCRF:
+    """A fresh tagger of the options' sizes over `vocab` (with its character table under --char-cnn)."""
+    spec = TaggerSpec(vocab_size=len(vocab), tags=tags, embed=cfg.embed, hidden=cfg.hidden, layers=cfg.layers,
+                      dropout=cfg.dropout, pad_id=vocab.pad_id, char_vocab=len(vocab.chars),
+                      char_embed=cfg.char_embed, char_filters=cfg.char_filters)
+    model = BiLSTMCRF(spec)
+    if vocab.chars:
+        model.set_word_chars(vocab.word_chars())
+    return model
 
 
 def stage2_frozen(cfg: TagTrainConfig) -> tuple[bool, bool]:
@@ -299,15 +316,19 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
     rows, unlabelled_rows = ssl_rows(train_rows, cfg.labelled, cfg.proportion, cfg.ratio, cfg.split_seed, cfg.data,
                                      exclude, extra, cfg.unlabelled_max_tokens)
     lowercase = init_vocab.lowercase if init is not None else cfg.lowercase
-    vocab = build_vocab(rows + unlabelled_rows, lowercase, cfg.min_count, cfg.max_words)
+    vocab = build_vocab(rows + unlabelled_rows, lowercase, cfg.min_count, cfg.max_words, chars=cfg.char_cnn)
+    if init is not None:
+        if cfg.char_cnn and not init_vocab.chars:
+            raise TextebmError(f"--char-cnn: the --init tagger {init_path} has no character CNN (train it with "
+                               "--char-cnn, or leave --char-cnn out: the network is the initial tagger's)")
+        vocab = dataclasses.replace(vocab, chars=init_vocab.chars)
     unlabelled = encode(vocab, unlabelled_rows)
     lengths = [len(s) for s in unlabelled]
     pi = length_distribution(lengths, max(lengths))
     if init is not None:
         tagger = transfer_tagger(init, init_vocab, vocab, cfg.dropout)
     else:
-        tagger = BiLSTMCRF(TaggerSpec(vocab_size=len(vocab), tags=tags, embed=cfg.embed, hidden=cfg.hidden,
-                                      layers=cfg.layers, dropout=cfg.dropout, pad_id=vocab.pad_id))
+        tagger = new_tagger(cfg, vocab, tags)
     noise = NoiseLM(len(vocab), pi, embed=cfg.noise_embed, hidden=cfg.noise_hidden, pad_id=vocab.pad_id)
     spec = DNCESpec(alpha=cfg.dnce_alpha, nu=cfg.noise_ratio)
     log.info("%s: %d labelled sentences, %d unlabelled (%d tokens, lengths 1..%d), %d words, %d tags", cfg.method,
@@ -326,7 +347,10 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
         recipe.keep_best = cfg.keep_best
         return train(cfg, config, recipe)
     # pretrain: stage 1 in RUN/pretrain, trained (or resumed, or found finished) by the stage-2 recipe's prepare
-    trf_model = SemiSupervisedTagger(BiLSTMCRF(tagger.spec), TRFHead(len(vocab), tagger.spec.hidden, pi), noise)
+    stage1_tagger = BiLSTMCRF(tagger.spec)
+    if vocab.chars:
+        stage1_tagger.set_word_chars(vocab.word_chars())
+    trf_model = SemiSupervisedTagger(stage1_tagger, TRFHead(len(vocab), tagger.spec.hidden, pi), noise)
     stage1_keys = ["seed", "batch_size", "grad_accum", "weight_decay", "warmup", "schedule", "grad_clip",
                    "precision", "checkpoint_every", "log_every", "keep_checkpoint", "threads", "progress"]
 
@@ -340,6 +364,8 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
                                             "noise_ratio", "noise_lr", "noise_embed", "noise_hidden")}
         # recorded only when set, so that a stage 1 written before these options existed still resumes
         own.update({k: getattr(cfg, k) for k in ("max_words", "unlabelled_max_tokens", "zeta_lr") if getattr(cfg, k)})
+        if cfg.char_cnn:
+            own.update({k: getattr(cfg, k) for k in ("char_cnn", "char_embed", "char_filters")})
         if cfg.zeta_draws != 8:
             own["zeta_draws"] = cfg.zeta_draws
         log.info("stage 1 (the TRF language model) in %s", out)
