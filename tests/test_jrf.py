@@ -130,6 +130,27 @@ def test_the_starting_zeta_estimates_log_z_per_length():
     torch.testing.assert_close(zero, torch.arange(4, dtype=torch.float32) * math.log(4))
 
 
+def test_zeta_by_importance_sampling_from_the_noise_lm_matches_brute_force():
+    """estimate_zeta with the noise LM as proposal (log Z_l = log E_q(x|l) exp(u - log q(x|l)))
+    against the enumeration, on the same tiny case; the draws come at the asked lengths and their
+    log q is the noise LM's log_prob."""
+    torch.manual_seed(3)
+    tagger = BiLSTMCRF(TaggerSpec(vocab_size=5, tags=["A", "B"], embed=3, hidden=2)).double()
+    pi = torch.tensor([0, 0.5, 0, 0.5], dtype=torch.float64)
+    noise = NoiseLM(5, pi, embed=3, hidden=4, pad_id=0).double()
+    ids, mask, log_q = noise.sample(6, generator=torch.Generator().manual_seed(1), lengths=torch.full((6,), 3))
+    assert mask.sum(1).tolist() == [3] * 6 and (ids != 0).all()
+    torch.testing.assert_close(log_q, noise.log_prob(ids, mask))
+    u = lambda ids, m: TRFHead.marginal_potential(tagger, ids, m)
+    got = estimate_zeta(u, pi, 5, 0, n=4000, generator=torch.Generator().manual_seed(0), proposal=noise)
+    for n in (1, 3):
+        every = torch.tensor(list(itertools.product(range(1, 5), repeat=n)))  # (4^n, n)
+        with torch.no_grad():
+            want = float(torch.logsumexp(u(every, torch.ones_like(every, dtype=torch.bool)), 0))
+        assert float(got[n]) == pytest.approx(want, abs=0.02), n
+    assert float(got[2]) == pytest.approx(2 * math.log(4))
+
+
 def test_the_unlabelled_weight_ramps_as_the_papers_code():
     assert ramp_weight(0, 0.1, 40000) == 0.0
     assert ramp_weight(10000, 0.1, 40000) == pytest.approx(0.05)
@@ -245,7 +266,12 @@ BAD = [
     ("a joint option under pretrain", ("pretrain", "--ramp-steps", "3"),
      "--ramp-steps has no effect with --method pretrain"),
     ("a pretrain option under joint", ("joint", "--pretrain-lr", "0.1"),
-     "--pretrain-lr has no effect with --method joint"),
+     "--pretrain-lr has no effect with --method joint unless --from-pretrained"),
+    ("--freeze under joint", ("joint", "--freeze", "--from-pretrained"), "--freeze has no effect with --method joint"),
+    ("--from-pretrained under pretrain", ("pretrain", "--from-pretrained"),
+     "--from-pretrained has no effect with --method pretrain"),
+    ("--from-pretrained with --init", ("joint", "--from-pretrained", "--init", "NOWHERE"),
+     "--from-pretrained and --init"),
     ("sizes with --init", ("joint", "--init", "NOWHERE"), "--embed, --hidden have no effect with --init"),
 ]
 
@@ -300,6 +326,13 @@ def test_keep_best_ends_with_the_epoch_of_best_dev_accuracy(tagged, tmp_path):  
     assert len({round(a, 6) for a in by_epoch}) > 1  # the accuracy moved: the choice is not a tie
     kept = min(val, key=lambda v: v["loss"])
     assert m["train"]["kept"] == kept and m["eval"]["dev_accuracy"] == pytest.approx(1 - kept["loss"], abs=1e-12)
+    # the last step's weights are kept beside as RUN/last when an earlier epoch was better
+    assert (out / "last").is_dir() == (kept is not val[-1])
+    if kept is not val[-1]:
+        assert main(["tag", "eval", "--model", str(out / "last"), "--data", str(tagged), "--split", "dev",
+                     "--out", str(tmp_path / "last.json")]) == 0
+        last = json.loads((tmp_path / "last.json").read_text())["dev_accuracy"]
+        assert last == pytest.approx(1 - val[-1]["loss"], abs=1e-12) and last < m["eval"]["dev_accuracy"]
     assert main(supervised_args(tagged, tmp_path / "x", "--keep-best", "--eval-split", "")) == 2
     assert not (tmp_path / "x").exists()
 
@@ -316,6 +349,43 @@ def test_pretrain_freeze_keeps_stage_1s_network_and_trains_the_head_only(tagged,
     assert json.loads((run / "config.json").read_text())["freeze"] is True
     assert main(_args("joint", tagged, tmp_path / "j", *JOINT, "--freeze")) == 2
     assert not (tmp_path / "j").exists()
+
+
+def test_a_stage1_cache_is_shared_by_content_and_refused_for_other_inputs(tagged, tmp_path, capsys,  # noqa: F811
+                                                                         caplog):
+    """--stage1-cache: pre-training, its frozen ablation and joint --from-pretrained of the same pool
+    share one stage 1 (trained once, then reused unchanged); another pool gets its own; a cached
+    stage 1 whose recorded inputs differ from its name's is refused (exit 2, the run not started)."""
+    cache = tmp_path / "stage1"
+    assert main(_args("pretrain", tagged, tmp_path / "pre", *PRETRAIN, "--stage1-cache", cache)) == 0
+    stages = lambda: [p for p in cache.glob("trf-*") if p.is_dir()]  # noqa: E731  (beside each, its .lock)
+    (trf,) = stages()
+    stamp = {p: p.stat().st_mtime_ns for p in trf.rglob("*")}
+    assert not (tmp_path / "pre" / "pretrain").exists()
+    assert main(_args("pretrain", tagged, tmp_path / "frozen", *PRETRAIN, "--stage1-cache", cache, "--freeze")) == 0
+    caplog.set_level("INFO", logger="textebm")
+    caplog.clear()
+    assert main(_args("joint", tagged, tmp_path / "joint", *JOINT, "--from-pretrained", "--stage1-cache", cache,
+                      "--pretrain-epochs", "1", "--pretrain-lr", "0.01")) == 0
+    assert "reusing" in caplog.text and "joint training from stage 1" in caplog.text
+    assert stages() == [trf] and {p: p.stat().st_mtime_ns for p in trf.rglob("*")} == stamp
+    # both started from the shared stage 1's encoder: the frozen one kept it byte for byte
+    first, frozen = _weights(trf / "model"), _weights(tmp_path / "frozen" / "model")
+    assert all(torch.equal(first[k], frozen[k]) for k in first if k.startswith(("embed.", "lstm.")))
+    joint = json.loads((tmp_path / "joint" / "metrics.json").read_text())
+    assert joint["eval"]["dev_accuracy"] > _majority(tagged) + 0.3, joint["eval"]
+    # another pool (another labelled draw) trains a stage 1 of its own
+    assert main(_args("pretrain", tagged, tmp_path / "other", *PRETRAIN, "--stage1-cache", cache,
+                      "--split-seed", "1")) == 0
+    assert len(stages()) == 2
+    # a cached stage 1 that records other inputs than its name says is refused
+    config = json.loads((trf / "config.json").read_text())
+    (trf / "config.json").write_text(json.dumps({**config, "vocab_sha256": "0" * 64}))
+    capsys.readouterr()
+    assert main(_args("pretrain", tagged, tmp_path / "again", *PRETRAIN, "--stage1-cache", cache)) == 2
+    err = capsys.readouterr().err
+    assert "--stage1-cache" in err and "vocab_sha256" in err and "Traceback" not in err, err
+    assert not (tmp_path / "again").exists()
 
 
 def test_a_pretrain_run_from_before_freeze_resumes_frozen(tagged, tmp_path, monkeypatch):  # noqa: F811

@@ -452,7 +452,8 @@ def group_lrs(optimizer: torch.optim.Optimizer) -> dict[str, float]:
     return {("lr_" + g["name"]) if g.get("name") else "lr": g["lr"] for g in optimizer.param_groups}
 
 
-RUN_ENTRIES = ["config.json", "checkpoint", "metrics.json", "model", BEST_DIR]  # what a run folder holds
+LAST_DIR = "last"  # under keep_best, the last step's model when the run keeps an earlier one
+RUN_ENTRIES = ["config.json", "checkpoint", "metrics.json", "model", BEST_DIR, LAST_DIR]  # what a run folder holds
 
 
 def eval_split_of(cfg) -> str:
@@ -835,7 +836,7 @@ def finish_run(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolde
     if done.validation:
         metrics["train"]["validation"] = done.validation
         metrics["train"]["stopped_early"] = done.stopped_early
-        metrics["train"]["kept"] = keep_best_weights(recipe, folder, done.validation)
+        metrics["train"]["kept"] = keep_best_weights(recipe, folder, done.validation, accelerator)
     # The model is saved before evaluation, so an error there cannot throw away a finished training.
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
@@ -859,12 +860,17 @@ def finish_run(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolde
     return metrics
 
 
-def keep_best_weights(recipe: Recipe, folder: RunFolder, validation: list[dict]) -> dict:
-    """Load RUN/best into the model when an earlier validation beat the last one; return the
-    entry of the weights the run ends with."""
+def keep_best_weights(recipe: Recipe, folder: RunFolder, validation: list[dict], accelerator) -> dict:
+    """Load RUN/best into the model when an earlier validation beat the last one, the last step's
+    model saved first as RUN/last (a folder like RUN/model, for the last-weights figure); return
+    the entry of the weights the run ends with."""
     best = min(validation, key=lambda v: v["loss"])
     if best is validation[-1] or best["loss"] >= validation[-1]["loss"]:
         return validation[-1]
+    if accelerator.is_main_process:
+        with atomic_dir(folder.path / LAST_DIR) as tmp:
+            recipe.save(tmp)
+    accelerator.wait_for_everyone()
     stored = load_best(folder.path, recipe.model)
     if stored is None or stored["step"] != best["step"]:
         raise TextebmError(f"{folder.path / BEST_DIR} does not hold the weights of the best validation "

@@ -65,10 +65,12 @@ class NoiseLM(nn.Module):
         return tok.sum(1) + self.length_probs.log().to(tok.dtype)[lengths]  # (B,)
 
     @torch.no_grad()
-    def sample(self, n: int, generator: torch.Generator | None = None, compact: bool = True
-               ) -> tuple[Tensor, Tensor, Tensor]:
+    def sample(self, n: int, generator: torch.Generator | None = None, compact: bool = True,
+               lengths: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """n sentences: ids (n, T) right-padded with pad_id, mask (n, T), log q(l, x) (n,);
-        T = the longest length drawn. Lengths ~ π, then words left to right.
+        T = the longest length drawn. Lengths ~ π (or the given `lengths` (n,), each in [1, L]:
+        the words are then drawn from q(x | l); log q(l, x) still counts log π_l), then words left
+        to right.
 
         The rows run sorted by length, longest first, so at step t the rows still drawing are a
         prefix; `compact` steps only those (a sentence of mean length l̄ among n drawn up to T costs
@@ -77,8 +79,13 @@ class NoiseLM(nn.Module):
         the same order, so they give the same sentences (tested)."""
         device = self.start.device
         draw_on = generator.device if generator is not None else device  # a CPU generator drives a CUDA model too
-        lengths = torch.multinomial(self.length_probs.float().to(draw_on), n, replacement=True,
-                                    generator=generator).to(device)  # (n,)
+        if lengths is None:
+            lengths = torch.multinomial(self.length_probs.float().to(draw_on), n, replacement=True,
+                                        generator=generator).to(device)  # (n,)
+        else:
+            lengths = torch.as_tensor(lengths, dtype=torch.long, device=device).reshape(-1)  # (n,)
+            if lengths.numel() != n or int(lengths.min()) < 1 or int(lengths.max()) > self.max_len:
+                raise ValueError(f"lengths must be {n} values in [1, {self.max_len}]")
         T = int(lengths.max())
         order = torch.argsort(lengths, descending=True, stable=True)  # (n,): longest first
         by_len = lengths[order]  # (n,) non-increasing

@@ -175,26 +175,37 @@ class FineTuneRecipe(TaggerRecipe):
             p.requires_grad_(not (freeze and name.startswith(FROZEN)))
 
     def prepare(self, run):
-        folder = self.stage1(run)
-        weights = load_file(str(folder / "model.safetensors"))
-        kept = {k: v for k, v in weights.items() if k.startswith(FROZEN)}
-        missing = sorted(k for k, _ in self.model.named_parameters() if k.startswith(FROZEN) and k not in kept)
-        if missing:
-            raise TextebmError(f"{folder}: the pre-trained tagger lacks {missing[:3]}")
-        with torch.no_grad():
-            for name, p in self.model.named_parameters():
-                if name in kept:
-                    p.copy_(kept[name])
+        load_encoder(self.model, self.stage1(run))
+        log.info("stage 2: %s on the labelled sentences", "the output layer and A, the encoder frozen" if self.freeze
+                 else "every weight fine-tuned from stage 1's encoder")
         return True
+
+
+def load_encoder(tagger: BiLSTMCRF, folder: Path) -> None:
+    """Stage 1's encoder (the FROZEN parts: embeddings, character CNN, BiLSTM) from the tagger
+    folder `folder` into `tagger`; the output layer and A stay as they are."""
+    weights = load_file(str(folder / "model.safetensors"))
+    kept = {k: v for k, v in weights.items() if k.startswith(FROZEN)}
+    missing = sorted(k for k, _ in tagger.named_parameters() if k.startswith(FROZEN) and k not in kept)
+    if missing:
+        raise TextebmError(f"{folder}: the pre-trained tagger lacks {missing[:3]}")
+    with torch.no_grad():
+        for name, p in tagger.named_parameters():
+            if name in kept:
+                p.copy_(kept[name])
 
 
 class JointRecipe(TaggerRecipe):
     """The JRF (eq. 6): CRF NLL on a labelled batch + w(step) · DNCE of the marginal on an
-    unlabelled batch + the noise LM's NLL; the unlabelled sentences are the main stream."""
+    unlabelled batch + the noise LM's NLL; the unlabelled sentences are the main stream. With
+    `stage1` (this paper's run_trf_semi.py --model <trf_pretrain>), `prepare` runs or reuses stage 1
+    of pre-training and starts from its encoder and noise LM, ζ estimated with that noise LM as
+    the proposal."""
 
     def __init__(self, model: SemiSupervisedTagger, vocab: WordVocab, rows: list[dict[str, Any]],
                  unlabelled: list[list[int]], eval_split: str, eval_rows: list[dict[str, Any]], batch_size: int,
-                 spec: DNCESpec, weight: float, ramp_steps: int, noise_lr: float, zeta_lr: float = 0.0):
+                 spec: DNCESpec, weight: float, ramp_steps: int, noise_lr: float, zeta_lr: float = 0.0,
+                 stage1: Callable[[Path], Path] | None = None, zeta_draws: int = 8, seed: int = 0):
         super().__init__(model.tagger, vocab, rows, eval_split, eval_rows, batch_size)
         labelled = Stream(dataset=self.dataset, lengths=self.lengths, collate=self.collate, batch_size=batch_size,
                           lockstep=False)
@@ -203,6 +214,20 @@ class JointRecipe(TaggerRecipe):
         self.dataset, self.lengths = unlabelled, [len(s) for s in unlabelled]
         self.collate = lambda items: pad_batch(items, vocab.pad_id)
         self.param_groups = trf_groups(noise_lr, zeta_lr)
+        self.stage1, self.zeta_draws, self.seed = stage1, zeta_draws, seed
+        if stage1 is not None:
+            self.run_files = (STAGE1,)
+
+    def prepare(self, run):
+        if self.stage1 is None:
+            return False
+        folder = self.stage1(run)
+        load_encoder(self.model.tagger, folder)
+        noise = load_file(str(folder / TRF_FILE))
+        self.model.noise.load_state_dict({k[len("noise."):]: v for k, v in noise.items() if k.startswith("noise.")})
+        start_zeta(self.model, joint=True, seed=self.seed, draws=self.zeta_draws, proposal=True)
+        log.info("joint training from stage 1's encoder and noise LM (%s)", folder)
+        return True
 
     def loss(self, model, batch, at):
         lab, unl = batch["labelled"], batch[MAIN]
@@ -235,10 +260,11 @@ def transfer_tagger(init: BiLSTMCRF, init_vocab: WordVocab, vocab: WordVocab, dr
     return model
 
 
-def start_zeta(model: SemiSupervisedTagger, joint: bool, seed: int, draws: int = 8) -> None:
+def start_zeta(model: SemiSupervisedTagger, joint: bool, seed: int, draws: int = 8, proposal: bool = False) -> None:
     """ζ of `model`'s TRF set to `estimate_zeta`'s log Z_l of its potential at the start (the
     tagger in eval mode: no dropout), instead of l·log V, the zero potential's: the JRF of a trained
-    tagger (--init) has log-partitions far above zero, which DNCE would otherwise first push down."""
+    tagger (--init) has log-partitions far above zero, which DNCE would otherwise first push down.
+    With `proposal`, the estimate draws from the model's (trained) noise LM instead of uniformly."""
     potential = ((lambda ids, m: TRFHead.marginal_potential(model.tagger, ids, m)) if joint
                  else (lambda ids, m: model.trf.potential(model.tagger, ids, m)))
     generator = torch.Generator().manual_seed(derive_seed(seed, "tag-train", "zeta"))
@@ -246,7 +272,7 @@ def start_zeta(model: SemiSupervisedTagger, joint: bool, seed: int, draws: int =
     model.eval()
     spec = model.tagger.spec
     zeta = estimate_zeta(potential, model.trf.log_pi.exp(), spec.vocab_size, spec.pad_id, n=draws,
-                         generator=generator)
+                         generator=generator, proposal=model.noise if proposal else None)
     with torch.no_grad():
         model.trf.zeta.copy_(zeta)
     model.train(was)

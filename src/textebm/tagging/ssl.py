@@ -97,21 +97,31 @@ def dnce_step(log_density: Callable[[Tensor, Tensor], Tensor], noise: NoiseLM, i
 
 @torch.no_grad()
 def estimate_zeta(log_potential: Callable[[Tensor, Tensor], Tensor], length_probs: Tensor, vocab_size: int,
-                  pad_id: int, n: int = 8, generator: torch.Generator | None = None) -> Tensor:
-    """ζ_l ≈ log Z_l = log Σ_{x ∈ W^l} exp u(x) = l·log|W| + log E_{x ~ uniform(W^l)} exp u(x), W the
-    words (every id but `pad_id`), estimated with n uniform sentences per length (a log-mean-exp:
-    biased low by Jensen, by little where u varies little across x); lengths that π never gives
-    keep l·log|W|. `log_potential(ids, mask)` -> u (B,). -> (L + 1,) float32, entry 0 is 0."""
+                  pad_id: int, n: int = 8, generator: torch.Generator | None = None,
+                  proposal: NoiseLM | None = None) -> Tensor:
+    """ζ_l ≈ log Z_l = log Σ_{x ∈ W^l} exp u(x), W the words (every id but `pad_id`), by importance
+    sampling with n sentences per length: log Z_l = log E_{x ~ r(·|l)} exp(u(x) − log r(x|l)),
+    r uniform over W^l (log r = −l·log|W|) or, given a `proposal`, the noise LM's q(x | l) (a
+    trained noise LM is far closer to a trained TRF than the uniform is: its estimate's spread is
+    bench/results/tagging/zeta_spread.json's). A log-mean-exp, biased low by Jensen, by little
+    where the weights vary little. Lengths that π never gives keep l·log|W|.
+    `log_potential(ids, mask)` -> u (B,). -> (L + 1,) float32, entry 0 is 0."""
     L = length_probs.shape[0] - 1
     words = vocab_size - 1
     zeta = torch.arange(L + 1, dtype=torch.float64) * math.log(words)  # (L + 1,)
     for l in range(1, L + 1):
         if float(length_probs[l]) == 0.0:
             continue
-        ids = torch.randint(0, words, (n, l), generator=generator)  # (n, l) over the words ...
-        ids = ids + (ids >= pad_id).long()  # ... skipping the padding id
-        u = log_potential(ids, torch.ones(n, l, dtype=torch.bool)).double()  # (n,)
-        zeta[l] += float(torch.logsumexp(u, 0)) - math.log(n)
+        if proposal is None:
+            ids = torch.randint(0, words, (n, l), generator=generator)  # (n, l) over the words ...
+            ids = ids + (ids >= pad_id).long()  # ... skipping the padding id
+            mask, log_r = torch.ones(n, l, dtype=torch.bool), torch.full((n,), -l * math.log(words),
+                                                                        dtype=torch.float64)
+        else:
+            ids, mask, log_q = proposal.sample(n, generator=generator, lengths=torch.full((n,), l))  # (n, l)
+            log_r = log_q.double().cpu() - math.log(float(proposal.length_probs[l]))  # (n,): log q(x | l)
+        u = log_potential(ids, mask).double().cpu()  # (n,)
+        zeta[l] = float(torch.logsumexp(u - log_r, 0)) - math.log(n)
     return zeta.float()
 
 

@@ -68,7 +68,9 @@ from textebm.tagging.recipes import (
 )
 from textebm.tagging.ssl import DNCESpec, SemiSupervisedTagger
 from textebm.tagging.vocab import WordVocab, build_vocab
+from textebm.grid import once
 from textebm.train import (
+    RESUME_FREE,
     TrainOptions,
     check_run_dir,
     eval_split_of,
@@ -83,8 +85,9 @@ log = logging.getLogger(__name__)
 METHODS = ["supervised", "pretrain", "joint"]
 SSL_OPTIONS = ["ratio", "unlabelled", "unlabelled_max_tokens", "dnce_alpha", "noise_ratio", "noise_lr", "noise_embed",
                "noise_hidden", "zeta_lr", "zeta_draws"]  # pretrain, joint
-PRETRAIN_OPTIONS = ["pretrain_epochs", "pretrain_steps", "pretrain_lr", "freeze"]
-JOINT_OPTIONS = ["unlabelled_weight", "ramp_steps", "init"]
+STAGE1_OPTIONS = ["pretrain_epochs", "pretrain_steps", "pretrain_lr", "stage1_cache"]  # pretrain; joint --from-pretrained
+PRETRAIN_OPTIONS = [*STAGE1_OPTIONS, "freeze"]
+JOINT_OPTIONS = ["unlabelled_weight", "ramp_steps", "init", "from_pretrained"]
 
 
 @dataclass(kw_only=True)
@@ -168,6 +171,10 @@ class TagTrainConfig(TrainOptions):
         "help": "pretrain: stop stage 1 after this many optimizer steps (0: no limit)", "min": 0})
     pretrain_lr: float = field(default=1e-3, metadata={"help": "pretrain: peak learning rate of stage 1 (AdamW)",
                                                        "gt": 0})
+    stage1_cache: str = field(default="", metadata={
+        "help": "pretrain, joint --from-pretrained: keep stage 1 (the TRF) in this folder, under a name keyed by its "
+                "content (the unlabelled sentences, the vocabulary, the options, the seed), and reuse it when a run "
+                "of the same content finished it before (the grid's cells share it); default: RUN/pretrain"})
     freeze: bool = field(default=False, metadata={
         "help": "pretrain: stage 2 trains only the new output layer and A, the embeddings and BiLSTM kept as stage "
                 "1 left them (the ablation; default: every weight fine-tuned, as the paper's code does)"})
@@ -180,6 +187,10 @@ class TagTrainConfig(TrainOptions):
     init: str = field(default="", metadata={
         "help": "joint: start from this supervised tagger (a `tag train` run; as thu-spmi/semi-EBM's ICASSP-2020 "
                 "script does); words it lacks start as its unknown word"})
+    from_pretrained: bool = field(default=False, metadata={
+        "help": "joint: start from stage 1 of pre-training (trained, or reused from --stage1-cache): its "
+                "embeddings, character CNN, BiLSTM and noise LM, a new output layer and A, zeta estimated with "
+                "the noise LM as proposal (this paper's run_trf_semi.py --model <trf_pretrain>)"})
 
     def check(self) -> None:
         super().check()
@@ -188,7 +199,11 @@ class TagTrainConfig(TrainOptions):
         elif self.method == "pretrain":
             refuse_unused(self, JOINT_OPTIONS, "with --method pretrain")
         else:
-            refuse_unused(self, PRETRAIN_OPTIONS, "with --method joint")
+            refuse_unused(self, ["freeze"], "with --method joint")
+            if not self.from_pretrained:
+                refuse_unused(self, STAGE1_OPTIONS, "with --method joint unless --from-pretrained")
+            if self.from_pretrained and self.init:
+                raise TextebmError("--from-pretrained and --init: joint training starts from one of them; give one")
             if self.init:
                 refuse_unused(self, ["embed", "hidden", "layers", "lowercase", "char_embed", "char_filters"],
                               "with --init (the sizes and the lowercasing are the initial tagger's)")
@@ -293,6 +308,58 @@ def stage2_frozen(cfg: TagTrainConfig) -> tuple[bool, bool]:
     return cfg.freeze, False
 
 
+STAGE1_TRAIN_KEYS = ("seed", "batch_size", "grad_accum", "weight_decay", "warmup", "schedule", "grad_clip",
+                     "precision", "checkpoint_every", "log_every", "keep_checkpoint", "threads", "progress")
+STAGE1_OWN = ("lowercase", "min_count", "embed", "hidden", "layers", "dropout", "dnce_alpha", "noise_ratio", "noise_lr",
+              "noise_embed", "noise_hidden")
+STAGE1_DRAW = ("data", "labelled", "proportion", "split_seed", "ratio")  # in RUN/pretrain's config (the cache keys content)
+
+
+def train_stage1(cfg: TagTrainConfig, run: Path, trf_model: SemiSupervisedTagger, vocab: WordVocab,
+                 unlabelled: list[list[int]], spec: DNCESpec, inputs: dict) -> Path:
+    """Stage 1 of pre-training, the TRF language model, trained (or resumed, or found finished) in
+    RUN/pretrain, or with --stage1-cache in CACHE/trf-KEY, KEY a hash of everything it depends on
+    (the unlabelled sentences, the vocabulary and the options, by content), built once under a lock
+    whichever run needs it first; -> the folder of its tagger (and the TRF's `trf.safetensors`)."""
+    own = {k: getattr(cfg, k) for k in STAGE1_OWN}
+    # recorded only when set, so that a stage 1 written before these options existed still resumes
+    own.update({k: getattr(cfg, k) for k in ("max_words", "unlabelled_max_tokens", "zeta_lr") if getattr(cfg, k)})
+    if cfg.char_cnn:
+        own.update({k: getattr(cfg, k) for k in ("char_cnn", "char_embed", "char_filters")})
+    if cfg.zeta_draws != 8:
+        own["zeta_draws"] = cfg.zeta_draws
+    schedule = {"epochs": cfg.pretrain_epochs, "max_steps": cfg.pretrain_steps, "lr": cfg.pretrain_lr,
+                **{k: getattr(cfg, k) for k in STAGE1_TRAIN_KEYS}}
+    if cfg.stage1_cache:
+        content = {**own, **inputs, **{k: v for k, v in schedule.items() if k not in RESUME_FREE | {"log_every"}}}
+        out = Path(cfg.stage1_cache) / f"trf-{json_sha256(content)[:16]}"
+    else:
+        out = run / STAGE1
+        own.update({k: getattr(cfg, k) for k in STAGE1_DRAW})
+
+    def build() -> None:
+        opts = PretrainStageOptions(out=str(out), resume=(out / "config.json").is_file(), **schedule)
+        log.info("stage 1 (the TRF language model) in %s", out)
+        if not run_completed(out):
+            start_zeta(trf_model, joint=False, seed=cfg.seed, draws=cfg.zeta_draws)  # a checkpoint replaces it
+        train(opts, {**options_dict(opts), **own, **inputs},
+              TRFRecipe(trf_model, vocab, unlabelled, spec, cfg.noise_lr, cfg.zeta_lr))
+
+    if cfg.stage1_cache:
+        if run_completed(out):
+            recorded = read_json(out / "config.json")
+            differ = sorted(k for k in content if not isinstance(recorded, dict) or recorded.get(k) != content[k])
+            if differ:
+                raise TextebmError(f"--stage1-cache: {out} holds a stage 1 of other inputs ({', '.join(differ)} "
+                                   "differ from this run's: another pool, vocabulary or options); move it away or "
+                                   "choose another --stage1-cache")
+            log.info("stage 1 (the TRF language model): reusing %s (same content)", out)
+        once(out, lambda: run_completed(out), build)
+    else:
+        build()
+    return out / "model"
+
+
 @dataclass(kw_only=True)
 class PretrainStageOptions(TrainOptions):
     """Stage 1 of `tag train --method pretrain`, the run in RUN/pretrain (made from the command's
@@ -336,47 +403,29 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
     inputs = {"train_sha256": file_sha256(split_path(cfg.data, "train")), "labelled_sentences": len(rows),
               "unlabelled_sentences": len(unlabelled), "unlabelled_sha256": json_sha256(unlabelled),
               "vocab_size": len(vocab), "vocab_sha256": json_sha256(list(vocab.words)), "tags": tags}
+    if vocab.chars:
+        inputs["chars_sha256"] = json_sha256(list(vocab.chars))
     if init is not None:
         inputs["init_sha256"] = file_sha256(init_path / "model.safetensors")
     config = {**options_dict(cfg), **inputs}
+    stage1 = None
+    if cfg.method == "pretrain" or cfg.from_pretrained:
+        stage1_tagger = BiLSTMCRF(tagger.spec)
+        if vocab.chars:
+            stage1_tagger.set_word_chars(vocab.word_chars())
+        trf_model = SemiSupervisedTagger(stage1_tagger, TRFHead(len(vocab), tagger.spec.hidden, pi), noise)
+        stage1 = lambda run: train_stage1(cfg, run, trf_model, vocab, unlabelled, spec, inputs)
     if cfg.method == "joint":
         model = SemiSupervisedTagger(tagger, TRFHead(len(vocab), None, pi), noise)
-        start_zeta(model, joint=True, seed=cfg.seed, draws=cfg.zeta_draws)
+        if stage1 is None:
+            start_zeta(model, joint=True, seed=cfg.seed, draws=cfg.zeta_draws)
         recipe = JointRecipe(model, vocab, rows, unlabelled, eval_split, eval_rows, cfg.batch_size, spec,
-                             cfg.unlabelled_weight, cfg.ramp_steps, cfg.noise_lr, cfg.zeta_lr)
+                             cfg.unlabelled_weight, cfg.ramp_steps, cfg.noise_lr, cfg.zeta_lr, stage1=stage1,
+                             zeta_draws=cfg.zeta_draws, seed=cfg.seed)
         recipe.keep_best = cfg.keep_best
         return train(cfg, config, recipe)
-    # pretrain: stage 1 in RUN/pretrain, trained (or resumed, or found finished) by the stage-2 recipe's prepare
-    stage1_tagger = BiLSTMCRF(tagger.spec)
-    if vocab.chars:
-        stage1_tagger.set_word_chars(vocab.word_chars())
-    trf_model = SemiSupervisedTagger(stage1_tagger, TRFHead(len(vocab), tagger.spec.hidden, pi), noise)
-    stage1_keys = ["seed", "batch_size", "grad_accum", "weight_decay", "warmup", "schedule", "grad_clip",
-                   "precision", "checkpoint_every", "log_every", "keep_checkpoint", "threads", "progress"]
-
-    def stage1(run: Path) -> Path:
-        out = run / STAGE1
-        opts = PretrainStageOptions(out=str(out), epochs=cfg.pretrain_epochs, max_steps=cfg.pretrain_steps,
-                                    lr=cfg.pretrain_lr, resume=(out / "config.json").is_file(),
-                                    **{k: getattr(cfg, k) for k in stage1_keys})
-        own = {k: getattr(cfg, k) for k in ("data", "labelled", "proportion", "split_seed", "ratio", "lowercase",
-                                            "min_count", "embed", "hidden", "layers", "dropout", "dnce_alpha",
-                                            "noise_ratio", "noise_lr", "noise_embed", "noise_hidden")}
-        # recorded only when set, so that a stage 1 written before these options existed still resumes
-        own.update({k: getattr(cfg, k) for k in ("max_words", "unlabelled_max_tokens", "zeta_lr") if getattr(cfg, k)})
-        if cfg.char_cnn:
-            own.update({k: getattr(cfg, k) for k in ("char_cnn", "char_embed", "char_filters")})
-        if cfg.zeta_draws != 8:
-            own["zeta_draws"] = cfg.zeta_draws
-        log.info("stage 1 (the TRF language model) in %s", out)
-        if not run_completed(out):
-            start_zeta(trf_model, joint=False, seed=cfg.seed, draws=cfg.zeta_draws)  # a checkpoint replaces it
-        train(opts, {**options_dict(opts), **own, **inputs}, TRFRecipe(trf_model, vocab, unlabelled, spec,
-                                                                         cfg.noise_lr, cfg.zeta_lr))
-        log.info("stage 2: %s on the labelled sentences", "the output layer and A, the embeddings and BiLSTM "
-                 "frozen" if freeze else "every weight fine-tuned from stage 1's embeddings and BiLSTM")
-        return out / "model"
-
+    # pretrain: stage 1 (RUN/pretrain, or the --stage1-cache), trained, resumed or found finished by the
+    # stage-2 recipe's prepare
     freeze, legacy = stage2_frozen(cfg)
     if legacy:  # an older run, frozen as it started: its config.json stays as written
         config.pop("freeze", None)
