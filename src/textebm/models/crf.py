@@ -132,10 +132,14 @@ class BiLSTMCRF(nn.Module):
         x = self.embed(input_ids)  # (B, T, E)
         if not self.spec.char_vocab:
             return x
-        if chars is None:
-            chars = self.word_chars[input_ids]  # (B, T, C)
-        B, T, C = chars.shape
-        feats = char_features(self.char_embed, self.char_convs, chars.reshape(B * T, C))  # (B·T, F)
+        B, T = input_ids.shape
+        if chars is None:  # each distinct word once, its table row cut to the longest spelling among them
+            words, where = torch.unique(input_ids, return_inverse=True)  # (U,), (B, T)
+            spelt = self.word_chars[words]  # (U, C)
+            spelt = spelt[:, :max(int((spelt > 0).sum(1).max()), 1)]
+            feats = char_features(self.char_embed, self.char_convs, spelt)[where.reshape(-1)]  # (B·T, F)
+        else:
+            feats = char_features(self.char_embed, self.char_convs, chars.reshape(B * T, -1))  # (B·T, F)
         return torch.cat([x, feats.reshape(B, T, -1).to(x.dtype)], -1)  # (B, T, E + F)
 
     def states(self, input_ids: Tensor, mask: Tensor, chars: Tensor | None = None) -> tuple[Tensor, Tensor]:

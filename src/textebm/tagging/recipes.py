@@ -64,6 +64,7 @@ class TaggerRecipe(Recipe):
         self.lengths = [len(item[0]) for item in self.dataset]
         self.collate = lambda items: tag_batch(items, vocab.pad_id)
         self.by_epoch: list[float] = []  # dev accuracy after each full epoch (kept in checkpoints)
+        self.stage1_run: Path | None = None  # where a method that starts from pre-training found its stage 1
         self._just_measured: float | None = None  # end_epoch's accuracy, for the validation that follows
 
     def loss(self, model, batch, at):
@@ -101,11 +102,13 @@ class TaggerRecipe(Recipe):
         self.by_epoch = tensors["by_epoch"].tolist() if "by_epoch" in tensors else []
 
     def evaluate(self):
-        if not self.eval_rows:
-            return None
-        out = self._scores()
-        out[f"{self.eval_split}_accuracy_by_epoch"] = [*self.by_epoch, out[f"{self.eval_split}_accuracy"]]
-        return out
+        out = {}
+        if self.eval_rows:
+            out = self._scores()
+            out[f"{self.eval_split}_accuracy_by_epoch"] = [*self.by_epoch, out[f"{self.eval_split}_accuracy"]]
+        if self.stage1_run is not None:
+            out["stage1"] = str(self.stage1_run)
+        return out or None
 
     def save(self, folder):
         save_tagger(self.tagger, folder)
@@ -175,7 +178,9 @@ class FineTuneRecipe(TaggerRecipe):
             p.requires_grad_(not (freeze and name.startswith(FROZEN)))
 
     def prepare(self, run):
-        load_encoder(self.model, self.stage1(run))
+        folder = self.stage1(run)
+        self.stage1_run = folder.parent
+        load_encoder(self.model, folder)
         log.info("stage 2: %s on the labelled sentences", "the output layer and A, the encoder frozen" if self.freeze
                  else "every weight fine-tuned from stage 1's encoder")
         return True
@@ -222,6 +227,7 @@ class JointRecipe(TaggerRecipe):
         if self.stage1 is None:
             return False
         folder = self.stage1(run)
+        self.stage1_run = folder.parent
         load_encoder(self.model.tagger, folder)
         noise = load_file(str(folder / TRF_FILE))
         self.model.noise.load_state_dict({k[len("noise."):]: v for k, v in noise.items() if k.startswith("noise.")})

@@ -376,6 +376,9 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
         init, init_vocab, init_path = load_tagging_model(cfg.init, "cpu", option="--init")
         if init.spec.tags != tags:
             raise TextebmError(f"--init {cfg.init}: its tags {init.spec.tags} are not the training split's {tags}")
+        if cfg.char_cnn and not init_vocab.chars:
+            raise TextebmError(f"--char-cnn: the --init tagger {init_path} has no character CNN (train it with "
+                               "--char-cnn, or leave --char-cnn out: the network is the initial tagger's)")
     exclude = [r["tokens"] for r in eval_rows]
     if Path(cfg.data).is_dir() and eval_split != "test" and split_path(cfg.data, "test").is_file():
         exclude += [r["tokens"] for r in load_tagged(cfg.data, "test", tags=False)]
@@ -385,9 +388,6 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
     lowercase = init_vocab.lowercase if init is not None else cfg.lowercase
     vocab = build_vocab(rows + unlabelled_rows, lowercase, cfg.min_count, cfg.max_words, chars=cfg.char_cnn)
     if init is not None:
-        if cfg.char_cnn and not init_vocab.chars:
-            raise TextebmError(f"--char-cnn: the --init tagger {init_path} has no character CNN (train it with "
-                               "--char-cnn, or leave --char-cnn out: the network is the initial tagger's)")
         vocab = dataclasses.replace(vocab, chars=init_vocab.chars)
     unlabelled = encode(vocab, unlabelled_rows)
     lengths = [len(s) for s in unlabelled]
