@@ -322,3 +322,20 @@ def test_pretrain_frozen_and_joint_from_pretraining_share_one_stage_1_per_pool(t
             assert c["accuracy_last"] == c["accuracy"]
     tables = (tmp_path / "grid" / "tables.md").read_text()
     assert "pre. (frozen)" in tables and "100% (40)" in tables and "frozen ablation beats supervised" in tables
+
+
+def test_a_bio_grid_tables_span_f1_beside_accuracy():
+    """Cells of a BIO tag set carry span F1 (`f1`); tables.md then has a span-F1 table of the
+    same layout, mean ± sd over seeds."""
+    cells = [{"method": "supervised", "proportion": 0.1, "ratio": 0, "seed": s, "accuracy": 0.9, "f1": f}
+             for s, f in ((0, 0.20), (1, 0.30))]
+    cells += [{"method": "joint", "proportion": 0.1, "ratio": 5, "seed": s, "accuracy": 0.91, "f1": 0.4}
+              for s in (0, 1)]
+    ratios = {0.1: [5]}
+    cfg = {"data": "d", "labelled": 100, "proportions": [0.1], "methods": ["supervised", "joint"], "seeds": [0, 1],
+           "ood": ""}
+    text = tag_grid.tables(summarise(cells, ratios), cfg, ratios, [])
+    f1 = text[text.index("## Span F1"):]
+    assert "25.00 ± 7.07" in f1 and "40.00 ± 0.00" in f1 and "10% (10)" in f1
+    assert "## Span F1" not in tag_grid.tables(summarise([{k: v for k, v in c.items() if k != "f1"} for c in cells],
+                                                         ratios), cfg, ratios, [])

@@ -465,6 +465,8 @@ class TagGrid:
                "labelled_sentences": round(s.proportion * self.cfg["labelled"]),
                "accuracy": test[f"{split}_accuracy"], "test_sentences": test[f"{split}_sentences"],
                "run": str(run.relative_to(self.out)), **training_steps(run, s.method)}
+        if f"{split}_span_f1" in test:  # a BIO tag set (chunking, NER): span F1, the paper's figure there
+            out["f1"] = test[f"{split}_span_f1"]
         # with --keep-best, the test accuracy of the last step's weights beside the kept ones'
         last = run / LAST_DIR
         out["accuracy_last"] = (tag_eval(TagEvalConfig(model=str(last), data=self.cfg["data"], split=split,
@@ -562,6 +564,15 @@ def tables(summary: dict, cfg: dict, ratios: dict[float, list[int]], deviations:
     rows4 = [[f"{p * 100:g}%", str(r), *(_mean_sd(red[(p, r)][c], 1, 1) for c in cols)]
              for p in cfg["proportions"] for r in ratios[p]]
     text += [table(["labelled", "U/L", *cols], rows4, ["left", "right", *["right"] * len(cols)]), ""]
+    if any("f1" in c for cells in acc.values() for c in cells.values()):
+        rows_f1 = []
+        for p in cfg["proportions"]:
+            rows_f1.append([f"{p * 100:g}% ({round(p * cfg['labelled']):,})", "0",
+                            _mean_sd(get("supervised", p, 0, "f1"), 100), *[""] * len(ssl)])
+            rows_f1 += [["", str(r), "", *(_mean_sd(get(m, p, r, "f1"), 100) for m in ssl)] for r in ratios[p]]
+        text += [f"## Span F1 (%), mean ± sd over seeds {seeds} (a BIO tag set: the paper's figure for chunking and "
+                 "NER)", "", table(["labelled", "U/L", "supervised", *(heads[m] for m in ssl)], rows_f1,
+                                    ["left", "right", "right", *["right"] * len(ssl)]), ""]
     if cfg["ood"]:
         p = cfg["ood_proportion"]
         rows = [["supervised", "0", _mean_sd(get("supervised", p, 0, "ood_accuracy"), 100)]]
