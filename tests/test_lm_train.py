@@ -262,3 +262,23 @@ def test_a_saved_model_has_ordinary_file_modes(data, tmp_path):
         os.umask(old)
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "r" / "model").iterdir()}
     assert set(modes.values()) == {0o644}, modes
+
+
+def test_keep_best_ends_at_the_dev_optimum_and_stops_with_patience(data, tmp_path, capsys):
+    """--keep-best --patience: the dev NLL after every epoch; a small LM at a high rate overfits 120
+    sentences of random words, so the run stops `patience` epochs after its best and ends with that
+    epoch's weights, whose dev NLL the final evaluation reproduces."""
+    run = tmp_path / "best"
+    assert main(["lm", "train", "--data", str(data), "--out", str(run), "--epochs", "40", "--lr", "1e-2",
+                 "--keep-best", "--patience", "2", *TINY]) == 0
+    m = json.loads((run / "metrics.json").read_text())
+    val, kept = m["train"]["validation"], m["train"]["kept"]
+    assert kept == min(val, key=lambda v: v["loss"]) and m["train"]["stopped_early"]
+    assert len(val) < 40 and val.index(kept) == len(val) - 3  # stopped 2 validations after the best
+    assert m["eval"]["dev_nll_per_token"] == pytest.approx(kept["loss"], abs=1e-9)
+    capsys.readouterr()
+    assert main(["lm", "train", "--data", str(data), "--out", str(tmp_path / "p"), "--patience", "2", *TINY]) == 2
+    assert "--patience" in capsys.readouterr().err and not (tmp_path / "p").exists()
+    assert main(["lm", "train", "--data", str(data), "--out", str(tmp_path / "e"), "--keep-best", "--eval-split", "",
+                 *TINY]) == 2
+    assert "--keep-best" in capsys.readouterr().err and not (tmp_path / "e").exists()

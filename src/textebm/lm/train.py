@@ -81,9 +81,17 @@ class LMTrainConfig(TrainOptions):
     eval_split: str | None = field(default=None, metadata={
         "help": "split for the final perplexity (default: dev when --data is a dataset folder; '' to skip)"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
+    keep_best: bool = field(default=False, metadata={
+        "help": "after every epoch, the per-token NLL on the evaluation split; the run ends with the weights of the "
+                "lowest, not the last (train to the dev optimum: give --epochs room and --patience)"})
+    patience: int = field(default=0, metadata={
+        "help": "with --keep-best: stop after this many epochs without a lower evaluation NLL (0: run them all)",
+        "min": 0})
 
     def check(self) -> None:
         super().check()
+        if not self.keep_best:
+            refuse_unused(self, ["patience"], "without --keep-best")
         if self.objective != "infill":
             refuse_unused(self, ["mask_ratio"], "with --objective causal")
         if self.residual_of:
@@ -246,6 +254,9 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     check_config(cfg)  # bounds and rules between options, also when called from Python
     check_run_dir(cfg, None)  # a bad --out fails before the tokenizer and the model are built
     eval_split = eval_split_of(cfg)
+    if cfg.keep_best and not eval_split:
+        raise TextebmError("--keep-best chooses the epoch by the evaluation split's NLL: it needs one "
+                           "(--eval-split, or a dataset folder with a dev split)")
     seed_everything(cfg.seed)
     train_rows = load_split(cfg.data, "train")
     train_texts = _texts(train_rows)
@@ -279,6 +290,7 @@ def lm_train(cfg: LMTrainConfig) -> dict:
                  n_params / 1e6, model.base_ref.base_parameters / 1e6)
     recipe = LMRecipe(model=model, tokenizer=tokenizer, meta=meta, train_ids=train_ids, collate=batcher,
                       eval_split=eval_split, eval_ids=eval_ids, batch_size=cfg.batch_size, seed=cfg.seed)
+    recipe.keep_best, recipe.patience = cfg.keep_best, cfg.patience
     return train(cfg, config, recipe)
 
 
@@ -303,6 +315,10 @@ class LMRecipe(Recipe):
         if not self.eval_split:
             return None
         return evaluate_lm(self.model, self.collate, self.eval_ids, self.batch_size, self.seed, self.eval_split)
+
+    def validate(self):
+        """The evaluation split's per-token NLL (`--keep-best`), as `evaluate` computes it."""
+        return self.evaluate()[f"{self.eval_split}_nll_per_token"]
 
     def save(self, folder):
         if isinstance(self.model, ResidualLM):
