@@ -251,6 +251,19 @@ def test_cloze_train_learns_and_saves(corpus, tmp_path, objective):
         assert ev["dev_rtd_accuracy"] > 0.8, ev
 
 
+def test_mlm_keep_best_ends_with_the_epoch_of_lowest_masked_nll(corpus, tmp_path):
+    """cloze train --keep-best: the masked tokens' dev NLL after every epoch (log of the masked
+    perplexity `evaluate` reports); the run ends with the lowest's weights, whose figure the final
+    evaluation reproduces."""
+    out = tmp_path / "best"
+    assert main(["cloze", "train", "--data", str(corpus), "--out", str(out), "--objective", "mlm", "--epochs", "4",
+                 "--keep-best", "--patience", "1", *TINY]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    val, kept = m["train"]["validation"], m["train"]["kept"]
+    assert len(val) >= 2 and kept == min(val, key=lambda v: v["loss"])
+    assert math.log(m["eval"]["dev_masked_perplexity"]) == pytest.approx(kept["loss"], abs=1e-9)
+
+
 def test_flops_budget_sets_the_steps(corpus, tmp_path):
     out = tmp_path / "budget"
     assert main(["cloze", "train", "--data", str(corpus), "--out", str(out), "--objective", "twotower",

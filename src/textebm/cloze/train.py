@@ -101,12 +101,21 @@ class ClozeTrainConfig(TrainOptions):
     eval_split: str | None = field(default=None, metadata={
         "help": "split evaluated after training (default: dev when --data is a dataset folder; '' to skip)"})
     lr: float = field(default=1e-4, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
+    keep_best: bool = field(default=False, metadata={
+        "help": "after every epoch, the objective's loss on the evaluation split (mlm: the masked tokens' NLL; "
+                "electric, electra: the NCE / replaced-token loss; twotower: the NLL); the run ends with the weights "
+                "of the lowest (train to the dev optimum: give --epochs room and --patience)"})
+    patience: int = field(default=0, metadata={
+        "help": "with --keep-best: stop after this many epochs without a lower evaluation loss (0: run them all)",
+        "min": 0})
     noise_lr: float | None = field(default=None, metadata={
         "help": "electric/electra: peak learning rate of the noise towers (default: 10 x --lr; they start "
                 "from scratch)", "gt": 0})
 
     def check(self) -> None:
         super().check()
+        if not self.keep_best:
+            refuse_unused(self, ["patience"], "without --keep-best")
         if self.objective != "electric":
             refuse_unused(self, ["estimator"], "with --objective other than electric")
         if self.objective not in ("electric", "electra"):
@@ -404,6 +413,9 @@ def cloze_train(cfg: ClozeTrainConfig) -> dict:
     check_config(cfg)
     check_run_dir(cfg, None)  # a bad --out fails before the tokenizer and the model are built
     eval_split = eval_split_of(cfg)
+    if cfg.keep_best and not eval_split:
+        raise TextebmError("--keep-best chooses the epoch by the evaluation split's loss: it needs one "
+                           "(--eval-split, or a dataset folder with a dev split)")
     seed_everything(cfg.seed)
     train_texts = [t for t in item_texts(load_split(cfg.data, "train"))[0] if t.strip()]
     if not train_texts:
@@ -449,6 +461,7 @@ def cloze_train(cfg: ClozeTrainConfig) -> dict:
                          lengths=[len(x) for x in train_ids], collate=batcher, param_groups=groups,
                          mle_weight=cfg.mle_weight, disc_weight=cfg.disc_weight,
                          eval_split=eval_split, eval_ids=eval_ids, batch_size=cfg.batch_size, seed=cfg.seed)
+    recipe.keep_best, recipe.patience = cfg.keep_best, cfg.patience
     return train(cfg, config, recipe)
 
 
@@ -485,6 +498,15 @@ class ClozeRecipe(Recipe):
         if not self.eval_split:
             return None
         return evaluate_cloze(self.model.model, self.eval_ids, self.batch_size, self.seed, self.eval_split)
+
+    def validate(self):
+        """The objective's evaluation loss (`--keep-best`), from `evaluate`'s figures: mlm the masked
+        tokens' NLL, electric / electra the NCE / replaced-token loss per token, twotower the NLL."""
+        res, s = self.evaluate(), self.eval_split
+        for name in ("nce_loss_per_token", "rtd_loss_per_token"):
+            if f"{s}_{name}" in res:
+                return res[f"{s}_{name}"]
+        return math.log(res.get(f"{s}_masked_perplexity", res.get(f"{s}_perplexity")))
 
     def save(self, folder):
         save_cloze(self.model.model, self.tokenizer, folder)
