@@ -131,6 +131,7 @@ def test_generate_resamples_by_energy_and_reports(world, tmp_path):
     (["--prefix-len", "12"], "--prefix-len 12"),
     (["--length", "4"], "--length"),
     (["--position-samples", "3"], "--position-samples"),
+    (["--bootstrap", "-1"], "--bootstrap"),
 ])
 def test_ppl_bad_options_exit_2_and_write_nothing(world, tmp_path, capsys, extra, names):
     out = tmp_path / "o"
@@ -191,6 +192,46 @@ def test_ppl_compares_other_lms_on_the_same_tokens(world, tmp_path):
     assert same["ppl"] == pytest.approx(m["base_ppl"], rel=1e-9) and same["tokens"] == m["tokens"]
     assert r["tokens"] == m["tokens"] and r["ppl"] != pytest.approx(m["base_ppl"], rel=1e-6)
     assert "ralm" in (out / "report.md").read_text()
+
+
+def test_ppl_gives_a_paired_interval_for_every_difference(world, tmp_path):
+    """--bootstrap: joint vs base, vs each --compare LM, and energy vs energy, each with its 95 %
+    interval over the test windows from the upper and the lower perplexity, log Z's gap beside it,
+    whether it can be told from 0, in metrics.json and report.md; the same numbers on a second run."""
+    out = tmp_path / "ppl"
+    args = ["--energy", str(world["energy"]), str(world["energy"]), "--compare", str(world["base"]), "--samples",
+            "2", "--bootstrap", "200"]
+    assert _ppl(world, out, *args) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["bootstrap"]["resamples"] == 200 and m["bootstrap"]["seed"] == 0
+    diffs = m["differences"]
+    joint = [d["a"] for d in diffs[:2]]
+    assert [(d["a"], d["b"]) for d in diffs] == [(joint[0], "base LM"), (joint[0], "base"), (joint[1], "base LM"),
+                                                 (joint[1], "base"), (joint[0], joint[1])]
+    model = m["models"][0]
+    first = diffs[0]
+    assert first["upper"]["diff"] == pytest.approx(model["joint_ppl_upper"] - m["base_ppl"], rel=1e-9)
+    assert first["lower"]["diff"] == pytest.approx(model["joint_ppl_lower"] - m["base_ppl"], rel=1e-9)
+    assert first["gap_a"] == pytest.approx(model["joint_ppl_upper"] - model["joint_ppl_lower"], rel=1e-9)
+    for d in diffs:
+        for bound in ("upper", "lower"):
+            i = d[bound]
+            assert i["lo"] <= i["hi"]
+            assert i["excludes_zero"] == (i["lo"] > 0 or i["hi"] < 0)
+        assert isinstance(d["can_tell_from_zero"], bool)
+    same = diffs[-1]  # one energy against itself: 0 on every resample, so never told from 0
+    assert same["upper"]["lo"] == same["upper"]["hi"] == 0.0 and same["can_tell_from_zero"] is False
+    text = (out / "report.md").read_text()
+    assert "## Differences, with 95 % intervals over the test windows" in text and "can tell from 0" in text
+    assert "200 paired bootstrap resamples" in text
+    again = tmp_path / "again"
+    assert _ppl(world, again, *args) == 0
+    assert json.loads((again / "metrics.json").read_text())["differences"] == diffs  # seeded
+    off = tmp_path / "off"
+    assert _ppl(world, off, "--samples", "2", "--bootstrap", "0") == 0
+    d = json.loads((off / "metrics.json").read_text())["differences"][0]
+    assert d["upper"]["lo"] is None and d["can_tell_from_zero"] is None
+    assert "--bootstrap 0" in (off / "report.md").read_text()
 
 
 def test_generate_continues_the_prefixes_of_a_users_file(world, tmp_path):

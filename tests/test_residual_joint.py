@@ -397,3 +397,45 @@ def test_perplexities_by_hand():
     assert [g["samples"] for g in gaps] == [2, 4]
     assert gaps[0]["gap"] == pytest.approx(math.exp(8.5 / 5) - math.exp(6.5 / 5), rel=1e-13)
     assert gaps[1]["lower"] == pytest.approx(got["joint_ppl_lower"], rel=1e-14)
+
+
+def test_perplexity_differences_resample_windows_with_their_log_z_held_fixed():
+    """Three hand-made windows against the exact bootstrap distribution: every ordered resample of
+    the windows' rows (each row with its own T_n, U_n) through `perplexities`, the independent
+    reference; each of the 27 has probability 1/27 > 2.5 %, so the 95 % interval is their range."""
+    import itertools
+
+    from textebm.residual.bounds import WindowBounds, perplexities, perplexity_differences, window_nll
+
+    rows = [WindowBounds("a", [-1.0, -2.0], 0.5, {2: (-1.5, -0.9)}),  # E + U < 0: the joint model wins
+            WindowBounds("b", [-0.5, -1.5, -3.0], -1.0, {2: (0.2, 0.5)}),
+            WindowBounds("c", [-2.0, -0.5], 0.2, {2: (-0.6, -0.3)})]
+    other = np.array([2.5, 5.5, 2.0])  # (W,) another LM's summed NLL of the same windows
+    w = window_nll(rows)
+    np.testing.assert_allclose(w["tokens"], [2, 3, 2])
+    np.testing.assert_allclose(w["base"], [3.0, 5.0, 2.5])
+    np.testing.assert_allclose(w["upper"], [3.0 + 0.5 - 0.9, 5.0 - 1.0 + 0.5, 2.5 + 0.2 - 0.3])  # -(lp - E - U)
+    np.testing.assert_allclose(w["lower"], [3.0 + 0.5 - 1.5, 5.0 - 1.0 + 0.2, 2.5 + 0.2 - 0.6])  # -(lp - E - T)
+    got = perplexity_differences([("joint", w)], [("base LM", w["base"]), ("ralm", other)], n_boot=20000, seed=0)
+    assert [(d["a"], d["b"]) for d in got] == [("joint", "base LM"), ("joint", "ralm")]
+    p = perplexities(rows)
+    vs_base = got[0]
+    assert vs_base["upper"]["diff"] == pytest.approx(p["joint_ppl_upper"] - p["base_ppl"], rel=1e-12)
+    assert vs_base["lower"]["diff"] == pytest.approx(p["joint_ppl_lower"] - p["base_ppl"], rel=1e-12)
+    assert vs_base["gap_a"] == pytest.approx(p["joint_ppl_upper"] - p["joint_ppl_lower"], rel=1e-12)
+    assert vs_base["gap_b"] is None
+    assert got[1]["upper"]["diff"] == pytest.approx(p["joint_ppl_upper"] - math.exp(10.0 / 7), rel=1e-12)
+    draws = [perplexities([rows[i] for i in d]) for d in itertools.product(range(3), repeat=3)]
+    for bound in ("upper", "lower"):
+        exact = [q[f"joint_ppl_{bound}"] - q["base_ppl"] for q in draws]
+        assert vs_base[bound]["lo"] == pytest.approx(min(exact), rel=1e-12)
+        assert vs_base[bound]["hi"] == pytest.approx(max(exact), rel=1e-12)
+    # the joint model is below the base LM on every window, so on every resample: told from 0
+    assert vs_base["upper"]["hi"] < 0 and vs_base["can_tell_from_zero"] is True
+    # two joint models: upper against upper, lower against lower, both gaps; one mixed difference
+    shifted = {**w, "lower": w["lower"] + np.array([-1.0, 1.0, 0.0]), "upper": w["upper"] + np.array([-1.0, 1.0, 0.0])}
+    two = perplexity_differences([("joint", w), ("joint 2", shifted)], [("base LM", w["base"])], n_boot=2000, seed=0)
+    jj = two[-1]
+    assert (jj["a"], jj["b"]) == ("joint", "joint 2") and jj["gap_b"] is not None
+    assert jj["upper"]["lo"] < 0 < jj["upper"]["hi"] and jj["can_tell_from_zero"] is False
+    assert perplexity_differences([("joint", w)], [("base LM", w["base"])], n_boot=0)[0]["can_tell_from_zero"] is None

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from textebm.bootstrap import percentile_interval, resample_indices
+from textebm.bootstrap import percentile_interval, resample_counts, resample_indices
 from textebm.calibration import metrics as M
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
@@ -37,14 +37,6 @@ def metric_fn(name: str, n_bins: int = 20) -> Metric:
     if name not in table:
         raise ValueError(f"unknown metric {name!r}; expected one of {', '.join(table)}")
     return table[name]
-
-
-def resample_counts(idx: np.ndarray) -> np.ndarray:
-    """(n_boot, N) how often each example occurs in each resample, from (n_boot, N) indices."""
-    n_boot, n = idx.shape
-    counts = np.zeros((n_boot, n))  # (n_boot, N)
-    np.add.at(counts, (np.repeat(np.arange(n_boot), n), idx.reshape(-1)), 1.0)
-    return counts
 
 
 def resampled_metric(name: str, probs: np.ndarray, labels: np.ndarray, idx: np.ndarray, n_bins: int = 20

@@ -19,6 +19,10 @@ The lower bound pairs the numerator's lower estimate with the denominator's uppe
 other way round); one set of samples per j serves position j (numerator) and j + 1
 (denominator). The last position is exact: Z_{T−1} = Σ_v P_LM(v | x_<T) exp(−E(x_<T v)) over every
 token the base LM can write, scored in one batch (a causal energy runs x_<T once).
+
+How sure a difference of perplexities is (`perplexity_differences`): a paired bootstrap over the
+test windows, each window's log Z estimate held fixed, beside the gap between the upper and lower
+perplexity that log Z's estimate leaves open.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from textebm.bootstrap import paired_perplexity_diffs
 from textebm.residual.joint import BaseLM, JointEnergy
 from textebm.residual.partition import log_partition_estimates
 from textebm.seeds import derive_seed
@@ -130,6 +135,60 @@ def perplexities(rows: Sequence[WindowBounds], n: int | None = None) -> dict:
             "base_ppl": math.exp(-lp / tokens),
             "joint_ppl_lower": math.exp(-(lp - e - t) / tokens),
             "joint_ppl_upper": math.exp(-(lp - e - u) / tokens)}
+
+
+def window_nll(rows: Sequence[WindowBounds], n: int | None = None) -> dict[str, np.ndarray]:
+    """Per window, the summed negative log-likelihood of its continuation tokens: the base LM's
+    ("base"), the joint model's from T_n ("lower" perplexity) and from U_n ("upper") at n samples
+    (default: the most), and its token count ("tokens"); (W,) float64 each. Summed over the
+    windows and divided by the tokens they give `perplexities`' figures."""
+    n = n or min(max(r.estimates) for r in rows)
+    lp = np.array([math.fsum(r.lp_lm) for r in rows])  # (W,) log P_LM of the continuation
+    e = np.array([r.energy for r in rows])  # (W,)
+    t, u = np.array([r.estimates[n] for r in rows]).T  # (W,) each
+    return {"tokens": np.array([len(r.lp_lm) for r in rows], dtype=np.float64), "base": -lp,
+            "lower": -(lp - e - t), "upper": -(lp - e - u)}
+
+
+def perplexity_differences(joint: Sequence[tuple[str, dict]], others: Sequence[tuple[str, np.ndarray]],
+                           n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> list[dict]:
+    """Every perplexity difference of table 1, each with its paired bootstrap interval over the
+    test windows (`textebm.bootstrap.paired_perplexity_diffs`, one set of resamples for all):
+    each joint model against each of `others` (the base LM, RALM, BALM), and each pair of joint
+    models. A joint model's perplexity is a range, so each difference is given twice: with its
+    upper perplexity (U_n) and its lower (T_n); each window's log Z estimate is held fixed, so the
+    intervals say how much the test windows move the difference, and the gap (upper − lower
+    perplexity, "gap_a" and for two joint models "gap_b") how much log Z's estimate leaves open.
+    "can_tell_from_zero": both intervals exclude 0 on the same side (None without resamples).
+
+    joint: (name, `window_nll` of its windows); others: (name, (W,) summed NLL per window), all
+    over the same windows in the same order."""
+    if not joint:
+        raise ValueError("perplexity_differences: no joint model")
+    tokens = joint[0][1]["tokens"]
+    rows = [nll for _, nll in others]  # (M, W) once stacked: others, then each joint's lower, upper
+    for _, w in joint:
+        if not np.array_equal(w["tokens"], tokens):
+            raise ValueError("perplexity_differences: the joint models were scored on different windows")
+        rows += [w["lower"], w["upper"]]
+    lower = {k: len(others) + 2 * k for k in range(len(joint))}  # row of joint k's lower; upper is the next
+    ppl = np.exp(np.stack(rows).sum(1) / tokens.sum())  # (M,)
+    specs = []  # (a, b, [row pairs: upper's, lower's], gap of a, gap of b)
+    for k, (name, _) in enumerate(joint):
+        gap = float(ppl[lower[k] + 1] - ppl[lower[k]])
+        specs += [(name, o, [(lower[k] + 1, i), (lower[k], i)], gap, None) for i, (o, _) in enumerate(others)]
+    for j in range(len(joint)):
+        for k in range(j + 1, len(joint)):
+            specs.append((joint[j][0], joint[k][0], [(lower[j] + 1, lower[k] + 1), (lower[j], lower[k])],
+                          float(ppl[lower[j] + 1] - ppl[lower[j]]), float(ppl[lower[k] + 1] - ppl[lower[k]])))
+    diffs = paired_perplexity_diffs(np.stack(rows), tokens, [p for s in specs for p in s[2]], n_boot, seed, level)
+    out = []
+    for i, (a, b, _, gap_a, gap_b) in enumerate(specs):
+        up, lo = diffs[2 * i], diffs[2 * i + 1]
+        tell = None if n_boot == 0 else bool((up["hi"] < 0 and lo["hi"] < 0) or (up["lo"] > 0 and lo["lo"] > 0))
+        out.append({"a": a, "b": b, "upper": up, "lower": lo, "gap_a": gap_a, "gap_b": gap_b,
+                    "can_tell_from_zero": tell})
+    return out
 
 
 def gap_by_size(rows: Sequence[WindowBounds]) -> list[dict]:

@@ -112,6 +112,9 @@ class ResidualPPLConfig(_JointOptions):
                                                              "position: its exact value"})
     chunk: int = field(default=256, metadata={"help": "samples drawn and scored at a time (memory; changes no "
                                                       "number)", "min": 1})
+    bootstrap: int = field(default=1000, metadata={
+        "help": "paired bootstrap resamples of the test windows for the 95% interval of every perplexity "
+                "difference (seeded by --seed; 0: none)", "min": 0})
 
     def check(self) -> None:
         if not self.data:
@@ -225,7 +228,8 @@ def _finish(out: Path, kind: str, overwrite: bool, partial: PartialFile, write) 
 
 def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     """Perplexity bounds of the joint model(s) on the continuation tokens of test windows, the base
-    LM's and the --compare LMs' on the same tokens, the bound gap against n, and eq. 5 per position."""
+    LM's and the --compare LMs' on the same tokens, the bound gap against n, eq. 5 per position, and
+    every perplexity difference with its paired bootstrap interval over the test windows."""
     check_config(cfg)
     out = Path(cfg.out)
     check_output_dir(out, PPL_KIND, cfg.overwrite)
@@ -235,7 +239,7 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     st = _setup(cfg, cfg.energy)
     wins = _test_windows(cfg, st.energies[0].vocab, st.length, st.prefix_len)
     _check_continuations(cfg, st, wins)
-    compare = _compare(cfg, compare_paths, st, wins)  # a bad --compare stops the run before any row is written
+    compare, compare_nll = _compare(cfg, compare_paths, st, wins)  # a bad --compare: stopped before any row
     n_pos = min(cfg.positions, len(wins))
     pos_n = cfg.position_samples or cfg.samples
     identity = {"command": PPL_KIND, "base_sha256": folder_sha256(st.base_path),
@@ -278,15 +282,23 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
                "seconds": round(elapsed, 1),
                "samples_per_second": round(total / elapsed, 1) if elapsed > 0 and total else None,
                "base": str(st.base_path), "models": []}
+    joint_nll = []
     for k, path in enumerate(st.energy_paths):
         wb = [bounds.WindowBounds.from_row(r["terms"][k]) for r in win_rows]
         p = bounds.perplexities(wb)
         metrics["models"].append({"energy": str(path), "kind": st.energies[k].spec.kind,
                                   "init": st.energies[k].spec.init, **p, "gap_by_samples": bounds.gap_by_size(wb)})
+        joint_nll.append((report.joint_label(metrics["models"][-1]), bounds.window_nll(wb, p["samples"])))
         metrics["base_ppl"] = p["base_ppl"]
         metrics["tokens"] = p["tokens"]
         metrics["windows"] = p["windows"]
     metrics["compare"] = compare
+    others = [("base LM", joint_nll[0][1]["base"])]
+    others += [(report.run_name(c["model"]), nll) for c, nll in zip(compare, compare_nll)]
+    metrics["bootstrap"] = {"resamples": cfg.bootstrap, "level": 0.95, "seed": cfg.seed, "over": "test windows",
+                            "held_fixed": "each window's log Z estimate (T_n, U_n)"}
+    metrics["differences"] = bounds.perplexity_differences(joint_nll, others, cfg.bootstrap,
+                                                           derive_seed(cfg.seed, "bootstrap"))
     if pos_rows:
         metrics["positions"] = [report.position_summary([r["per_energy"][k] for r in pos_rows])
                                 for k in range(len(st.energies))]
@@ -302,10 +314,11 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     return metrics
 
 
-def _compare(cfg, paths: list[Path], st: _Setup, wins) -> list[dict]:
+def _compare(cfg, paths: list[Path], st: _Setup, wins) -> tuple[list[dict], list[np.ndarray]]:
     """Perplexity of each --compare LM on the continuation tokens of the windows, under the same
-    rule as the base LM (fixed length: [eos] and layout symbols banned, renormalised)."""
-    out = []
+    rule as the base LM (fixed length: [eos] and layout symbols banned, renormalised), and its
+    summed negative log-likelihood of each window ((W,) each, for the intervals)."""
+    out, nll = [], []
     device = st.base.device
     for opt, path in zip(cfg.compare, paths):
         dtype = resolve_precision(st.precision, device.type, inference=True).dtype
@@ -317,8 +330,9 @@ def _compare(cfg, paths: list[Path], st: _Setup, wins) -> list[dict]:
         n_params = sum(p.numel() for p in lm.parameters())
         out.append({"model": str(path), "parameters": n_params, "ppl": math.exp(-float(lp.sum()) / lp.size),
                     "tokens": int(lp.size)})
+        nll.append(-lp.sum(1))  # (W,)
         del lm
-    return out
+    return out, nll
 
 
 # ---------------------------------------------------------------- residual generate

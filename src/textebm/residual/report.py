@@ -45,16 +45,48 @@ def run_name(path: str) -> str:
     return p.parent.name if p.name == "model" else p.name
 
 
-def _label(model: dict) -> str:
+def joint_label(model: dict) -> str:
     init = f" from {run_name(model['init'])}" if model.get("init") else ""
     return f"joint {model['kind']}{init} ({run_name(model['energy'])})"
+
+
+def _interval(d: dict) -> str:
+    return "" if d["lo"] is None else f"[{d['lo']:+.2f}, {d['hi']:+.2f}]"
+
+
+def _tell(d: dict) -> str:
+    if d["can_tell_from_zero"] is None:
+        return "(no resamples)"
+    if not d["can_tell_from_zero"]:
+        return "no"
+    return "yes: A lower" if d["upper"]["hi"] < 0 else "yes: A higher"
+
+
+def differences_section(metrics: dict) -> list[str]:
+    """The report's lines on every perplexity difference: its paired bootstrap interval over the
+    test windows from each of the joint model's estimates, and log Z's gap beside it."""
+    b, diffs = metrics["bootstrap"], metrics["differences"]
+    rows = [[d["a"], d["b"], f"{d['upper']['diff']:+.2f}", _interval(d["upper"]), f"{d['lower']['diff']:+.2f}",
+             _interval(d["lower"]), _f(d["gap_a"]) + ("" if d["gap_b"] is None else f" / {_f(d['gap_b'])}"), _tell(d)]
+            for d in diffs]
+    resampled = (f"its 95 % interval comes from {b['resamples']} paired bootstrap resamples of the "
+                 f"{metrics['windows']} test windows (every model scored on the same draw; seeded by "
+                 f"--seed {b['seed']})" if b["resamples"] else "no interval was asked for (`--bootstrap 0`)")
+    return ["## Differences, with 95 % intervals over the test windows", "",
+            (f"A minus B in perplexity on the same tokens; {resampled}. Each window's log Z estimate is held "
+             "fixed, so the interval is the test windows' doubt only. A joint model's perplexity is a range, so a "
+             "difference is given from its upper (U_n) and its lower (T_n) perplexity; the log Z gap (its upper "
+             "minus lower perplexity; A's / B's for two joint models) is log Z's own doubt. A difference can be "
+             "told from 0 when both intervals exclude 0 on the same side."), "",
+            table(["A", "B", "A − B (upper)", "95 % interval", "A − B (lower)", "95 % interval", "log Z gap",
+                   "can tell from 0"], rows, ["left", "left"] + ["right"] * 5 + ["left"]), ""]
 
 
 def write_ppl_report(folder: Path, metrics: dict) -> None:
     """report.md, gap.png and (with per-position estimates) positions.png."""
     rows = [["base LM", _f(metrics["base_ppl"]), ""]]
     rows += [[f"{run_name(c['model'])} ({c['parameters'] / 1e6:.2f}M)", _f(c["ppl"]), ""] for c in metrics["compare"]]
-    rows += [[_label(m), f"{_f(m['joint_ppl_lower'])} – {_f(m['joint_ppl_upper'])}", str(m["samples"])]
+    rows += [[joint_label(m), f"{_f(m['joint_ppl_lower'])} – {_f(m['joint_ppl_upper'])}", str(m["samples"])]
              for m in metrics["models"]]
     lines = [f"# Perplexity of the joint model ({metrics['corpus']}, {metrics['split']})", "",
              (f"{metrics['windows']} test windows, a prefix of {metrics['prefix_len']} tokens and "
@@ -62,11 +94,12 @@ def write_ppl_report(folder: Path, metrics: dict) -> None:
              f"{metrics['precision']}. The joint model's perplexity is a range: lower from T_n, upper from U_n "
              "(Theorem 2; both only asymptotically bounds)."), "",
              table(["model", "perplexity", "samples per prefix"], rows, ["left", "right", "right"]), ""]
+    lines += differences_section(metrics)
     fig = new_figure(figsize=(5.5, 3.6))
     ax = fig.add_subplot()
     for m in metrics["models"]:
         g = m["gap_by_samples"]
-        ax.plot([x["samples"] for x in g], [x["gap"] for x in g], marker="o", label=_label(m))
+        ax.plot([x["samples"] for x in g], [x["gap"] for x in g], marker="o", label=joint_label(m))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("samples per prefix (n)")
@@ -74,7 +107,7 @@ def write_ppl_report(folder: Path, metrics: dict) -> None:
     ax.legend(fontsize=7)
     save_png(fig, folder / "gap.png")
     lines += ["## The bound gap against n (figure 2, left)", "", "![gap](gap.png)", "",
-              table(["n", *[_label(m) for m in metrics["models"]]],
+              table(["n", *[joint_label(m) for m in metrics["models"]]],
                     [[str(g["samples"]), *[f"{_f(m['gap_by_samples'][i]['lower'])} – {_f(m['gap_by_samples'][i]['upper'])}"
                                            for m in metrics["models"]]]
                      for i, g in enumerate(metrics["models"][0]["gap_by_samples"])]), ""]
@@ -83,7 +116,7 @@ def write_ppl_report(folder: Path, metrics: dict) -> None:
         ax = fig.add_subplot()
         for m, pos in zip(metrics["models"], metrics["positions"]):
             x = [p["position"] for p in pos]
-            line, = ax.plot(x, [p["gain_upper"] for p in pos], label=f"{_label(m)} upper")
+            line, = ax.plot(x, [p["gain_upper"] for p in pos], label=f"{joint_label(m)} upper")
             ax.plot(x, [p["gain_lower"] for p in pos], linestyle="--", color=line.get_color(), label="lower")
             if "gain_exact" in pos[-1]:
                 ax.plot([x[-1]], [pos[-1]["gain_exact"]], marker="*", markersize=10, color=line.get_color(),
@@ -95,7 +128,7 @@ def write_ppl_report(folder: Path, metrics: dict) -> None:
         save_png(fig, folder / "positions.png")
         lines += ["## Per position (eq. 5; figure 1)", "", "![positions](positions.png)", ""]
         for m, pos in zip(metrics["models"], metrics["positions"]):
-            lines += [f"### {_label(m)}", "",
+            lines += [f"### {joint_label(m)}", "",
                       table(["position", "base LM", "joint lower", "joint upper", "joint exact"],
                             [[str(p["position"]), _f(p["base_ppl"]), _f(p["joint_ppl_lower"]),
                               _f(p["joint_ppl_upper"]), _f(p.get("joint_ppl_exact"))] for p in pos],
