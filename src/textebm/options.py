@@ -24,6 +24,21 @@ def threads_field(help: str = "CPU threads (0: torch default)") -> Any:
     return dataclasses.field(default=0, metadata={"help": help, "min": 0, "max_cores": True})
 
 
+def keep_best_field(measure: str) -> Any:
+    """The `--keep-best` option of a training command: after every epoch `measure` (the recipe's
+    `validate`), and the run ends with the weights of the lowest (`textebm.train`'s keep_best)."""
+    return dataclasses.field(default=False, metadata={
+        "help": f"after every epoch, {measure}; the run ends with the weights of the lowest, not the last "
+                "(train to the dev optimum: give --epochs room and --patience)"})
+
+
+def patience_field() -> Any:
+    """The `--patience` option that goes with `keep_best_field`."""
+    return dataclasses.field(default=0, metadata={
+        "help": "with --keep-best: stop after this many epochs without a lower validation loss (0: run them all)",
+        "min": 0})
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity where the OS tells it, else the
     machine's): the most threads a `--threads` value may ask for."""

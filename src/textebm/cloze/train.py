@@ -53,7 +53,7 @@ from textebm.models.cloze import (
     scaled_tower,
 )
 from textebm.models.load import load_encoder, load_tokenizer
-from textebm.options import check_config, refuse_unused
+from textebm.options import check_config, keep_best_field, patience_field, refuse_unused
 from textebm.tokenizer import train_tokenizer
 from textebm.train import (
     ParamGroup,
@@ -101,13 +101,9 @@ class ClozeTrainConfig(TrainOptions):
     eval_split: str | None = field(default=None, metadata={
         "help": "split evaluated after training (default: dev when --data is a dataset folder; '' to skip)"})
     lr: float = field(default=1e-4, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
-    keep_best: bool = field(default=False, metadata={
-        "help": "after every epoch, the objective's loss on the evaluation split (mlm: the masked tokens' NLL; "
-                "electric, electra: the NCE / replaced-token loss; twotower: the NLL); the run ends with the weights "
-                "of the lowest (train to the dev optimum: give --epochs room and --patience)"})
-    patience: int = field(default=0, metadata={
-        "help": "with --keep-best: stop after this many epochs without a lower evaluation loss (0: run them all)",
-        "min": 0})
+    keep_best: bool = keep_best_field("the objective's loss on the evaluation split (mlm: the masked tokens' NLL; "
+                                      "electric, electra: the NCE / replaced-token loss; twotower: the NLL)")
+    patience: int = patience_field()
     noise_lr: float | None = field(default=None, metadata={
         "help": "electric/electra: peak learning rate of the noise towers (default: 10 x --lr; they start "
                 "from scratch)", "gt": 0})

@@ -31,7 +31,7 @@ from textebm.models.lm import ensure_special_tokens, save_lm, special_ids
 from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_example
 from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
 from textebm.models.ralm import BaseRef, ResidualLM, save_residual_lm
-from textebm.options import check_config, refuse_unused
+from textebm.options import check_config, keep_best_field, patience_field, refuse_unused
 from textebm.seeds import derive_seed
 from textebm.tokenizer import train_tokenizer
 from textebm.train import (
@@ -81,12 +81,8 @@ class LMTrainConfig(TrainOptions):
     eval_split: str | None = field(default=None, metadata={
         "help": "split for the final perplexity (default: dev when --data is a dataset folder; '' to skip)"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
-    keep_best: bool = field(default=False, metadata={
-        "help": "after every epoch, the per-token NLL on the evaluation split; the run ends with the weights of the "
-                "lowest, not the last (train to the dev optimum: give --epochs room and --patience)"})
-    patience: int = field(default=0, metadata={
-        "help": "with --keep-best: stop after this many epochs without a lower evaluation NLL (0: run them all)",
-        "min": 0})
+    keep_best: bool = keep_best_field("the per-token NLL on the evaluation split")
+    patience: int = patience_field()
 
     def check(self) -> None:
         super().check()
