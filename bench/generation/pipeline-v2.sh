@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Paper d (residual EBM generation), issue 35: energies that learn from the user's own corpus,
+# compared fairly with RALM. The same pipeline as pipeline.sh with what the issue asks:
+#   - every model to its dev optimum: the base LM, RALM, BALM and the MLM behind BiT train with
+#     --keep-best --patience (early stopping on the dev split), on the same tokens;
+#   - every training window of the split (--max-windows 0), 8 negatives per prefix drawn by the
+#     base LM untruncated (a pool: each epoch the loss takes one of them at random);
+#   - energies on the continuation only (--pool continuation) beside the mean over the window,
+#     early stopping on the dev conditional-NCE loss; a learning curve over 6,000 / 25,000 / all
+#     training windows (--max-windows of residual train: a seeded subset, nested);
+#   - the sceptic's control (--energy lmstats: linear in the base LM's statistics), trained alike;
+#   - residual ppl in fp32 with paired bootstrap intervals (--bootstrap).
+# Every step is cached (a finished output is skipped, an interrupted one resumes), so the script
+# can be stopped and started again, and a later session continues it.
+#
+#   bash bench/generation/pipeline-v2.sh WORK [STAGE...]
+#   stages: base negatives mlm energies baselines ppl      (default: all, in order)
+#   CORPORA="news" CURVE="6000 25000 0" ... override the settings below
+set -euo pipefail
+W=${1:?usage: pipeline-v2.sh WORK [STAGE...]}; shift || true
+STAGES=${*:-base negatives mlm energies baselines ppl}
+T=${TEXTEBM:-textebm}
+CORPORA=${CORPORA:-news brown}
+CURVE=${CURVE:-6000 25000 0}       # training windows of the learning curve (0: all)
+ENERGIES=${ENERGIES:-lmstats unit-cont unit-mean bit-cont}
+WINDOWS=${WINDOWS:-300}            # test prefixes of residual ppl
+SAMPLES=${SAMPLES:-1000}           # base-LM samples per prefix behind log Z
+K=${K:-8}                          # negatives per training prefix (a pool; the loss draws one per epoch)
+mkdir -p "$W"; cd "$W"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+done_run() { [ -f "$1/metrics.json" ] && grep -q '"completed": true' "$1/metrics.json"; }
+resume() { [ -f "$1/config.json" ] && echo --resume || true; }
+Q="--no-progress"
+LM="--arch transformer --layers 2 --width 128 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002"
+STOP="--epochs 30 --keep-best --patience 1"   # to the dev optimum
+WIN="--length 64 --contexts 48 --stride 16"
+
+if has base; then
+  for c in $CORPORA; do [ -d data/$c ] || $T data prepare $c --out data/$c; done
+  [ -d vocab ] || $T tokenizer train --data $(for c in $CORPORA; do echo data/$c; done) --vocab-size 8000 --out vocab
+  for c in $CORPORA; do
+    done_run base/$c || $T lm train --data data/$c --tokenizer vocab $LM $STOP --seed 0 --out base/$c \
+      $(resume base/$c) $Q
+  done
+fi
+
+if has negatives; then  # untruncated (top-k 0): eq. 3 and Theorem 1 need P_LM's full support
+  mkdir -p neg
+  for c in $CORPORA; do
+    [ -f neg/$c-train.jsonl ] || $T negatives generate --data data/$c --generator base/$c --vocab vocab \
+      --split train $WIN --k $K --top-k 0 --max-windows 0 --out neg/$c-train.jsonl $Q
+    [ -f neg/$c-dev.jsonl ] || $T negatives generate --data data/$c --generator base/$c --vocab vocab \
+      --split dev $WIN --k $K --top-k 0 --max-windows 1000 --out neg/$c-dev.jsonl $Q
+  done
+fi
+
+if has mlm; then  # BiT's body: a masked LM of the corpus, to its dev optimum
+  for c in $CORPORA; do
+    done_run mlm/$c || $T cloze train --data data/$c --tokenizer vocab --objective mlm --layers 2 --width 128 \
+      --heads 4 --max-len 80 --batch-size 32 --lr 0.0005 --epochs 30 --keep-best --patience 2 --out mlm/$c \
+      $(resume mlm/$c) $Q
+  done
+fi
+
+energy() {  # energy NAME CORPUS WINDOWS: one energy of the learning curve
+  local e=$1 c=$2 n=$3 out=energy/$2-$1-w$3
+  local common="--train neg/$c-train.jsonl --val neg/$c-dev.jsonl --vocab vocab --loss bce --negatives random \
+    --max-windows $n --schedule cosine --warmup 0.05 --keep-best --patience 2 --epochs 20 --precision fp32 $Q"
+  done_run $out && return 0
+  case $e in
+    lmstats) $T residual train $common --energy lmstats --base base/$c --lr 0.01 --batch-size 64 --out $out $(resume $out) ;;
+    unit-cont) $T residual train $common --energy unitransf --init base/$c --pool continuation --dropout 0.1 \
+      --grad-clip 10 --lr 0.0003 --batch-size 32 --out $out $(resume $out) ;;
+    unit-mean) $T residual train $common --energy unitransf --init base/$c --dropout 0.1 \
+      --grad-clip 10 --lr 0.0003 --batch-size 32 --out $out $(resume $out) ;;
+    bit-cont) $T residual train $common --energy bitransf --init mlm/$c --pool continuation --dropout 0.1 \
+      --grad-clip 0.25 --lr 0.0003 --batch-size 32 --out $out $(resume $out) ;;
+  esac
+}
+
+if has energies; then
+  mkdir -p energy
+  for c in $CORPORA; do
+    for n in $CURVE; do
+      for e in $ENERGIES; do energy $e $c $n; done
+    done
+  done
+fi
+
+if has baselines; then  # RALM (eq. 6, phi the size of UniT) and BALM (parameters of base + energy), to the dev optimum
+  mkdir -p baseline
+  for c in $CORPORA; do
+    done_run baseline/$c-ralm || $T lm train --data data/$c --residual-of base/$c --layers 2 --width 128 \
+      --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002 $STOP --out baseline/$c-ralm \
+      $(resume baseline/$c-ralm) $Q
+    done_run baseline/$c-balm || $T lm train --data data/$c --tokenizer vocab --arch transformer --layers 3 \
+      --width 192 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002 $STOP --out baseline/$c-balm \
+      $(resume baseline/$c-balm) $Q
+  done
+fi
+
+if has ppl; then  # fp32: the effects are small; paired bootstrap intervals over the test windows
+  mkdir -p ppl
+  for c in $CORPORA; do
+    for n in $CURVE; do
+      out=ppl/$c-w$n
+      [ -f $out/metrics.json ] && continue
+      cmp=""; for b in ralm balm; do done_run baseline/$c-$b && cmp="$cmp baseline/$c-$b"; done
+      es=""; for e in $ENERGIES; do done_run energy/$c-$e-w$n && es="$es energy/$c-$e-w$n"; done
+      [ -n "$es" ] || continue
+      $T residual ppl --base base/$c --energy $es ${cmp:+--compare $cmp} --data data/$c --split test \
+        --windows $WINDOWS --samples $SAMPLES --precision fp32 --bootstrap 1000 --out $out
+    done
+  done
+fi
