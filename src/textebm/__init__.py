@@ -1,3 +1,26 @@
-"""textebm: energy-based models of text trained with noise-contrastive estimation."""
+"""textebm: energy-based models of text trained with noise-contrastive estimation.
+
+From Python, `textebm.load(path)` returns the object for a folder textebm wrote (`textebm.api`,
+docs/api.md); the names of `textebm.api.__all__` are importable from here.
+"""
 
 __version__ = "0.1.0"
+
+# textebm.api's public names, imported on first use (PEP 562), so that `import textebm` loads
+# neither torch nor transformers (`textebm --help` stays fast). tests/test_api.py keeps this list
+# equal to textebm.api.__all__.
+_API = ("load", "Scorer", "ScoredText", "Classifier", "Tagger", "TaggedSentence", "Detector",
+        "TextebmError", "InputError", "ArgumentError", "TextTooLong")
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from textebm import api  # the one import upward, on first use (docs/architecture.md)
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'textebm' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])

@@ -20,6 +20,16 @@ class InputError(TextebmError):
         super().__init__(f"{where}: {message}")
 
 
+class ArgumentError(TextebmError, ValueError):
+    """A bad argument of a Python call (`textebm.api`): the message names the argument and, for
+    one item of a list, its index (`texts[3]: ...`). A ValueError too, as Python code expects."""
+
+    def __init__(self, argument: str, message: str, index: int | None = None):
+        self.argument, self.index = argument, index
+        where = f"{argument}[{index}]" if index is not None else argument
+        super().__init__(f"{where}: {message}")
+
+
 class TrainingDiverged(TextebmError):
     """A NaN or infinite loss: the run stops, the last good checkpoint is kept."""
 

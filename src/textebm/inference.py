@@ -61,11 +61,11 @@ def set_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-def inference_setup(requested: str = "auto"):
-    """(device, PrecisionChoice) for inference: the GPU when there is one, else the CPU, and
-    `--precision` resolved for it (its reason logged)."""
+def inference_setup(requested: str = "auto", device: torch.device | None = None):
+    """(device, PrecisionChoice) for inference: `device`, by default the GPU when there is one, else
+    the CPU, and `--precision` resolved for it (its reason logged)."""
 
-    device = inference_device()
+    device = device if device is not None else inference_device()
     choice = resolve_precision(requested, device.type, inference=True)
     log.info("inference on %s, precision %s", device, choice.reason)
     if device.type == "cpu":

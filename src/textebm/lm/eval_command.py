@@ -43,11 +43,11 @@ PRECISION_HELP = ("weights and matmuls in this precision; auto: bf16 where the h
                   "natively, else fp32 (log-probabilities always from fp32 logits)")
 
 
-def scorable_folder(model_arg: str) -> Path:
-    """The folder of `--model`, checked (before any weights are read) to be a causal LM trained
-    with the causal objective."""
+def scorable_folder(model_arg: str, option: str = "--model") -> Path:
+    """The folder of `--model` (named `option` in messages), checked (before any weights are read)
+    to be a causal LM trained with the causal objective."""
 
-    folder = find_model(model_arg, CAUSAL_LM).path
+    folder = find_model(model_arg, CAUSAL_LM, option).path
     check_scorable(read_meta(folder))
     return folder
 

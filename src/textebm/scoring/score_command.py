@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from textebm.data.normalize import PRESETS as NORMALIZE
 from textebm.data.normalize import normalizer
@@ -48,6 +49,7 @@ from textebm.resumable import PartialFile
 from textebm.scoring.html import render_html
 from textebm.scoring.pll import (
     METHODS,
+    TextScores,
     causal_scores,
     check_method,
     cloze_scores,
@@ -87,20 +89,50 @@ class ScoreTextsConfig:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
 
-def _model_kind(model_arg: str) -> tuple[str, Path]:
-    """("cloze" | "causal", folder), checked before any weights are read."""
+def score_model_kind(model_arg: str, option: str = "--model") -> tuple[str, Path]:
+    """("cloze" | "causal", folder) of a model to score with, checked before any weights are read;
+    messages name the argument as `option`."""
 
     p = Path(model_arg).expanduser()
     if p.is_dir():
-        refuse_unfinished(p, "--model")
+        refuse_unfinished(p, option)
         info = inspect_folder(p)
         if info.kind == CLOZE:
-            return "cloze", find_model(p, CLOZE).path
+            return "cloze", find_model(p, CLOZE, option).path
         if info.kind != CAUSAL_LM:
-            raise TextebmError(f"--model {info.path}: {info.describe()}; expected a cloze model (`textebm cloze "
+            raise TextebmError(f"{option} {info.path}: {info.describe()}; expected a cloze model (`textebm cloze "
                                "train`) or a causal LM (`textebm lm train`, `smollm2-135m`)")
 
-    return "causal", scorable_folder(model_arg)
+    return "causal", scorable_folder(model_arg, option)
+
+
+@dataclass(frozen=True)
+class ScoringModel:
+    """A model loaded to score texts as `textebm score` does (also the Python API's `Scorer`)."""
+
+    method: str  # electric | electra | twotower | mlm | causal
+    tokenizer: Any
+    limit: int | None  # the most tokens of one text the model takes (None: no limit)
+    scores: Callable[[list[str], int, int], list[TextScores]]  # (texts, batch_size, token_budget)
+
+
+def load_scoring_model(kind: str, folder: Path, method: str, dtype, device) -> ScoringModel:
+    """The model of `score_model_kind`'s (kind, folder), placed, with `method` ("auto": the
+    model's own) checked against it."""
+
+    if kind == "cloze":
+        model, tokenizer = load_cloze(folder, dtype=dtype, device=device)
+        method = model.spec.objective if method == "auto" else method
+        check_method(model.spec.objective, method)
+        return ScoringModel(method, tokenizer, max_text_tokens(model), lambda texts, batch_size, budget: cloze_scores(
+            model, tokenizer, texts, method, batch_size, budget))
+    if method not in ("auto", "causal"):
+        raise TextebmError(f"--method {method}: {folder} is a causal LM, which scores with causal")
+    model, tokenizer, meta = load_lm(folder, dtype=dtype, device=device)
+    positions = getattr(model.config, "max_position_embeddings", None)
+    limit = positions - 2 if positions else None  # [bos] and [eos] take two
+    return ScoringModel("causal", tokenizer, limit, lambda texts, batch_size, _budget: causal_scores(
+        model, tokenizer, meta, texts, batch_size))
 
 
 KIND = "score"
@@ -116,7 +148,7 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
                        inputs=[("--input", cfg.input)])
     partial = PartialFile(out, KIND, ensure_ascii=False)
     partial.check()
-    kind, folder = _model_kind(cfg.model)
+    kind, folder = score_model_kind(cfg.model)
     numbered = read_numbered_examples(cfg.input)
     rows = [row for _, row in numbered]
     ids = [example_id(r, i) for i, r in enumerate(rows)]
@@ -127,20 +159,9 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
         raise TextebmError(f"--input {cfg.input}: text {ids[empty]!r} ({rows[empty]['input_text']!r}) is empty in "
                            f"the form of --normalize {cfg.normalize}; nothing is left to score")
     device, choice = inference_setup(cfg.precision)
-    if kind == "cloze":
-        model, tokenizer = load_cloze(folder, dtype=choice.dtype, device=device)
-        method = model.spec.objective if cfg.method == "auto" else cfg.method
-        check_method(model.spec.objective, method)
-        fn = lambda texts: cloze_scores(model, tokenizer, texts, method, cfg.batch_size, cfg.token_budget)  # noqa: E731
-        limit = max_text_tokens(model)
-    else:
-        if cfg.method not in ("auto", "causal"):
-            raise TextebmError(f"--method {cfg.method}: {folder} is a causal LM, which scores with causal")
-        model, tokenizer, meta = load_lm(folder, dtype=choice.dtype, device=device)
-        method = "causal"
-        fn = lambda texts: causal_scores(model, tokenizer, meta, texts, cfg.batch_size)  # noqa: E731
-        positions = getattr(model.config, "max_position_embeddings", None)
-        limit = positions - 2 if positions else None  # [bos] and [eos] take two
+    scoring = load_scoring_model(kind, folder, cfg.method, choice.dtype, device)
+    method, tokenizer, limit = scoring.method, scoring.tokenizer, scoring.limit
+    fn = lambda texts: scoring.scores(texts, cfg.batch_size, cfg.token_budget)  # noqa: E731
     _check_lengths(cfg.input, numbered, tokenizer, limit)  # before anything is written
     warn_mismatch([r["text"] for r in rows], tokenizer, folder, cfg.input, cfg.normalize)
     per_token = cfg.per_token or bool(cfg.html)

@@ -1,0 +1,312 @@
+"""`textebm.api`: `textebm.load` and one class a system on tiny model folders. Each class gives
+its command's numbers on the same inputs; bad arguments raise errors naming them; docs/api.md's
+code blocks run as written (in a folder holding tiny runs under the names the page uses), and
+every public name is on that page."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import textebm
+from textebm import api
+from textebm.cli import main
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+POS_TAGS = ["DET", "NOUN", "VERB", "."]
+BIO_TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+SENTENCES = [["The", "dog", "sees", "a", "cat", "."], ["A", "cat", "hears", "the", "dog"], ["dog"]]
+
+
+def _tagger(folder: Path, tags: list[str], seed: int) -> None:
+    """A random BiLSTM-CRF tagger over SENTENCES' words (lower-cased) with `tags`, saved with its
+    vocabulary as `tag train` leaves RUN/model."""
+    from textebm.models.crf import BiLSTMCRF, TaggerSpec, save_tagger
+    from textebm.tagging.vocab import build_vocab, save_vocab
+
+    vocab = build_vocab([{"tokens": s} for s in SENTENCES], lowercase=True)
+    torch.manual_seed(seed)
+    model = BiLSTMCRF(TaggerSpec(vocab_size=len(vocab), tags=tags, embed=8, hidden=8, pad_id=vocab.pad_id))
+    save_tagger(model, folder)
+    save_vocab(vocab, folder)
+
+
+def _detector(run: Path, texts: list[str]) -> None:
+    """A linear energy with random weights over a BPE vocabulary of `texts`, and a decision rule,
+    as `residual train` leaves RUN (model/ and detector.json)."""
+    from textebm.detection.detect import Rule, write_rule
+    from textebm.models.seq_energy import EnergySpec, build_energy, save_energy
+    from textebm.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(texts, vocab_size=300)
+    spec = EnergySpec(kind="linear", vocab_size=len(tok), length=8, pad_id=tok.pad_token_id or 0)
+    model = build_energy(spec)
+    torch.manual_seed(0)
+    torch.nn.init.normal_(model.weight.weight, std=0.3)
+    save_energy(model, spec, tok, run / "model")
+    write_rule(run / "detector.json", {"detector": "energy", "energy": "linear", "model": "model", "length": 8},
+               Rule(threshold=0.1, temperature=2.0, threshold_fpr=1.0))
+
+
+@pytest.fixture(scope="module")
+def runs(classify_fixture, tmp_path_factory) -> Path:
+    """ROOT/runs/{electric, mlm, ptb-lm, ebm, pos, ner, det, loglik}: tiny models of every kind the
+    API loads, under the names docs/api.md uses (random weights: the numbers only have to agree)."""
+    from test_electric import _tiny_model
+    from test_lm_sampling import make_tiny_lm
+    from conftest import walking_doc
+    from textebm.detection.detect import Rule, write_rule
+    from textebm.models.classifier import ClassifierSpec, save_classifier
+    from textebm.models.cloze import save_cloze
+    from textebm.models.load import build_classifier
+
+    root = tmp_path_factory.mktemp("api")
+    runs = root / "runs"
+    for name, objective in (("electric", "electric"), ("mlm", "mlm")):
+        save_cloze(*_tiny_model(objective), runs / name / "model")
+    make_tiny_lm(runs / "ptb-lm" / "model")
+    torch.manual_seed(0)
+    model, tok = build_classifier(classify_fixture / "encoder", ClassifierSpec(labels=["negative", "positive"],
+                                                                               energy="sharp-hidden"))
+    save_classifier(model, tok, runs / "ebm" / "model")
+    _tagger(runs / "pos" / "model", POS_TAGS, seed=0)
+    _tagger(runs / "ner" / "model", BIO_TAGS, seed=1)
+    _detector(runs / "det", walking_doc(random.Random(0), 40))
+    write_rule(runs / "loglik" / "detector.json", {"detector": "loglik", "model": str(runs / "ptb-lm" / "model"),
+                                                  "vocab": str(runs / "ptb-lm" / "model"), "length": 4},
+               Rule(sign=-1, threshold=14.0, temperature=5.0))
+    return root
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+
+
+# ---------------------------------------------------------------- load
+
+
+def test_load_returns_each_systems_class_by_what_the_folder_holds(runs):
+    r = runs / "runs"
+    expected = {"electric": api.Scorer, "mlm": api.Scorer, "ptb-lm": api.Scorer, "ebm": api.Classifier,
+                "pos": api.Tagger, "det": api.Detector, "loglik": api.Detector}
+    for name, cls in expected.items():
+        for folder in (r / name, r / name / "model"):
+            if folder.is_dir():
+                assert type(textebm.load(folder, device="cpu")) is cls, folder
+    assert textebm.load(r / "electric").method == "electric"
+    assert textebm.load(str(r / "mlm"), precision="fp32").method == "mlm"
+
+
+def test_import_textebm_loads_no_model_code_until_the_api_is_used():
+    code = ("import sys, textebm; assert 'torch' not in sys.modules and 'textebm.api' not in sys.modules; "
+            "textebm.load; assert 'textebm.api' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_package_exports_exactly_the_apis_public_names():
+    assert list(textebm._API) == api.__all__
+    assert all(getattr(textebm, n) is getattr(api, n) for n in api.__all__)
+
+
+# ---------------------------------------------------------------- each class against its command
+
+
+def test_scorer_gives_the_score_commands_numbers(runs, tmp_path):
+    texts = ["w1 w7 w2", "w3 w8 w9 w10 w11 w4 w1", "w5", "w12 w2 w2 w6 w7"]
+    inp = tmp_path / "in.txt"
+    inp.write_text("\n".join(texts) + "\n")
+    for name in ("electric", "mlm", "ptb-lm"):
+        folder = runs / "runs" / name
+        out = tmp_path / f"{name}.jsonl"
+        assert main(["score", "--model", str(folder), "--input", str(inp), "--out", str(out), "--per-token",
+                     "--per-word", "--precision", "fp32", "--no-progress"]) == 0
+        got = api.Scorer(folder, precision="fp32").score(texts, batch_size=2)
+        for row, s in zip(_jsonl(out), got):
+            assert (s.text, s.n_tokens, s.tokens) == (row["text"], row["n_tokens"], row["tokens"]), name
+            assert s.score == pytest.approx(row["score"], abs=1e-6), name
+            assert s.token_scores == pytest.approx(row["token_scores"], abs=1e-6), name
+            assert [list(o) for o in s.offsets] == row["offsets"]
+            words, scores, spans = zip(*s.words())
+            assert list(words) == row["words"] and [list(x) for x in spans] == row["word_offsets"]
+            assert list(scores) == pytest.approx(row["word_scores"], abs=1e-6)
+
+
+def test_scorer_normalizes_as_the_command_does(runs, tmp_path):
+    inp = tmp_path / "in.txt"
+    inp.write_text("W1 W7, W2!\n")
+    out = tmp_path / "out.jsonl"
+    folder = runs / "runs" / "electric"
+    assert main(["score", "--model", str(folder), "--input", str(inp), "--out", str(out), "--normalize", "asr",
+                 "--precision", "fp32", "--no-progress"]) == 0
+    row, = _jsonl(out)
+    s, = api.Scorer(folder, precision="fp32").score(["W1 W7, W2!"], normalize="asr")
+    assert s.text == row["text"] == "w1 w7 w2" and s.score == pytest.approx(row["score"], abs=1e-6)
+
+
+def test_classifier_gives_the_probabilities_and_energies_of_classify_eval(runs, classify_fixture, tmp_path):
+    run = runs / "runs" / "ebm"
+    report = tmp_path / "report"
+    assert main(["classify", "eval", "--model", str(run), "--data", str(classify_fixture / "data"), "--out",
+                 str(report), "--no-calibrators", "--bootstrap", "0", "--precision", "fp32"]) == 0
+    rows = _jsonl(report / "predictions.jsonl")
+    dev = {r["id"]: r["text"] for r in _jsonl(classify_fixture / "data" / "dev.jsonl")}
+    texts = [dev[r["id"]] for r in rows]
+    clf = api.Classifier(run, precision="fp32")
+    assert clf.classes_ == ["negative", "positive"]
+    probs = clf.predict_proba(texts, batch_size=5)
+    assert probs.shape == (len(rows), 2)
+    np.testing.assert_allclose(probs, [r["probs"]["ebm-sharp-hidden"] for r in rows], atol=1e-7)
+    np.testing.assert_allclose(clf.energy(texts), [r["energy"]["ebm-sharp-hidden"] for r in rows], rtol=1e-9)
+    assert clf.predict(texts) == [clf.classes_[k] for k in probs.argmax(1)]
+
+
+def test_tagger_gives_the_tags_of_tag_predict_and_spans_for_bio_tags(runs, tmp_path):
+    from textebm.data.conll import read_conll
+    from textebm.tagging.metrics import spans
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"text": " ".join(s), "tokens": s}) + "\n" for s in SENTENCES))
+    for name in ("pos", "ner"):
+        out = tmp_path / f"{name}.conll"
+        assert main(["tag", "predict", "--model", str(runs / "runs" / name), "--input", str(inp), "--out", str(out),
+                     "--no-progress"]) == 0
+        tagger = api.Tagger(runs / "runs" / name)
+        got = tagger.tag([*SENTENCES[:2], " ".join(SENTENCES[2])], batch_size=2)  # a string is cut at whitespace
+        assert [(t.tokens, t.tags) for t in got] == [(r["tokens"], r["tags"]) for r in read_conll(out, 0, 1)]
+        assert tagger.bio == (name == "ner")
+        for t in got:
+            assert t.spans == (sorted(spans(t.tags), key=lambda s: s[1]) if name == "ner" else None)
+
+
+def test_detector_gives_the_probabilities_and_decisions_of_residual_score(runs, tmp_path):
+    texts = ["the nation shall build roads and schools for every citizen while congress votes",
+             "budget of war", "peace in our time the nation", "w1 w2 w3 w4 w5 w6 w7 w8 w9"]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    for name, key in (("det", "energy"), ("loglik", "score")):
+        out = tmp_path / f"{name}.jsonl"
+        assert main(["residual", "score", "--model", str(runs / "runs" / name), "--input", str(inp),
+                     "--out", str(out)]) == 0
+        rows = _jsonl(out)
+        det = api.Detector(runs / "runs" / name, device="cpu", precision="fp32")
+        np.testing.assert_allclose(det.scores(texts, batch_size=3), [r[key] for r in rows], rtol=1e-9)
+        np.testing.assert_allclose(det.predict_proba(texts), [r["p_generated"] for r in rows], rtol=1e-9)
+        assert det.predict(texts).tolist() == [r["generated"] for r in rows]
+        assert len(set(det.predict(texts).tolist())) == 2, name  # both decisions occur: the threshold is used
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_texts_raise_errors_naming_the_argument_and_the_index(runs):
+    scorer = api.Scorer(runs / "runs" / "electric", precision="fp32")
+    cases = [(["w1", 3], r"^texts\[1\]: not a string \(int\)"), ([], r"^texts: an empty list"),
+             ("w1 w2", r"^texts: must be a list, got one str"), (["w1", "  "], r"^texts\[1\]: an empty text"),
+             (None, r"^texts: must be a list, got NoneType")]
+    for texts, message in cases:
+        with pytest.raises(api.ArgumentError, match=message):
+            scorer.score(texts)
+    with pytest.raises(api.ArgumentError, match=r"^texts \(in the form of normalize='asr'\)\[0\]: an empty text"):
+        scorer.score(["!!"], normalize="asr")
+    with pytest.raises(api.ArgumentError, match="^normalize: unknown"):
+        scorer.score(["w1"], normalize="nfc")
+    with pytest.raises(api.ArgumentError, match="^batch_size: must be a whole number >= 1, got 0"):
+        scorer.score(["w1"], batch_size=0)
+    with pytest.raises(api.TextTooLong, match="text 2 has 70 tokens; the model takes at most 62") as e:
+        scorer.score(["w1", " ".join(["w2"] * 70)])
+    assert e.value.index == 1
+    with pytest.raises(api.ArgumentError, match=r"^text_pairs: 1 pairs for 2 texts"):
+        api.Classifier(runs / "runs" / "ebm").predict_proba(["a", "b"], ["c"])
+    tagger = api.Tagger(runs / "runs" / "pos")
+    with pytest.raises(api.ArgumentError, match=r"^sentences\[1\]: not a list of non-empty token strings"):
+        tagger.tag([["a"], ["b", 3]])
+    with pytest.raises(api.ArgumentError, match=r"^sentences\[0\]: no tokens"):
+        tagger.tag(["   "])
+    with pytest.raises(api.ArgumentError, match=r"^texts\[0\]: an empty text"):
+        api.Detector(runs / "runs" / "det").predict([""])
+
+
+def test_bad_settings_raise_errors_naming_the_argument(runs):
+    folder = runs / "runs" / "electric"
+    cases = [(dict(device="cuda:99"), "^device: 'cuda:99': this machine has"),
+             (dict(device="tpu"), "^device: 'tpu' is not a device"),
+             (dict(device="meta"), "^device: 'meta': textebm runs on 'cpu' or 'cuda'"),
+             (dict(precision="fp64"), "^precision: must be one of auto, fp32, bf16, fp16, got 'fp64'"),
+             (dict(threads=-1), "^threads: must be a whole number >= 0"),
+             (dict(method="causal"), "^--method causal: a model trained with objective electric scores with")]
+    if not torch.cuda.is_available():
+        cases += [(dict(device="cuda"), "^device: 'cuda': this machine has no CUDA GPU"),
+                  (dict(precision="fp16"), "^precision: fp16 needs a CUDA GPU")]
+    for kwargs, message in cases:
+        with pytest.raises(api.TextebmError, match=message):
+            api.Scorer(folder, **kwargs)
+    with pytest.raises(api.ArgumentError, match="^precision: a tagger runs in fp32"):
+        api.Tagger(runs / "runs" / "pos", precision="bf16")
+    with pytest.raises(api.ArgumentError, match="^path: must be a folder path"):
+        textebm.load(3)
+
+
+def test_a_folder_of_the_wrong_kind_names_what_it_holds_and_what_was_expected(runs, tmp_path):
+    r = runs / "runs"
+    cases = [(api.Tagger, r / "ebm", f"path {r / 'ebm' / 'model'}: a textebm classifier .*, not a textebm tagger; "
+                                     "expected a tagger"),
+             (api.Classifier, r / "electric", "not a textebm classifier; expected a classifier"),
+             (api.Scorer, r / "pos", f"path {r / 'pos' / 'model'}: a textebm tagger; expected a cloze model"),
+             (api.Detector, r / "ebm", f"path {r / 'ebm'}: no detector.json; expected a detector"),
+             (textebm.load, tmp_path, f"path {tmp_path}: not a model folder \\(no config.json\\); expected a folder "
+                                      "textebm wrote"),
+             (textebm.load, tmp_path / "nope", "path .*nope: no such folder; expected a folder textebm wrote")]
+    for fn, folder, message in cases:
+        with pytest.raises(api.TextebmError, match=message):
+            fn(folder)
+
+
+def test_library_calls_print_nothing(runs, capsys):
+    r = runs / "runs"
+    textebm.load(r / "electric").score(["w1 w2", "hello there"])  # unknown pieces: a log warning, not a print
+    textebm.load(r / "ebm").predict(["a film"])
+    textebm.load(r / "pos").tag(["the dog"])
+    textebm.load(r / "det").predict_proba(["the nation"])
+    assert capsys.readouterr().out == ""
+
+
+# ---------------------------------------------------------------- docs/api.md
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def test_every_code_block_of_docs_api_runs(runs, monkeypatch, capsys):
+    blocks = _python_blocks(DOC.read_text(encoding="utf-8"))
+    assert len(blocks) >= 6
+    monkeypatch.chdir(runs)  # the page's run folders: runs/electric, runs/ebm, ...
+    namespace: dict = {}
+    for i, block in enumerate(blocks):
+        try:
+            exec(compile(block, f"docs/api.md block {i + 1}", "exec"), namespace)
+        except Exception as e:  # noqa: BLE001  name the block that broke
+            pytest.fail(f"docs/api.md python block {i + 1} raised {type(e).__name__}: {e}\n{block}")
+    out = capsys.readouterr().out
+    assert "texts[1]: not a string (int)" in out  # the errors block printed its message
+
+
+def test_the_readmes_python_block_runs(runs, monkeypatch):
+    blocks = _python_blocks((DOC.parents[1] / "README.md").read_text(encoding="utf-8"))
+    assert len(blocks) == 1
+    monkeypatch.chdir(runs)
+    exec(compile(blocks[0], "README.md", "exec"), {})
+
+
+def test_every_public_name_is_on_docs_api():
+    text = DOC.read_text(encoding="utf-8")
+    missing = [n for n in api.__all__ if f"`{n}`" not in text]
+    assert not missing, f"public names of textebm.api not in docs/api.md: {missing}"
