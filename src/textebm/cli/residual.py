@@ -25,7 +25,7 @@ from textebm.residual.commands import ResidualGenerateConfig, ResidualPPLConfig
 
 
 def train(cfg: ResidualTrainConfig) -> None:
-    """Train a sequence energy (linear, BiLSTM, UniTransf, BiTransf) against generated negatives."""
+    """Train a sequence energy (linear, BiLSTM, UniTransf, BiTransf, lmstats) against generated negatives."""
     from textebm.detection.train import residual_train
 
     m = residual_train(cfg)

@@ -58,7 +58,7 @@ from textebm.fingerprint import folder_sha256
 from textebm.io import read_json, read_json_object, write_json
 from textebm.lm.train import LMTrainConfig, lm_train
 from textebm.losses.residual import NEGATIVES
-from textebm.models.seq_energy import KINDS as ENERGIES
+from textebm.models.seq_energy import KINDS as ENERGY_KINDS
 from textebm.options import check_config, flag_of
 from textebm.options import type_problem as _typed
 from textebm.outputs import (
@@ -75,6 +75,8 @@ from textebm.train import run_completed
 
 log = logging.getLogger(__name__)
 
+# paper d's control (lmstats) needs a base LM (`residual train --base`): not a matrix energy
+ENERGIES = tuple(k for k in ENERGY_KINDS if k != "lmstats")
 KINDS = ("in-domain", "cross-arch", "cross-corpus", "unseen", "negatives", "zeroshot")
 REQUIRED = {"in-domain": ("energies", "corpora", "generators"), "zeroshot": ("detectors", "corpora", "generators"),
             "cross-arch": ("energy", "corpus", "generators"), "cross-corpus": ("energy", "generator", "train", "test"),

@@ -18,7 +18,7 @@ from textebm.data.readers import load_split
 from textebm.data.streams import doc_streams
 from textebm.detection.windows import assemble, context_ids, make_windows
 from textebm.errors import TextebmError
-from textebm.lm.generate import Sampling, banned_ids, generate_groups
+from textebm.lm.generate import Sampling, fixed_length_banned, generate_groups
 from textebm.models.lm import special_ids
 from textebm.seeds import derive_seed
 from textebm.tokenizer import same_vocab
@@ -78,7 +78,7 @@ class NegativeSampler:
                                "suffixes only (left to right); this one is r2l")
         if meta.objective != "causal":
             raise TextebmError(f"{name}: needs a causal LM, not an {meta.objective} one")
-        self.banned = tuple(sorted(set(banned_ids(self.sp)) | {self.sp.eos}))  # exactly L - c tokens
+        self.banned = fixed_length_banned(self.sp)  # exactly L - c tokens
 
     def jobs(self, window) -> tuple[list[int], int]:
         """(model input, tokens to generate) of a window's negatives."""

@@ -10,6 +10,10 @@ one random or all negatives, or appendix C's ranking loss).
 After training, validation windows fit the decision rule (`textebm.detection.detect.fit_rule`:
 threshold, 1 % false-positive threshold, temperature), written to RUN/detector.json beside
 RUN/model.
+
+`--energy lmstats --base LM` is paper d's control (`textebm.models.seq_energy.LMStatsEnergy`): 3
+weights and a bias on statistics of the frozen base LM over each window's continuation, trained
+by the same loss on the same batches; it needs windows of one prefix length written left to right.
 """
 
 from __future__ import annotations
@@ -26,9 +30,12 @@ from textebm.detection import detect
 from textebm.detection.windows import read_window_files, window_seqs
 from textebm.errors import TextebmError
 from textebm.io import read_json
+from textebm.lm.generate import fixed_length_banned
 from textebm.losses.residual import precision_at_1, ranking_loss, residual_bce
 from textebm.models.build import SmallLMConfig, build_causal_lm, build_encoder
+from textebm.models.lm import special_ids
 from textebm.models.load import load_encoder, load_lm, load_tokenizer
+from textebm.models.ralm import ResidualLM
 from textebm.models.seq_energy import (
     EnergySpec,
     build_energy,
@@ -59,8 +66,14 @@ class ResidualTrainConfig(TrainOptions):
     val: list[str] = field(metadata={"help": "negatives files of held-out windows: evaluation and the "
                                              "decision rule"})
     vocab: str = field(metadata={"help": "tokenizer folder of the shared vocabulary the windows are in"})
-    energy: str = field(default="unitransf", metadata={"help": "energy function (sec. 4.3)",
-                                                       "choices": ["linear", "bilstm", "unitransf", "bitransf"]})
+    energy: str = field(default="unitransf", metadata={
+        "help": "energy function (sec. 4.3; lmstats: paper d's control, linear in the base LM's statistics "
+                "on the continuation, needs --base)",
+        "choices": ["linear", "bilstm", "unitransf", "bitransf", "lmstats"]})
+    base: str = field(default="", metadata={
+        "help": "lmstats: the base LM P_LM whose log-probabilities and entropies on the continuation the "
+                "energy weighs (a causal LM in the shared vocabulary, frozen, fp32; the --base of "
+                "`residual ppl`)"})
     init: str = field(default="", metadata={
         "help": "unitransf: a transformer LM in the shared vocabulary to start from (the paper's choice); "
                 "bitransf: an encoder (e.g. minilm-l6; windows are re-tokenised into its vocabulary); "
@@ -94,8 +107,13 @@ class ResidualTrainConfig(TrainOptions):
         super().check()
         if self.loss != "ranking":
             refuse_unused(self, ["margin"], "with --loss bce")
-        if self.energy in ("linear",):
-            refuse_unused(self, ["layers", "width", "heads", "init"], "with --energy linear")
+        if self.energy in ("linear", "lmstats"):
+            refuse_unused(self, ["layers", "width", "heads", "init"], f"with --energy {self.energy}")
+        if self.energy == "lmstats" and not self.base:
+            raise TextebmError("--energy lmstats needs --base: the base LM whose statistics it weighs (the "
+                               "one that wrote the negatives, e.g. the --base of `residual ppl`)")
+        if self.energy != "lmstats":
+            refuse_unused(self, ["base"], f"with --energy {self.energy} (only lmstats reads a base LM)")
         if self.energy == "bilstm":
             refuse_unused(self, ["heads", "init"], "with --energy bilstm")
         if self.init:
@@ -113,8 +131,10 @@ class EnergyBuildSpec:
     """What `build_energy_model` builds (sec. 4.3): the kind of energy, from `init` or from
     scratch at the given size."""
 
-    energy: str = "unitransf"  # linear | bilstm | unitransf | bitransf
+    energy: str = "unitransf"  # linear | bilstm | unitransf | bitransf | lmstats
     init: str = ""  # unitransf: an LM in the shared vocabulary; bitransf: an encoder
+    base: str = ""  # lmstats: the base LM whose statistics it weighs
+    prefix_len: int = 0  # lmstats: where the continuation starts in every window
     layers: int = 2
     width: int = 128
     heads: int = 4
@@ -145,6 +165,8 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
             body = build_causal_lm(SmallLMConfig(want.layers, want.width, want.heads, context=length + 8), vocab,
                                    seed=want.seed).model
         body.config.architectures = [type(body).__name__]
+    elif want.energy == "lmstats":
+        body = _lmstats_base(want, vocab, spec, length)
     elif want.energy == "bitransf":
         if want.init:
             body, tokenizer = load_encoder(want.init, option="--init")
@@ -157,6 +179,62 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
                                  seed=want.seed)
             body.pooler = None  # the energy pools (--pool); an unused pooler breaks DDP
     return build_energy(spec, body), spec, tokenizer
+
+
+def _lmstats_base(want: EnergyBuildSpec, vocab, spec: EnergySpec, length: int):
+    """The frozen fp32 base LM of an lmstats energy, checked as paper d's P_LM is
+    (`textebm.residual.joint.BaseLM`: a causal LM read left to right in the shared vocabulary);
+    records its [bos], the tokens it never writes and the prefix in `spec`."""
+    lm, tok, meta = load_lm(want.base, dtype=torch.float32, option="--base")
+    name = f"--base {want.base}"
+    if isinstance(lm, ResidualLM):
+        raise TextebmError(f"{name}: a RALM; lmstats weighs the statistics of a plain causal LM (the base LM "
+                           "the RALM was trained on)")
+    if meta.objective != "causal" or meta.direction != "l2r":
+        raise TextebmError(f"{name}: the base LM must be a causal LM read left to right, not an "
+                           f"{meta.objective} one trained {meta.direction}")
+    if not same_vocab(tok, vocab):
+        raise TextebmError(f"{name}: the base LM's vocabulary differs from the windows' (--vocab); train the LM "
+                           "with `lm train --tokenizer VOCAB`")
+    positions = getattr(lm.config, "max_position_embeddings", None)
+    if positions and length > positions:
+        raise TextebmError(f"{name}: windows of {length} tokens (read after [bos]) exceed its {positions} positions")
+    if not 0 < want.prefix_len < length:
+        raise ValueError(f"an lmstats energy needs a prefix shorter than its windows, got {want.prefix_len} "
+                         f"of {length}")
+    sp = special_ids(tok, meta)
+    spec.bos_id, spec.banned, spec.contexts = sp.bos, list(fixed_length_banned(sp)), [want.prefix_len]
+    spec.init = want.base
+    return lm
+
+
+def _lmstats_prefix(train_rows: list[dict], val_rows: list[dict]) -> int:
+    """The one prefix length p of the windows an lmstats energy reads (TextebmError naming the option
+    otherwise): it weighs the continuation after p tokens, read left to right."""
+    for rows, option in ((train_rows, "--train"), (val_rows, "--val")):
+        if any(r["direction"] != "l2r" for r in rows):
+            raise TextebmError(f"{option}: --energy lmstats reads the continuation after the prefix, left to "
+                               "right; these windows were written right to left (r2l)")
+    contexts = sorted({int(r["context_len"]) for r in train_rows})
+    if len(contexts) != 1:
+        raise TextebmError(f"--train: --energy lmstats reads the continuation after a prefix of one length; these "
+                           f"windows have prefixes of {', '.join(map(str, contexts))} tokens (write them with "
+                           "`negatives generate --contexts P`)")
+    other = sorted({int(r["context_len"]) for r in val_rows} - set(contexts))
+    if other:
+        raise TextebmError(f"--val: windows with prefixes of {', '.join(map(str, other))} tokens; the --train "
+                           f"windows' prefix is {contexts[0]}")
+    return contexts[0]
+
+
+def _check_lmstats_windows(spec: EnergySpec, rows_of: dict[str, list[dict]]) -> None:
+    """No continuation holds a token the base LM never writes (its log-probability would be −inf)."""
+    banned, p = set(spec.banned), spec.contexts[0]
+    for option, rows in rows_of.items():
+        for r in rows:
+            if any(t in banned for s in (r["positive"], *r["negatives"]) for t in s[p:]):
+                raise TextebmError(f"{option}: a window continues with a token the --base LM never writes ([eos] "
+                                   "or a layout symbol); its log-probability would be -inf")
 
 
 @dataclass
@@ -205,14 +283,17 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     train_rows = read_window_files(cfg.train, "--train", **in_vocab)
     length = len(train_rows[0]["positive"])
     val_rows = read_window_files(cfg.val, "--val", length, length_of="the --train windows are that long", **in_vocab)
+    prefix_len = _lmstats_prefix(train_rows, val_rows) if cfg.energy == "lmstats" else 0
     seed_everything(cfg.seed)
     model, spec, tokenizer = build_energy_model(EnergyBuildSpec(
-        energy=cfg.energy, init=cfg.init, layers=cfg.layers, width=cfg.width, heads=cfg.heads,
-        max_tokens=cfg.max_tokens, pool=cfg.pool, seed=cfg.seed), vocab, length)
+        energy=cfg.energy, init=cfg.init, base=cfg.base, prefix_len=prefix_len, layers=cfg.layers,
+        width=cfg.width, heads=cfg.heads, max_tokens=cfg.max_tokens, pool=cfg.pool, seed=cfg.seed), vocab, length)
+    if cfg.energy == "lmstats":
+        _check_lmstats_windows(spec, {"--train": train_rows, "--val": val_rows})
     batcher = WindowBatcher(spec, tokenizer, vocab)
-    n_params = sum(p.numel() for p in model.parameters())
-    log.info("%s energy: %.2fM parameters, %d training windows x (1 + %d negatives), %d validation windows",
-             cfg.energy, n_params / 1e6, len(train_rows), len(train_rows[0]["negatives"]), len(val_rows))
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)  # lmstats: its 4, not the base LM's
+    log.info("%s energy: %s trained parameters, %d training windows x (1 + %d negatives), %d validation windows",
+             cfg.energy, f"{n_params:,}", len(train_rows), len(train_rows[0]["negatives"]), len(val_rows))
 
     config = {**options_dict(cfg), "parameters": n_params, "spec": spec_dict(spec)}
     # The prefixes it learnt from (paper d's p): recorded in energy.json for the joint model's

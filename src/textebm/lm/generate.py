@@ -39,6 +39,12 @@ def banned_ids(sp: SpecialIds) -> list[int]:
     return sorted({t for t in (sp.bos, sp.pad, sp.mask, sp.sep) if t is not None} - {sp.eos})
 
 
+def fixed_length_banned(sp: SpecialIds) -> tuple[int, ...]:
+    """What a continuation of fixed length never holds: the layout symbols and [eos] (paper d's
+    P_LM bans them and renormalises the rest: its negatives, log Z samples and statistics)."""
+    return tuple(sorted(set(banned_ids(sp)) | {sp.eos}))
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How tokens are drawn: from the `top_k` most likely at `temperature`, never one of `banned`;

@@ -457,8 +457,11 @@ def load_energy(name_or_path: str | Path, dtype: torch.dtype | None = None,
                 device: str | torch.device | None = None, option: str = "--model"):
     """(energy module, EnergySpec, input tokenizer, shared vocabulary) in eval mode from a folder
     written by `residual train` (RUN or RUN/model). The vocabulary is the input tokenizer itself
-    unless the energy re-tokenises (then vocab/)."""
-    from transformers import AutoConfig, AutoModel
+    unless the energy re-tokenises (then vocab/). An lmstats energy's base LM is rebuilt from its
+    config.json and stays fp32 whatever `dtype` (`LMStatsEnergy.FP32_MODULES`)."""
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    import textebm.models.gcnn  # noqa: F401  registers textebm's gated convolutional LM type (an lmstats base)
 
     path = find_model(name_or_path, ENERGY, option, ids=False).path
     spec_file = path / seq_energy.SPEC_FILE
@@ -471,6 +474,8 @@ def load_energy(name_or_path: str | Path, dtype: torch.dtype | None = None,
             body = AutoModel.from_config(AutoConfig.from_pretrained(path, local_files_only=True))
         elif spec.kind == "bitransf":
             body = encoder_from_config(AutoConfig.from_pretrained(path, local_files_only=True))
+        elif spec.kind == "lmstats":
+            body = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path, local_files_only=True))
         with _quiet_transformers():
             model = build_energy(spec, body)
     except LOAD_ERRORS as e:

@@ -29,7 +29,7 @@ import torch
 from textebm.detection.detect import energies as window_energies
 from textebm.energy import fp32_linear
 from textebm.errors import TextebmError
-from textebm.lm.generate import Generation, banned_ids, generate
+from textebm.lm.generate import Generation, fixed_length_banned, generate
 from textebm.models.lm import cache_arg, special_ids
 from textebm.precision import fp32_or_better
 from textebm.tokenizer import same_vocab
@@ -48,7 +48,7 @@ class BaseLM:
                                "needs both in one vocabulary (train the LM with `lm train --tokenizer VOCAB`)")
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.sp = special_ids(tokenizer, meta)
-        self.banned = tuple(sorted(set(banned_ids(self.sp)) | {self.sp.eos}))
+        self.banned = fixed_length_banned(self.sp)
         self.vocab_size = int(model.config.vocab_size)
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
         self.device = next(model.parameters()).device
