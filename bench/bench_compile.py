@@ -21,7 +21,7 @@ import torch
 from bench_hot_paths import noise_lm_batches, train_step
 
 from textebm.precision import cpu_capability, cpu_name
-from textebm.train import TrainOptions, make_optimizer
+from textebm.train import make_optimizer, TrainOptions
 
 
 def run(model, batches, dtype, compiled: bool) -> tuple[float, float, list[float]]:

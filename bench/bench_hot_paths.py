@@ -31,12 +31,13 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from textebm.data.batching import BucketBatchSampler
 from textebm.data.readers import load_split
 from textebm.lm import scoring
 from textebm.lm.train import LMBatcher, LMSpec, build_lm, lm_loss
 from textebm.models.lm import special_ids
 from textebm.precision import cpu_capability, cpu_flags, cpu_name, matmul_peak
-from textebm.train import BucketBatchSampler, TrainOptions, make_optimizer
+from textebm.train import make_optimizer, TrainOptions
 
 
 @contextlib.contextmanager

@@ -46,7 +46,8 @@ def main() -> None:
     from textebm.classify.train import joint_forward
     from textebm.data.readers import load_split
     from textebm.losses.nce import nce_loss
-    from textebm.train import BucketBatchSampler, TrainOptions, stream_sampler
+    from textebm.data.batching import BucketBatchSampler
+    from textebm.train import stream_sampler, TrainOptions
 
     torch.set_flush_denormal(True)
     torch.manual_seed(0)

@@ -33,7 +33,7 @@ from textebm.grid import Cell, Grid, once, shard_from
 from textebm.io import atomic_write, read_json
 from textebm.markdown import table
 from textebm.precision import cpu_capability, cpu_flags, cpu_name
-from textebm.train import run_completed
+from textebm.runfolder import run_completed
 
 METHODS = ("supervised", "pretrain", "joint")
 SECONDS = {"supervised": 7, "pretrain": 45, "joint": 42}  # one thread, AMD EPYC, 400 steps

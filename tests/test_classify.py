@@ -18,7 +18,8 @@ import torch
 
 from textebm.classify.data import Collator, Encoded, noise_stream
 from textebm.cli import main
-from textebm.train import BucketBatchSampler, TrainOptions, stream_sampler
+from textebm.data.batching import BucketBatchSampler
+from textebm.train import stream_sampler, TrainOptions
 
 from conftest import _sentence
 

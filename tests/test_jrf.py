@@ -410,7 +410,7 @@ def test_a_pretrain_run_from_before_freeze_resumes_frozen(tagged, tmp_path, monk
 def test_zeta_trains_in_its_own_parameter_group_at_its_own_rate():
     from textebm.tagging.recipes import trf_groups
     from textebm.tagging.ssl import SemiSupervisedTagger
-    from textebm.train import TrainOptions, make_optimizer
+    from textebm.train import make_optimizer, TrainOptions
 
     tagger = BiLSTMCRF(TaggerSpec(vocab_size=6, tags=["A", "B"], embed=4, hidden=3))
     pi = length_distribution([1, 2, 3], 3)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from textebm.outputs import MARKER, SWAP_JOURNAL, check_output_dir, read_marker
-from textebm.train import RESTORING, SET_ASIDE, SETTING_ASIDE, recover_run_folder
+from textebm.runfolder import recover_run_folder, RESTORING, SET_ASIDE, SETTING_ASIDE
 
 def _child(k: int, what: str, target: Path) -> bool:
     """Run `what` on `target` in a forked child that dies (os._exit) just before its k-th rename
@@ -49,12 +49,12 @@ def _child(k: int, what: str, target: Path) -> bool:
                     (tmp / "b").write_text("new b")
                     (tmp / "d.json").write_text("new d")
             elif what == "set_aside":
-                from textebm.train import set_aside
+                from textebm.runfolder import set_aside
 
                 set_aside(target)
             else:
                 from textebm.outputs import write_marker
-                from textebm.train import abandon_failed_start, set_aside
+                from textebm.runfolder import abandon_failed_start, set_aside
 
                 count["n"] = -10**6  # the new run's start is not the window under test
                 set_aside(target)

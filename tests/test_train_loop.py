@@ -17,10 +17,17 @@ from safetensors.torch import load_file
 
 import toy_train as toy
 from textebm.checkpoint import optimizer_from_files, optimizer_to_files
+from textebm.data.batching import BucketBatchSampler, CycleBatchSampler
 from textebm.errors import TextebmError
-from textebm.train import (BucketBatchSampler, CycleBatchSampler, ParamGroup, Stream, TrainOptions, cosine_schedule,
-                           linear_schedule,
-                           make_optimizer, stream_sampler)
+from textebm.train import (
+    cosine_schedule,
+    linear_schedule,
+    make_optimizer,
+    ParamGroup,
+    Stream,
+    stream_sampler,
+    TrainOptions,
+)
 
 HERE = Path(__file__).parent
 
@@ -474,7 +481,7 @@ def test_setting_an_earlier_run_aside_completes_after_a_crash(tmp_path, monkeypa
     from pathlib import Path
 
     from textebm.outputs import MARKER, write_marker
-    from textebm.train import SET_ASIDE, abandon_failed_start, set_aside
+    from textebm.runfolder import abandon_failed_start, SET_ASIDE, set_aside
 
     run = tmp_path / "run"
     run.mkdir()

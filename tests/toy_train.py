@@ -36,7 +36,8 @@ import torch
 from safetensors.torch import save_file, save_model
 
 from textebm.errors import TextebmError
-from textebm.train import ParamGroup, Recipe, Stream, TrainOptions, options_dict, train
+from textebm.runfolder import options_dict
+from textebm.train import ParamGroup, Recipe, Stream, train, TrainOptions
 
 
 class Toy(torch.nn.Module):

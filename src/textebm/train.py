@@ -4,18 +4,9 @@ A command builds a `Recipe` (its model, data, loss, outputs and any state of its
 `train(opts, config, recipe)`. The loop owns what is common: device placement, mixed precision
 (fp32 / bf16 / fp16; bf16 works on CPU too), several processes (`accelerate launch`),
 length-bucketed batches, AdamW with warm-up and linear (or cosine) decay, gradient clipping, progress, NaN
-checks, atomic checkpoints and exact resume. Two parts: `train` keeps the run folder (the policy:
-what is written where, --resume, --overwrite, failures), `optimise` is the loop itself.
-
-    RUN/config.json      the command's config (written first)
-    RUN/checkpoint/      the last checkpoint (see textebm.checkpoint; the recipe's `state()` too),
-                         removed after success unless --keep-checkpoint
-    RUN/metrics.json     training history, wall time, evaluation results (`recipe.evaluate()`)
-    RUN/model/           the final model, written by `recipe.save(folder)`
-
-Under --overwrite the earlier run's entries wait in RUN/.textebm-replaced until the new run has
-written its first checkpoint (or its model), and come back if it fails before: a run that stops
-at step 2 never costs the one it was to replace.
+checks, atomic checkpoints and exact resume. `train` runs a recipe in its run folder (what the
+folder holds and the policy of writing it, --resume, --overwrite, failures: `textebm.runfolder`),
+`optimise` is the loop itself; the batch samplers are `textebm.data.batching`'s.
 
 Batches. The recipe's `collate` makes them from its items, and the loop passes them to
 `recipe.loss` as they are: tensors, a dataclass of tensors (`textebm.data.batching.Batch`), images;
@@ -60,7 +51,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import random
 import shutil
 import time
@@ -72,31 +62,26 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from textebm.checkpoint import (
-    BEST_DIR,
-    load_best,
-    load_checkpoint,
-    load_extra_state,
-    rng_state,
-    save_best,
-    save_checkpoint,
-)
+from textebm.checkpoint import BEST_DIR, load_best, load_checkpoint, save_best, save_checkpoint
+from textebm.data.batching import BucketBatchSampler, CycleBatchSampler
 from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
 from textebm.inference import set_threads
 from textebm.io import atomic_dir, read_json, write_json
-from textebm.options import field_default, threads_field
-from textebm.outputs import (
-    MARKER,
-    check_not_input,
-    check_output_dir,
-    own_entries,
-    read_marker,
-    remove,
-    seal_marker,
-    write_marker,
-)
-from textebm.precision import PrecisionChoice, resolve_precision
+from textebm.options import threads_field
+from textebm.outputs import remove, seal_marker
+from textebm.precision import resolve_precision
 from textebm.progress import on_terminal
+from textebm.runfolder import (  # the run folder's policy, which the loop below follows
+    LAST_DIR,
+    RUN_ENTRIES,
+    RunFolder,
+    abandon_failed_start,
+    check_run_dir,
+    drop_set_aside,
+    interrupted_message,
+    run_completed,
+    start_run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +121,6 @@ class TrainOptions:
             raise TextebmError("--resume and --overwrite contradict each other; pass one")
 
 
-# Options that may differ between a run and its resumption.
-RESUME_FREE = {"resume", "overwrite", "progress", "threads", "keep_checkpoint", "checkpoint_every",
-               "precision_choice"}
-
-
 def setup_torch(opts: TrainOptions) -> None:
     """Process-wide settings measured to matter on CPU (ASSETS.md): flush denormals, threads."""
     torch.set_flush_denormal(True)
@@ -151,93 +131,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-class BucketBatchSampler(Sampler[list[int]]):
-    """Batches of similar length: shuffle, sort within windows of 50 batches, shuffle batches.
-
-    Deterministic given (seed, epoch); padding waste stays small while batch order stays random.
-    The one batch shorter than `batch_size` (when the data do not divide) always comes last: under
-    several processes accelerate deals batches in rounds and drops a round whose last batch is
-    short, so a short batch in mid-epoch would silently lose a batch on every process.
-    `epoch_items(e)` (optional) gives the indices into `lengths` that make up epoch e (repeats
-    allowed, the same number every epoch); by default every index once.
-    """
-
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, shuffle: bool = True,
-                 window: int = 50, epoch_items: Callable[[int], Sequence[int]] | None = None):
-        self.lengths = list(lengths)
-        self.batch_size = batch_size
-        self.seed = seed
-        self.shuffle = shuffle
-        self.window = window
-        self.epoch_items = epoch_items
-        self.n_items = len(epoch_items(0)) if epoch_items is not None else len(self.lengths)
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return math.ceil(self.n_items / self.batch_size)
-
-    def __iter__(self):
-        return iter(self.batches(self.epoch))
-
-    def batches(self, epoch: int) -> list[list[int]]:
-        """The batches of `epoch`, in order."""
-        pool = list(range(len(self.lengths))) if self.epoch_items is None else list(self.epoch_items(epoch))
-        if len(pool) != self.n_items:
-            raise TextebmError(f"epoch_items gave {len(pool)} items for epoch {epoch} and {self.n_items} "
-                               "for epoch 0; it must give the same number every epoch")
-        n, bs = len(pool), self.batch_size
-        if not self.shuffle:
-            order = sorted(pool, key=lambda i: self.lengths[i])
-            return [order[i:i + bs] for i in range(0, n, bs)]
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        perm = torch.randperm(n, generator=g).tolist()
-        span = bs * self.window
-        batches = []
-        for start in range(0, n, span):
-            chunk = sorted((pool[p] for p in perm[start:start + span]), key=lambda i: self.lengths[i])
-            batches += [chunk[i:i + bs] for i in range(0, len(chunk), bs)]
-        full = [b for b in batches if len(b) == bs]
-        short = [b for b in batches if len(b) < bs]  # at most one: spans divide by batch_size
-        return [full[j] for j in torch.randperm(len(full), generator=g).tolist()] + short
-
-
-class CycleBatchSampler(Sampler[list[int]]):
-    """`per_epoch` full batches for each main epoch, read on through `inner`'s own epochs.
-
-    Main epoch e takes batches e*per_epoch .. (e+1)*per_epoch - 1 of the endless sequence of
-    inner's epochs 0, 1, 2, ... with each inner epoch's short batch dropped: every batch is full,
-    so sharding across processes stays aligned with the main stream.
-    """
-
-    def __init__(self, inner: BucketBatchSampler, per_epoch: int):
-        self.inner, self.per_epoch = inner, per_epoch
-        self.batch_size = inner.batch_size
-        self.full_per_inner = inner.n_items // inner.batch_size
-        if self.full_per_inner == 0:
-            raise TextebmError(f"a cycling stream needs at least batch_size ({inner.batch_size}) items, "
-                               f"it has {inner.n_items}")
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.per_epoch
-
-    def __iter__(self):
-        inner_epoch, skip = divmod(self.epoch * self.per_epoch, self.full_per_inner)
-        left = self.per_epoch
-        while left:
-            full = [b for b in self.inner.batches(inner_epoch) if len(b) == self.batch_size]
-            take = full[skip:skip + left]
-            yield from take
-            left -= len(take)
-            inner_epoch, skip = inner_epoch + 1, 0
 
 
 @dataclass(kw_only=True)
@@ -450,173 +343,6 @@ def make_optimizer(model: torch.nn.Module, opts: TrainOptions,
 def group_lrs(optimizer: torch.optim.Optimizer) -> dict[str, float]:
     """The current learning rate of each parameter group: "lr" (the rest), "lr_<name>"."""
     return {("lr_" + g["name"]) if g.get("name") else "lr": g["lr"] for g in optimizer.param_groups}
-
-
-LAST_DIR = "last"  # under keep_best, the last step's model when the run keeps an earlier one
-RUN_ENTRIES = ["config.json", "checkpoint", "metrics.json", "model", BEST_DIR, LAST_DIR]  # what a run folder holds
-
-
-def eval_split_of(cfg) -> str:
-    """The split a training command evaluates on: --eval-split when given ('' skips it); by
-    default "dev" for a dataset folder and none for a single file (which is the train split only)."""
-    if cfg.eval_split is not None:
-        return cfg.eval_split
-    if Path(cfg.data).is_dir():
-        return "dev"
-    log.info("--data %s is a single file (the train split only): no evaluation after training", cfg.data)
-    return ""
-
-
-def run_kind(opts: TrainOptions) -> str:
-    """The command a run folder belongs to (its output marker's kind), e.g. "lm train"."""
-    return getattr(opts, "COMMAND", "train")
-
-
-# The options of training commands that name inputs (files or folders): --out may be none of them
-# and hold none of them (`outputs.check_not_input`).
-INPUT_OPTIONS = ("data", "init", "residual_of", "tokenizer", "train", "val", "vocab", "encoder", "noise",
-                 "unlabelled")
-
-
-def check_run_dir(opts: TrainOptions, config: dict | None) -> None:
-    """Refuse a non-empty RUN without --resume / --overwrite, and a resumed run whose settings differ.
-
-    Only reads, but for completing what a kill cut short in RUN (`recover_run_folder`): every
-    process calls it before anything is written, so all of them stop with the same message instead
-    of one erring and the others failing at the next barrier. Commands call
-    it with `config=None` before their own work (data, tokenizer, model), so a bad --out fails at
-    once; `train` calls it again with the full config."""
-
-    run = Path(opts.out)
-    cfg_file = run / "config.json"
-    recover_run_folder(run)
-    check_not_input(run, [(f"--{name.replace('_', '-')}", getattr(opts, name, "")) for name in INPUT_OPTIONS])
-    if opts.resume:
-        if not cfg_file.is_file():
-            raise TextebmError(f"--out {run}: nothing to resume (no config.json)")
-        if config is None:
-            return
-        old = {**option_defaults(opts, config), **read_json(cfg_file)}
-        diff = sorted(k for k in set(old) | set(config)
-                      if k not in RESUME_FREE and old.get(k) != config.get(k))
-        if diff:
-            raise TextebmError(f"--out {run}: --resume with different settings: "
-                               + ", ".join(f"{k}={old.get(k)!r}->{config.get(k)!r}" for k in diff)
-                               + "; pass the run's settings, or --overwrite to start it again")
-        return
-    marker = read_marker(run)
-    if (not opts.overwrite and marker is not None and marker["kind"] == run_kind(opts) and cfg_file.is_file()
-            and not run_completed(run)):
-        raise TextebmError(f"--out {run}: holds an unfinished run; pass --resume to continue it, --overwrite "
-                           "to start it again, or choose another folder")
-    check_output_dir(run, run_kind(opts), opts.overwrite)
-
-
-def start_run(run: Path, opts: TrainOptions, config: dict, entries: Sequence[str] = tuple(RUN_ENTRIES)) -> None:
-    """Write the run's marker and config.json (main process, fresh start). With --overwrite, the
-    entries of the earlier run are first set aside (`set_aside`); files textebm did not write stay."""
-
-    if opts.overwrite:  # the user asked to replace this earlier run of the same command
-        set_aside(run)
-    run.mkdir(parents=True, exist_ok=True)
-    write_marker(run, run_kind(opts), list(entries))
-    write_json(run / "config.json", config)
-
-
-SET_ASIDE = ".textebm-replaced"  # RUN/SET_ASIDE: the earlier run --overwrite replaces, until the new one holds
-SETTING_ASIDE = ".textebm-replacing"  # RUN/SETTING_ASIDE: that run's entries while they move aside
-RESTORING = ".textebm-restoring"  # RUN/RESTORING: the run set aside, while it moves back (`bring_back`)
-
-
-def set_aside(run: Path) -> None:
-    """Move the earlier run's entries and marker into RUN/.textebm-replaced. They are removed when
-    the new run writes its first checkpoint or its model (`drop_set_aside`) and brought back when
-    it fails before (`abandon_failed_start`), so a run that fails at step 2 loses nothing.
-
-    The entries move into RUN/.textebm-replacing first, the marker last, and the folder becomes
-    .textebm-replaced in one rename: a move that a crash cut short is completed by the next run
-    (the marker, still in RUN or already moved, says which entries are the earlier run's), never
-    taken for a failed try and removed."""
-
-    aside, moving = run / SET_ASIDE, run / SETTING_ASIDE
-    if aside.is_dir() and (run / "checkpoint" / "state.json").is_file():
-        remove(aside)  # the run here got past its checkpoint before it stopped: it is the one to replace
-    marker = read_marker(run) or (read_marker(moving) if moving.is_dir() else None)
-    names = [n for n in [*own_entries(marker), MARKER]
-             if n not in (SET_ASIDE, SETTING_ASIDE, RESTORING) and (run / n).exists()]
-    if aside.is_dir() and not moving.is_dir():  # a try that stopped before its first checkpoint; the run before it waits aside
-        for name in names:
-            remove(run / name)
-        return
-    if not names and not moving.is_dir():
-        return
-    moving.mkdir(exist_ok=True)
-    for name in names:  # MARKER last
-        (run / name).rename(moving / name)
-    moving.rename(aside)
-
-
-def drop_set_aside(run: Path) -> None:
-    """The new run holds a checkpoint or its model: the earlier run it replaces goes for good."""
-
-    remove(run / SET_ASIDE)
-
-
-def holds_progress(run: Path) -> bool:
-    """True when RUN holds something a --resume continues from: a checkpoint or the model."""
-    return (run / "checkpoint" / "state.json").is_file() or (run / "model").exists()
-
-
-def stages_with_progress(run: Path, entries: Sequence[str]) -> list[str]:
-    """The entries of RUN that are runs of their own (a recipe's first stage, `Recipe.prepare`)
-    holding a checkpoint or a model."""
-    return [n for n in entries if n not in RUN_ENTRIES and (run / n).is_dir() and holds_progress(run / n)]
-
-
-def abandon_failed_start(run: Path, created: bool, entries: Sequence[str] = tuple(RUN_ENTRIES)) -> None:
-    """After a failure before the first checkpoint, remove what this run wrote (nothing there
-    could be resumed), so the same command can simply be run again, and bring back the earlier
-    run that --overwrite had set aside."""
-
-    if holds_progress(run) or stages_with_progress(run, entries):
-        return
-    for name in [*entries, MARKER]:
-        remove(run / name)
-    bring_back(run)
-    if created and run.is_dir() and not any(run.iterdir()):
-        run.rmdir()
-
-
-def bring_back(run: Path) -> None:
-    """Move the earlier run set aside back into RUN: the folder aside first becomes
-    RUN/.textebm-restoring in one rename, then its entries move out one by one (the marker last),
-    so a kill midway leaves a state `recover_run_folder` completes, never entries that a later
-    `set_aside` would take for a failed try's and remove."""
-    aside, restoring = run / SET_ASIDE, run / RESTORING
-    if aside.is_dir() and not restoring.exists():
-        aside.rename(restoring)
-    if not restoring.is_dir():
-        return
-    for entry in sorted(restoring.iterdir(), key=lambda p: p.name == MARKER):  # the marker last
-        if os.path.lexists(run / entry.name):  # a failed try's entry of that name: the earlier run's wins
-            log.warning("%s: %s of a failed try is replaced by the earlier run's", run, entry.name)
-            remove(run / entry.name)
-        entry.rename(run / entry.name)
-    restoring.rmdir()
-
-
-def recover_run_folder(run: Path) -> None:
-    """Complete what a kill cut short in RUN, before anything reads it: a move aside
-    (RUN/.textebm-replacing) is finished; an earlier run set aside whose replacement never wrote its
-    marker, or whose bringing back stopped midway (RUN/.textebm-restoring), is brought back whole.
-    Several processes may call it at once: a rename another one did first is skipped."""
-    try:
-        if (run / SETTING_ASIDE).is_dir():
-            set_aside(run)
-        if (run / RESTORING).is_dir() or ((run / SET_ASIDE).is_dir() and read_marker(run) is None):
-            bring_back(run)
-    except FileNotFoundError:
-        pass
 
 
 def run_precision(opts: TrainOptions, run: Path):
@@ -914,75 +640,12 @@ def _zip_streams(batches: dict[str, Any]) -> Iterator[dict[str, Any]]:
         raise TextebmError(f"streams have more batches than the main stream: {more}")
 
 
-def run_completed(run: Path) -> bool:
-    """True when RUN finished: metrics.json says completed and model/ was written."""
-    m = run / "metrics.json"
-    return m.is_file() and bool(read_json(m).get("completed")) and (run / "model").is_dir()
-
-
 def _check_finite(loss: torch.Tensor, step: int, accelerator) -> None:
     bad = (~torch.isfinite(loss.detach())).float().reshape(1)
     if accelerator.num_processes > 1:
         bad = accelerator.reduce(bad, reduction="sum")
     if bad.item() > 0:
         raise TrainingDiverged(f"loss is {float(loss):.4g} at step {step + 1}; stopping")
-
-
-class RunFolder:
-    """The checkpoint of a run in RUN/checkpoint (textebm.checkpoint): the recipe's model, the
-    optimizer, the schedule, every process's RNG and the recipe's own state, saved by the main
-    process and restored by every process."""
-
-    def __init__(self, path: Path, accelerator):
-        self.path, self.accelerator = Path(path), accelerator
-        self.checkpoint = self.path / "checkpoint"
-
-    def has_checkpoint(self) -> bool:
-        return (self.checkpoint / "state.json").is_file()
-
-    def save_checkpoint(self, recipe: Recipe, optimizer, scheduler, state: dict) -> None:
-        acc = self.accelerator
-        tensors, meta = rng_state()
-        own = {k: v.detach().cpu().contiguous() for k, v in recipe.state().items()}
-        gathered = _gather(acc, (tensors, meta, own))
-        if acc.is_main_process:
-            save_checkpoint(self.path, recipe.model, optimizer, scheduler, state,
-                            [(t, m) for t, m, _ in gathered], [o for _, _, o in gathered])
-            drop_set_aside(self.path)  # this run now has a checkpoint: the run it replaces goes
-        acc.wait_for_everyone()
-
-    def load_checkpoint(self, recipe: Recipe, optimizer, scheduler) -> dict:
-        rank = self.accelerator.process_index
-        st = load_checkpoint(self.path, recipe.model, optimizer, scheduler, rank=rank)
-        extra = load_extra_state(self.path, rank)
-        if extra or recipe.state():
-            recipe.load_state(extra)
-        return st
-
-
-def _gather(accelerator, obj) -> list:
-    """`obj` of every process, in rank order (itself alone under one process)."""
-    if accelerator.num_processes == 1:
-        return [obj]
-    from accelerate.utils import gather_object
-
-    return gather_object([obj])
-
-
-def interrupted_message(folder: RunFolder, entries: Sequence[str] = ()) -> str:
-    """What the user reads after Ctrl-C: how to continue the run, or that nothing was kept."""
-    if folder.has_checkpoint():
-        step = read_json(folder.checkpoint / "state.json").get("step")
-        return (f"--out {folder.path}: the checkpoint of step {step} is kept; run the same command with "
-                "--resume to continue it")
-    if (folder.path / "model").exists():  # stopped after the last step: the trained model is written
-        return (f"--out {folder.path}: stopped after training, while writing its metrics or evaluating; the trained "
-                "model/ is kept (usable as it is), but no checkpoint of the last step: the same command with --resume "
-                "trains again from the start to the same weights (same seed) and finishes the run")
-    if stages := stages_with_progress(folder.path, entries):
-        return (f"--out {folder.path}: stopped before its first checkpoint; what its first stage trained "
-                f"({', '.join(stages)}) is kept: run the same command with --resume to continue")
-    return f"--out {folder.path}: stopped before its first checkpoint, nothing was kept; run the command again"
 
 
 def progress_line(entry: dict[str, Any], total: int, steps_done: int, seconds: float) -> str:
@@ -1007,19 +670,3 @@ def _progress(opts: TrainOptions, accelerator, total: int, initial: int):
     return tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True)
 
 
-def options_dict(cfg: Any) -> dict:
-    """A config dataclass as plain JSON (for RUN/config.json)."""
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
-
-
-def option_defaults(cfg: Any, config: dict) -> dict:
-    """The defaults, as plain JSON, of the options of `cfg` (a config dataclass) that `config`
-    records. A run's config.json written before an option existed lacks its key, and ran as its
-    default does (an option added later defaults to the earlier behaviour), so --resume reads a
-    missing key as the default: such a run resumes, unless the option is now given another value."""
-    out = {}
-    for f in dataclasses.fields(cfg):
-        value = field_default(f)
-        if f.name in config and value is not dataclasses.MISSING:
-            out[f.name] = str(value) if isinstance(value, Path) else value
-    return out

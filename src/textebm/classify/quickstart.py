@@ -50,7 +50,7 @@ from textebm.models.load import CAUSAL_LM, CLOZE, ENCODER, find_model, folder_ki
 from textebm.options import check_config, refuse_unused
 from textebm.outputs import MARKER, check_output_dir, read_marker, remove, write_marker
 from textebm.precision import resolve_precision
-from textebm.train import run_completed
+from textebm.runfolder import run_completed
 
 log = logging.getLogger(__name__)
 

@@ -43,17 +43,8 @@ from textebm.losses.poscal import poscal_penalty
 from textebm.models.classifier import ClassifierSpec, save_classifier
 from textebm.models.load import build_classifier
 from textebm.options import check_config, refuse_unused
-from textebm.train import (
-    MAIN,
-    ParamGroup,
-    Recipe,
-    TrainOptions,
-    check_run_dir,
-    eval_split_of,
-    options_dict,
-    seed_everything,
-    train,
-)
+from textebm.runfolder import check_run_dir, eval_split_of, options_dict
+from textebm.train import MAIN, ParamGroup, Recipe, seed_everything, train, TrainOptions
 
 log = logging.getLogger(__name__)
 

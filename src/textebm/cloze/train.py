@@ -54,17 +54,9 @@ from textebm.models.cloze import (
 )
 from textebm.models.load import load_encoder, load_tokenizer
 from textebm.options import check_config, keep_best_field, patience_field, refuse_unused
+from textebm.runfolder import check_run_dir, eval_split_of, options_dict
 from textebm.tokenizer import train_tokenizer
-from textebm.train import (
-    ParamGroup,
-    Recipe,
-    TrainOptions,
-    check_run_dir,
-    eval_split_of,
-    options_dict,
-    seed_everything,
-    train,
-)
+from textebm.train import ParamGroup, Recipe, seed_everything, train, TrainOptions
 
 log = logging.getLogger(__name__)
 

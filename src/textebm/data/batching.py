@@ -3,7 +3,12 @@ padding (generation, so that every row's next token is in the last column)."""
 
 from __future__ import annotations
 
+import math
+import random
+from collections.abc import Sequence
+
 import torch
+from torch.utils.data import Sampler
 
 
 def right_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,3 +49,90 @@ class Batch:
             return v
 
         return dataclasses.replace(self, **{f.name: move(getattr(self, f.name)) for f in dataclasses.fields(self)})
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of similar length: shuffle, sort within windows of 50 batches, shuffle batches.
+
+    Deterministic given (seed, epoch); padding waste stays small while batch order stays random.
+    The one batch shorter than `batch_size` (when the data do not divide) always comes last: under
+    several processes accelerate deals batches in rounds and drops a round whose last batch is
+    short, so a short batch in mid-epoch would silently lose a batch on every process.
+    `epoch_items(e)` (optional) gives the indices into `lengths` that make up epoch e (repeats
+    allowed, the same number every epoch); by default every index once.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int, shuffle: bool = True,
+                 window: int = 50, epoch_items: Callable[[int], Sequence[int]] | None = None):
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.window = window
+        self.epoch_items = epoch_items
+        self.n_items = len(epoch_items(0)) if epoch_items is not None else len(self.lengths)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return math.ceil(self.n_items / self.batch_size)
+
+    def __iter__(self):
+        return iter(self.batches(self.epoch))
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """The batches of `epoch`, in order."""
+        pool = list(range(len(self.lengths))) if self.epoch_items is None else list(self.epoch_items(epoch))
+        if len(pool) != self.n_items:
+            raise TextebmError(f"epoch_items gave {len(pool)} items for epoch {epoch} and {self.n_items} "
+                               "for epoch 0; it must give the same number every epoch")
+        n, bs = len(pool), self.batch_size
+        if not self.shuffle:
+            order = sorted(pool, key=lambda i: self.lengths[i])
+            return [order[i:i + bs] for i in range(0, n, bs)]
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        perm = torch.randperm(n, generator=g).tolist()
+        span = bs * self.window
+        batches = []
+        for start in range(0, n, span):
+            chunk = sorted((pool[p] for p in perm[start:start + span]), key=lambda i: self.lengths[i])
+            batches += [chunk[i:i + bs] for i in range(0, len(chunk), bs)]
+        full = [b for b in batches if len(b) == bs]
+        short = [b for b in batches if len(b) < bs]  # at most one: spans divide by batch_size
+        return [full[j] for j in torch.randperm(len(full), generator=g).tolist()] + short
+
+
+class CycleBatchSampler(Sampler[list[int]]):
+    """`per_epoch` full batches for each main epoch, read on through `inner`'s own epochs.
+
+    Main epoch e takes batches e*per_epoch .. (e+1)*per_epoch - 1 of the endless sequence of
+    inner's epochs 0, 1, 2, ... with each inner epoch's short batch dropped: every batch is full,
+    so sharding across processes stays aligned with the main stream.
+    """
+
+    def __init__(self, inner: BucketBatchSampler, per_epoch: int):
+        self.inner, self.per_epoch = inner, per_epoch
+        self.batch_size = inner.batch_size
+        self.full_per_inner = inner.n_items // inner.batch_size
+        if self.full_per_inner == 0:
+            raise TextebmError(f"a cycling stream needs at least batch_size ({inner.batch_size}) items, "
+                               f"it has {inner.n_items}")
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.per_epoch
+
+    def __iter__(self):
+        inner_epoch, skip = divmod(self.epoch * self.per_epoch, self.full_per_inner)
+        left = self.per_epoch
+        while left:
+            full = [b for b in self.inner.batches(inner_epoch) if len(b) == self.batch_size]
+            take = full[skip:skip + left]
+            yield from take
+            left -= len(take)
+            inner_epoch, skip = inner_epoch + 1, 0

@@ -70,8 +70,8 @@ from textebm.outputs import (
     write_marker,
 )
 from textebm.resumable import differences
+from textebm.runfolder import run_completed
 from textebm.tokenizer import train_jsonl
-from textebm.train import run_completed
 
 log = logging.getLogger(__name__)
 

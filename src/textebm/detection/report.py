@@ -13,7 +13,7 @@ from textebm.detection.steps import train_length
 from textebm.figures import new_figure, save_png
 from textebm.io import atomic_write
 from textebm.markdown import table
-from textebm.train import run_completed
+from textebm.runfolder import run_completed
 
 # Seconds per unit on one CPU thread (AVX512 + avx512_bf16 EPYC, fp32 inference / bf16 training),
 # measured by bench/bench_residual.py (bench/results/residual/bench_residual.json); generator steps

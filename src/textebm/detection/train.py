@@ -44,15 +44,9 @@ from textebm.models.seq_energy import (
     spec_dict,
 )
 from textebm.options import check_config, refuse_unused
+from textebm.runfolder import check_run_dir, options_dict
 from textebm.tokenizer import same_vocab
-from textebm.train import (
-    Recipe,
-    TrainOptions,
-    check_run_dir,
-    options_dict,
-    seed_everything,
-    train,
-)
+from textebm.train import Recipe, seed_everything, train, TrainOptions
 
 log = logging.getLogger(__name__)
 

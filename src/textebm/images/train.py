@@ -56,19 +56,11 @@ from textebm.models.convnet import (
     save_convnet,
 )
 from textebm.models.load import IMAGE_NET, find_model, load_convnet
-from textebm.precision import cpu_name
 from textebm.options import check_config, refuse_unused
+from textebm.precision import cpu_name
+from textebm.runfolder import check_run_dir, options_dict
 from textebm.seeds import derive_seed
-from textebm.train import (
-    MAIN,
-    Recipe,
-    Stream,
-    TrainOptions,
-    check_run_dir,
-    options_dict,
-    seed_everything,
-    train,
-)
+from textebm.train import MAIN, Recipe, seed_everything, Stream, train, TrainOptions
 
 log = logging.getLogger(__name__)
 

@@ -32,17 +32,10 @@ from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_exampl
 from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
 from textebm.models.ralm import BaseRef, ResidualLM, save_residual_lm
 from textebm.options import check_config, keep_best_field, patience_field, refuse_unused
+from textebm.runfolder import check_run_dir, eval_split_of, options_dict
 from textebm.seeds import derive_seed
 from textebm.tokenizer import train_tokenizer
-from textebm.train import (
-    Recipe,
-    TrainOptions,
-    check_run_dir,
-    eval_split_of,
-    options_dict,
-    seed_everything,
-    train,
-)
+from textebm.train import Recipe, seed_everything, train, TrainOptions
 
 log = logging.getLogger(__name__)
 

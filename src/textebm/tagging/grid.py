@@ -48,6 +48,7 @@ from textebm.io import atomic_write, read_json, read_json_object, write_json
 from textebm.markdown import table
 from textebm.options import check_config, type_problem
 from textebm.outputs import check_output_dir, own_entries, read_marker, write_marker
+from textebm.runfolder import LAST_DIR, run_completed
 from textebm.tagging.commands import TagEvalConfig, tag_eval
 from textebm.tagging.recipes import STAGE1
 from textebm.tagging.train import (
@@ -57,7 +58,6 @@ from textebm.tagging.train import (
     TagTrainConfig,
     tag_train,
 )
-from textebm.train import LAST_DIR, run_completed
 
 log = logging.getLogger(__name__)
 

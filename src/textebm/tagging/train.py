@@ -50,11 +50,13 @@ from textebm.data.ssl_split import nested_split
 from textebm.data.tagging import check_known_tags, load_tagged, load_unlabelled_text, tag_set
 from textebm.errors import TextebmError
 from textebm.fingerprint import file_sha256, json_sha256
+from textebm.grid import once
 from textebm.io import read_json
 from textebm.models.crf import BiLSTMCRF, TaggerSpec
 from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, length_distribution
 from textebm.options import check_config, refuse_unused
+from textebm.runfolder import check_run_dir, eval_split_of, options_dict, RESUME_FREE, run_completed
 from textebm.tagging.folder import load_tagging_model
 from textebm.tagging.recipes import (
     STAGE1,
@@ -68,17 +70,7 @@ from textebm.tagging.recipes import (
 )
 from textebm.tagging.ssl import DNCESpec, SemiSupervisedTagger
 from textebm.tagging.vocab import WordVocab, build_vocab
-from textebm.grid import once
-from textebm.train import (
-    RESUME_FREE,
-    TrainOptions,
-    check_run_dir,
-    eval_split_of,
-    options_dict,
-    run_completed,
-    seed_everything,
-    train,
-)
+from textebm.train import seed_everything, train, TrainOptions
 
 log = logging.getLogger(__name__)
 
