@@ -100,7 +100,7 @@ def bench_energies(args, vocab) -> dict:
         model, es, tok = build_energy_model(c, vocab, 64)
         batcher = WindowBatcher(es, tok, vocab)
         bs = spec.get("batch_size", 16)
-        batch = batcher(rows[:bs])
+        batch = batcher(list(enumerate(rows[:bs])))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         def step():

@@ -323,6 +323,74 @@ def test_every_energy_trains_saves_and_loads_back(corpus, trained, tmp_path, ene
     assert s.shape == (3,) and np.isfinite(s).all()
 
 
+def test_continuation_pooling_trains_on_one_prefix_and_refuses_several(corpus, trained, tmp_path, capsys):
+    """--pool continuation (issue 35): a unitransf energy pooling the positions after the prefix
+    trains on windows of one prefix length, records it in energy.json, and scores as its training
+    did after loading; windows with two prefix lengths are refused naming the option."""
+    from textebm.detection.detect import EnergyScorer
+
+    gen = corpus["gens"][("transformer", "l2r", 0)]
+    files = {s: tmp_path / f"{s}.jsonl" for s in ("train", "dev")}
+    for s, f in files.items():
+        _negatives(corpus, s, gen, f, "--contexts", "16")
+    run = tmp_path / "unit-cont"
+    args = ["residual", "train", "--train", str(files["train"]), "--val", str(files["dev"]), "--vocab",
+            str(corpus["vocab"]), "--energy", "unitransf", "--layers", "1", "--width", "32", "--heads", "2",
+            "--pool", "continuation", "--dropout", "0.1", "--max-steps", "3", "--batch-size", "4",
+            "--negatives", "random", "--no-progress"]
+    assert main([*args, "--out", str(run)]) == 0
+    spec = json.loads((run / "model" / "energy.json").read_text())
+    assert (spec["pool"], spec["contexts"], spec["dropout"]) == ("continuation", [16], 0.1)
+    sc = EnergyScorer(run)
+    assert (sc.model.pool, sc.model.prefix_len) == ("continuation", 16)
+    capsys.readouterr()
+    two = [a if a not in (str(files["train"]), str(files["dev"])) else str(trained["train" if a == str(files["train"])
+                                                                                    else "dev"]) for a in args]
+    assert main([*two, "--out", str(tmp_path / "two")]) == 2
+    err = capsys.readouterr().err
+    assert "--pool continuation" in err and "16, 20" in err and not (tmp_path / "two").exists()
+
+
+def test_a_learning_curve_subset_is_nested_and_seeded():
+    from textebm.detection.train import nested_subset
+
+    rows = [{"i": i} for i in range(100)]
+    small, large = nested_subset(rows, 10, 0), nested_subset(rows, 40, 0)
+    assert len(small) == 10 and len(large) == 40 and all(r in large for r in small)
+    assert [r["i"] for r in small] == sorted(r["i"] for r in small)  # file order kept
+    assert small == nested_subset(rows, 10, 0) and small != nested_subset(rows, 10, 1)
+    assert nested_subset(rows, 0 or 100, 0) == rows
+
+
+def test_one_random_negative_per_row_is_the_full_batchs_loss_at_that_negative(corpus, trained):
+    """--negatives random encodes a row's positive and the one negative it keeps this epoch: its
+    loss equals eq. 1 on the full batch's energies at that negative (the slow path), and the kept
+    negative changes with the epoch."""
+    from textebm.detection.train import EnergyBuildSpec, WindowBatcher, build_energy_model, residual_step
+    from textebm.losses.residual import residual_bce
+
+    vocab = corpus_vocab(corpus)
+    rows = [json.loads(x) for x in trained["train"].read_text().splitlines()][:6]
+    torch.manual_seed(0)
+    model, spec, tok = build_energy_model(EnergyBuildSpec(energy="bilstm", width=8, layers=1), vocab, 24)
+    model.eval()
+    items = list(enumerate(rows))
+    fast, full = WindowBatcher(spec, tok, vocab, pick_one=True, seed=3), WindowBatcher(spec, tok, vocab)
+    picks = []
+    for epoch in (0, 1, 2):
+        fast.set_epoch(epoch)
+        batch = fast(items)
+        assert batch.k == 1 and batch.input_ids.shape[0] == 2 * len(rows)
+        j = torch.tensor([fast.picked(i, r) for i, r in items])  # (B,)
+        picks.append(j.tolist())
+        with torch.no_grad():
+            loss, _ = residual_step(model, batch, "bce", "random", 1.0)
+            e = model(full(items).input_ids, full(items).attention_mask).view(-1, 3)  # (B, 1 + k)
+            want = residual_bce(e[:, 0], e[:, 1:].gather(1, j[:, None]), "all").loss
+        assert abs(float(loss) - float(want)) < 1e-6
+    assert len({tuple(p) for p in picks}) > 1  # another negative in another epoch
+
+
 def test_bitransf_mean_pooled_trains_saves_and_loads_back(corpus, trained, tmp_path):
     """Paper d's BiT: `--pool mean` trains, energy.json records it, and the loaded energy projects
     the mean of its encoder's top states over the real tokens. Saved and loaded back in process,

@@ -83,6 +83,31 @@ def test_unit_energy_with_the_prefix_cached_equals_the_full_pass(world):
     assert slow.std() > 0.5  # the energies differ enough for the tests below to mean something
 
 
+def test_continuation_pooling_by_hand_and_with_the_prefix_cached(world):
+    """--pool continuation: the mean of the body's top states over the positions after the prefix
+    (a hand computation from the body's states), identical through the prefix-cached path; a prefix
+    of another length is refused there."""
+    tok = world["tok"]
+    body = build_causal_lm(SmallLMConfig(1, 16, 2, context=16), tok, seed=2).model
+    spec = EnergySpec(kind="unitransf", vocab_size=len(tok), length=len(PREFIX) + M, pool="continuation",
+                      contexts=[len(PREFIX)])
+    model = build_energy(spec, body).double().eval()
+    with torch.no_grad():
+        model.out.weight.normal_(0, 3.0)
+    en = JointEnergy(model, spec, tok, tok)
+    conts = all_continuations()
+    ids = torch.tensor([PREFIX + c for c in conts[:5]])  # (5, 7)
+    with torch.no_grad():
+        h = body(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state  # (5, 7, H)
+        want = (h[:, len(PREFIX):].mean(1) @ model.out.weight.T + model.out.bias).squeeze(-1)  # (5,)
+    assert np.abs(en.energies(ids.tolist()) - want.numpy()).max() < 1e-12
+    fast = en.continuation_energies(PREFIX, conts, batch_size=7)
+    slow = en.energies([PREFIX + c for c in conts])
+    assert np.abs(fast - slow).max() < 1e-10 and slow.std() > 0.1
+    with pytest.raises(ValueError, match="after 4 tokens; the prefix has 3"):
+        en.continuation_energies(PREFIX[:3], conts[:2])
+
+
 def test_exact_last_position_equals_enumeration(world):
     from textebm.residual.bounds import exact_last_log_z
 

@@ -91,7 +91,14 @@ def test_energy_json_pool_reads_as_first_when_absent_and_is_checked(tmp_path):
     assert spec_from_dict({**old, "pool": "mean"}, "e.json").pool == "mean"
     # written back, a first-position energy's energy.json is what it was before the field existed
     assert "pool" not in spec_dict(EnergySpec(**old)) and spec_dict(EnergySpec(**old, pool="mean"))["pool"] == "mean"
-    with pytest.raises(InputError, match="e.json.*pool must be one of first, mean, got 'max'"):
+    with pytest.raises(InputError, match="e.json.*pool must be one of first, mean, continuation, got 'max'"):
         spec_from_dict({**old, "pool": "max"}, "e.json")
-    with pytest.raises(InputError, match="e.json.*bitransf energy only, not unitransf"):
-        spec_from_dict({**old, "kind": "unitransf", "pool": "mean"}, "e.json")
+    with pytest.raises(InputError, match="e.json.*not a pooling of a bilstm energy"):
+        spec_from_dict({**old, "kind": "bilstm", "pool": "mean"}, "e.json")
+    # continuation pooling needs the one prefix length it pools after, in the shared vocabulary
+    with pytest.raises(InputError, match="e.json.*needs `contexts`"):
+        spec_from_dict({**old, "kind": "unitransf", "pool": "continuation"}, "e.json")
+    with pytest.raises(InputError, match="e.json.*needs `contexts`"):
+        spec_from_dict({**old, "pool": "continuation", "contexts": [4], "retokenize": True}, "e.json")
+    assert spec_from_dict({**old, "kind": "unitransf", "pool": "continuation", "contexts": [4]}, "e.json").pool \
+        == "continuation"

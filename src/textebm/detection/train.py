@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from textebm.data.batching import Batch
@@ -45,6 +46,7 @@ from textebm.models.seq_energy import (
 )
 from textebm.options import check_config, refuse_unused
 from textebm.runfolder import check_run_dir, options_dict
+from textebm.seeds import derive_seed
 from textebm.tokenizer import same_vocab
 from textebm.train import Recipe, seed_everything, train, TrainOptions
 
@@ -87,7 +89,15 @@ class ResidualTrainConfig(TrainOptions):
                                                            "window length", "min": 8})
     pool: str = field(default="first", metadata={
         "help": "bitransf: what the scalar projects, the first position (Bakhtin et al.) or the top "
-                "states mean-pooled over the window (Deng et al.'s BiT)", "choices": ["first", "mean"]})
+                "states mean-pooled over the window (Deng et al.'s BiT); unitransf pools the mean over the window "
+                "(first or mean); continuation (unitransf, bitransf): the mean over the positions after the prefix only "
+                "(identical for a window and its negatives; needs windows of one prefix length)",
+        "choices": ["first", "mean", "continuation"]})
+    dropout: float = field(default=0.0, metadata={
+        "help": "unitransf, bitransf: dropout on the pooled vector while training", "min": 0, "lt": 1})
+    max_windows: int = field(default=0, metadata={
+        "help": "train on this many of the --train windows, a seeded subset (--seed) that a larger value contains "
+                "(a learning curve over the number of windows; 0: all)", "min": 0})
     eval_batch_size: int = field(default=128, metadata={"help": "windows per evaluation batch", "min": 1})
     keep_best: bool = field(default=False, metadata={
         "help": "after every epoch, the conditional NCE loss on the --val windows (eq. 1 over all their "
@@ -114,8 +124,8 @@ class ResidualTrainConfig(TrainOptions):
             refuse_unused(self, ["layers", "width", "heads"], "with --init (the model's own size is used)")
         if not (self.energy == "bitransf" and self.init):
             refuse_unused(self, ["max_tokens"], "unless --energy bitransf starts from an encoder (--init)")
-        if self.energy != "bitransf":
-            refuse_unused(self, ["pool"], f"with --energy {self.energy} (it pools as its kind does)")
+        if self.energy not in ("unitransf", "bitransf"):
+            refuse_unused(self, ["pool", "dropout"], f"with --energy {self.energy} (it pools as its kind does)")
         if self.energy in ("unitransf", "bitransf") and not self.init and self.width % self.heads:
             raise TextebmError(f"--width {self.width} must be divisible by --heads {self.heads}")
 
@@ -126,9 +136,10 @@ class EnergyBuildSpec:
     scratch at the given size."""
 
     energy: str = "unitransf"  # linear | bilstm | unitransf | bitransf | lmstats
+    dropout: float = 0.0  # unitransf, bitransf: on the pooled vector
     init: str = ""  # unitransf: an LM in the shared vocabulary; bitransf: an encoder
     base: str = ""  # lmstats: the base LM whose statistics it weighs
-    prefix_len: int = 0  # lmstats: where the continuation starts in every window
+    prefix_len: int = 0  # lmstats, pool continuation: where the continuation starts in every window
     layers: int = 2
     width: int = 128
     heads: int = 4
@@ -141,8 +152,11 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
     """(module, EnergySpec, input tokenizer) of a fresh or initialised energy."""
 
     pad = vocab.pad_token_id if vocab.pad_token_id is not None else 0
-    spec = EnergySpec(kind=want.energy, vocab_size=len(vocab), length=length, pad_id=pad, init=want.init,
-                      pool=want.pool if want.energy == "bitransf" else "first")
+    pool = want.pool if want.energy == "bitransf" or (want.energy == "unitransf" and want.pool == "continuation") \
+        else "first"
+    spec = EnergySpec(kind=want.energy, vocab_size=len(vocab), length=length, pad_id=pad, init=want.init, pool=pool,
+                      dropout=want.dropout if want.energy in ("unitransf", "bitransf") else 0.0,
+                      contexts=[want.prefix_len] if pool == "continuation" else [])
     tokenizer, body = vocab, None
     if want.energy == "bilstm":
         spec.embed, spec.hidden, spec.layers = want.width, want.width, want.layers
@@ -202,16 +216,17 @@ def _lmstats_base(want: EnergyBuildSpec, vocab, spec: EnergySpec, length: int):
     return lm
 
 
-def _lmstats_prefix(train_rows: list[dict], val_rows: list[dict]) -> int:
-    """The one prefix length p of the windows an lmstats energy reads (TextebmError naming the option
-    otherwise): it weighs the continuation after p tokens, read left to right."""
+def one_prefix(train_rows: list[dict], val_rows: list[dict], who: str) -> int:
+    """The one prefix length p of the windows an energy that reads the continuation after it takes
+    (`who`: --energy lmstats, --pool continuation; TextebmError naming the option otherwise), read
+    left to right."""
     for rows, option in ((train_rows, "--train"), (val_rows, "--val")):
         if any(r["direction"] != "l2r" for r in rows):
-            raise TextebmError(f"{option}: --energy lmstats reads the continuation after the prefix, left to "
+            raise TextebmError(f"{option}: {who} reads the continuation after the prefix, left to "
                                "right; these windows were written right to left (r2l)")
     contexts = sorted({int(r["context_len"]) for r in train_rows})
     if len(contexts) != 1:
-        raise TextebmError(f"--train: --energy lmstats reads the continuation after a prefix of one length; these "
+        raise TextebmError(f"--train: {who} reads the continuation after a prefix of one length; these "
                            f"windows have prefixes of {', '.join(map(str, contexts))} tokens (write them with "
                            "`negatives generate --contexts P`)")
     other = sorted({int(r["context_len"]) for r in val_rows} - set(contexts))
@@ -241,12 +256,26 @@ class WindowBatch(Batch):
 
 
 class WindowBatcher:
-    """Rows of a negatives file -> WindowBatch."""
+    """(index, row of a negatives file) items -> WindowBatch. With `pick_one` (--negatives
+    random), each row keeps one of its k negatives, drawn from (seed, epoch, index): only the two
+    windows the loss reads are encoded, and a row meets another of its negatives each epoch (the
+    rows' k negatives are a pool; resumable, since the draw depends on nothing else)."""
 
-    def __init__(self, spec, tokenizer, vocab):
+    def __init__(self, spec, tokenizer, vocab, pick_one: bool = False, seed: int = 0):
         self.spec, self.tokenizer, self.vocab = spec, tokenizer, vocab
+        self.pick_one, self.seed, self.epoch = pick_one, seed, 0
 
-    def __call__(self, rows: list[dict]) -> WindowBatch:
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def picked(self, index: int, row: dict) -> int:
+        """The negative row `index` keeps this epoch."""
+        return int(np.random.default_rng([self.seed, self.epoch, index]).integers(len(row["negatives"])))
+
+    def __call__(self, items: list[tuple[int, dict]]) -> WindowBatch:
+        rows = [r for _, r in items]
+        if self.pick_one:
+            rows = [{**r, "negatives": [r["negatives"][self.picked(i, r)]]} for i, r in items]
         batch = encode_windows(window_seqs(rows), self.spec, self.tokenizer, self.vocab)
         return WindowBatch(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                            k=len(rows[0]["negatives"]))
@@ -277,14 +306,27 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     train_rows = read_window_files(cfg.train, "--train", **in_vocab)
     length = len(train_rows[0]["positive"])
     val_rows = read_window_files(cfg.val, "--val", length, length_of="the --train windows are that long", **in_vocab)
-    prefix_len = _lmstats_prefix(train_rows, val_rows) if cfg.energy == "lmstats" else 0
+    prefix_len = 0
+    if cfg.energy == "lmstats":
+        prefix_len = one_prefix(train_rows, val_rows, "--energy lmstats")
+    elif cfg.pool == "continuation":
+        prefix_len = one_prefix(train_rows, val_rows, "--pool continuation")
+        if cfg.energy == "bitransf" and cfg.init:
+            _, enc_tok = load_encoder(cfg.init, option="--init")
+            if not same_vocab(enc_tok, vocab):
+                raise TextebmError(f"--pool continuation: --init {cfg.init} reads its own tokenizer's pieces, so the "
+                                   "prefix has no fixed length in its input; use --pool mean, or an encoder in the "
+                                   "shared vocabulary (`cloze train --tokenizer VOCAB`)")
+    if cfg.max_windows:
+        train_rows = nested_subset(train_rows, cfg.max_windows, cfg.seed)
     seed_everything(cfg.seed)
     model, spec, tokenizer = build_energy_model(EnergyBuildSpec(
         energy=cfg.energy, init=cfg.init, base=cfg.base, prefix_len=prefix_len, layers=cfg.layers,
-        width=cfg.width, heads=cfg.heads, max_tokens=cfg.max_tokens, pool=cfg.pool, seed=cfg.seed), vocab, length)
+        width=cfg.width, heads=cfg.heads, max_tokens=cfg.max_tokens, pool=cfg.pool, dropout=cfg.dropout,
+        seed=cfg.seed), vocab, length)
     if cfg.energy == "lmstats":
         _check_lmstats_windows(spec, {"--train": train_rows, "--val": val_rows})
-    batcher = WindowBatcher(spec, tokenizer, vocab)
+    batcher = WindowBatcher(spec, tokenizer, vocab, pick_one=cfg.negatives == "random", seed=cfg.seed)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)  # lmstats: its 4, not the base LM's
     log.info("%s energy: %s trained parameters, %d training windows x (1 + %d negatives), %d validation windows",
              cfg.energy, f"{n_params:,}", len(train_rows), len(train_rows[0]["negatives"]), len(val_rows))
@@ -293,7 +335,7 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     # The prefixes it learnt from (paper d's p): recorded in energy.json for the joint model's
     # checks, not in config.json's spec, which is the architecture (the --train files are there).
     spec.contexts = sorted({int(r["context_len"]) for r in train_rows})
-    recipe = ResidualRecipe(model=model, spec=spec, tokenizer=tokenizer, vocab=vocab, dataset=train_rows,
+    recipe = ResidualRecipe(model=model, spec=spec, tokenizer=tokenizer, vocab=vocab, dataset=list(enumerate(train_rows)),
                             lengths=[len(r["positive"]) for r in train_rows], collate=batcher, loss_kind=cfg.loss,
                             negatives=cfg.negatives, margin=cfg.margin, val_rows=val_rows,
                             eval_batch_size=cfg.eval_batch_size, keep_best=cfg.keep_best,
@@ -312,6 +354,15 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     return {**metrics_, "rule": read_json(rule_file)["rule"]}
 
 
+def nested_subset(rows: list[dict], n: int, seed: int) -> list[dict]:
+    """The first `n` rows of a seeded permutation of `rows`, in their file order: the subset of a
+    smaller `n` lies inside a larger one's (same seed), so a learning curve adds windows."""
+    if n >= len(rows):
+        return rows
+    order = np.random.default_rng(derive_seed(seed, "max-windows")).permutation(len(rows))[:n]  # (n,)
+    return [rows[i] for i in sorted(order.tolist())]
+
+
 def rule_of(score_ids, val_rows: list[dict], batch_size: int):
     """(decision rule fitted on the validation windows, their P@1) under `score_ids`."""
 
@@ -328,7 +379,7 @@ class ResidualRecipe(Recipe):
     spec: Any  # EnergySpec
     tokenizer: Any
     vocab: Any
-    dataset: list[dict]
+    dataset: list[tuple[int, dict]]  # (index, row): the index seeds the row's negative under --negatives random
     lengths: list[int]
     collate: WindowBatcher
     loss_kind: str  # bce | ranking
@@ -343,6 +394,9 @@ class ResidualRecipe(Recipe):
 
     def loss(self, model, batch, at):
         return residual_step(model, batch, self.loss_kind, self.negatives, self.margin)
+
+    def start_epoch(self, epoch):
+        self.collate.set_epoch(epoch)
 
     def _score(self, seqs, batch_size):
         return detect.energies(self.model, self.spec, self.tokenizer, self.vocab, seqs, batch_size)

@@ -7,10 +7,12 @@ holds the context and the continuation together, as the paper scores them.
     linear     a learnt scalar per vocabulary token, summed over the window (a bag of tokens)
     bilstm     token embeddings, a bidirectional LSTM, mean-pooled over the window, linear to a scalar
     unitransf  a causal transformer (Llama blocks; started from a causal LM in the shared
-               vocabulary, as the paper starts from its LM), mean-pooled, linear to a scalar
+               vocabulary, as the paper starts from its LM), mean-pooled over the window (or, with
+               pool="continuation", over the continuation after its prefix of p tokens only), linear
+               to a scalar
     bitransf   a bidirectional transformer (BERT blocks, or a pretrained encoder such as MiniLM),
                its first position (paper c), or its top states mean-pooled (pool="mean": Deng et
-               al.'s BiT, sec. 4.1), linear to a scalar
+               al.'s BiT, sec. 4.1; "continuation": over the continuation only), linear to a scalar
     lmstats    the sceptic's control for paper d: linear in three statistics of a frozen base LM
                P_LM on the continuation (the window after its prefix of p tokens) and a bias,
 
@@ -79,21 +81,37 @@ class BiLSTMEnergy(nn.Module):
         return _head(pool(h, attention_mask, "mean"), self.out)
 
 
+def pooling_mask(attention_mask: Tensor, how: str, prefix_len: int) -> Tensor:
+    """The positions a mean pools (B, T): the real tokens, or with how="continuation" those after
+    the first `prefix_len` (the window's prefix, identical for a positive and its negatives)."""
+    if how != "continuation":
+        return attention_mask
+    keep = torch.arange(attention_mask.shape[1], device=attention_mask.device) >= prefix_len  # (T,)
+    return attention_mask * keep.to(attention_mask.dtype)  # (B, T)
+
+
 class UniTransfEnergy(nn.Module):
-    """A causal transformer body (e.g. the `.model` of a LlamaForCausalLM), mean-pooled."""
+    """A causal transformer body (e.g. the `.model` of a LlamaForCausalLM), mean-pooled over the
+    window or (`pool="continuation"`) over its positions from `prefix_len` on; `dropout` on the
+    pooled vector while training."""
     FP32_MODULES = ("out",)  # the energy stays fp32 (models/mixed.py)
 
-    def __init__(self, body: nn.Module):
+    def __init__(self, body: nn.Module, pool: str = "mean", prefix_len: int = 0, dropout: float = 0.0):
         super().__init__()
-        self.body = body
+        if pool not in UNITRANSF_POOLS:
+            raise ValueError(f"unknown pooling {pool!r}; expected one of {', '.join(UNITRANSF_POOLS)}")
+        self.body, self.pool, self.prefix_len = body, pool, prefix_len
+        self.drop = nn.Dropout(dropout)
         self.out = nn.Linear(body.config.hidden_size, 1)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         h = self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
-        return _head(pool(h, attention_mask, "mean"), self.out)
+        pooled = pool(h, pooling_mask(attention_mask, self.pool, self.prefix_len), "mean")  # (B, H)
+        return _head(self.drop(pooled), self.out)
 
 
-BITRANSF_POOLS = ("first", "mean")
+UNITRANSF_POOLS = ("mean", "continuation")
+BITRANSF_POOLS = ("first", "mean", "continuation")
 
 
 class BiTransfEnergy(nn.Module):
@@ -101,16 +119,19 @@ class BiTransfEnergy(nn.Module):
     the mean of its top states over the real tokens (`pool="mean"`; Deng et al.'s BiT)."""
     FP32_MODULES = ("out",)  # the energy stays fp32 (models/mixed.py)
 
-    def __init__(self, encoder: nn.Module, pool: str = "first"):
+    def __init__(self, encoder: nn.Module, pool: str = "first", prefix_len: int = 0, dropout: float = 0.0):
         super().__init__()
         if pool not in BITRANSF_POOLS:
             raise ValueError(f"unknown pooling {pool!r}; expected one of {', '.join(BITRANSF_POOLS)}")
-        self.encoder, self.pool = encoder, pool
+        self.encoder, self.pool, self.prefix_len = encoder, pool, prefix_len
+        self.drop = nn.Dropout(dropout)
         self.out = nn.Linear(encoder.config.hidden_size, 1)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
-        return _head(h[:, 0] if self.pool == "first" else pool(h, attention_mask, "mean"), self.out)  # (B,)
+        pooled = h[:, 0] if self.pool == "first" else pool(
+            h, pooling_mask(attention_mask, self.pool, self.prefix_len), "mean")  # (B, H)
+        return _head(self.drop(pooled), self.out)  # (B,)
 
 
 LMSTATS_FEATURES = ("logprob", "entropy", "length")  # the order of LMStatsEnergy's features and weights
@@ -201,7 +222,10 @@ class EnergySpec:
     #                           vocabulary (saved in vocab/) and re-tokenised (e.g. MiniLM WordPiece)
     max_tokens: int = 0  # retokenize: cap on the re-tokenised length
     init: str = ""  # what the body started from (provenance; lmstats: the base LM's --base)
-    pool: str = "first"  # bitransf: its first position or the mean of its top states (BITRANSF_POOLS)
+    pool: str = "first"  # bitransf: its first position, or the mean of its top states over the window or
+    #                      the continuation (BITRANSF_POOLS); unitransf: "first" (the default, written
+    #                      before the field existed) is its mean over the window, or "continuation"
+    dropout: float = 0.0  # unitransf, bitransf: on the pooled vector while training
     contexts: list[int] = dataclasses.field(default_factory=list)  # context lengths c of its training
     #                                                                 windows (paper d: the prefix p;
     #                                                                 lmstats: exactly one)
@@ -217,6 +241,8 @@ def spec_dict(spec: EnergySpec) -> dict:
     out = dataclasses.asdict(spec)
     if out["pool"] == "first":
         del out["pool"]
+    if not out["dropout"]:
+        del out["dropout"]
     if not out["contexts"]:
         del out["contexts"]
     if spec.kind != "lmstats":
@@ -231,8 +257,13 @@ def spec_from_dict(raw: dict, where) -> EnergySpec:
         raise InputError(where, f"kind must be one of {', '.join(KINDS)}, got {spec.kind!r}")
     if spec.pool not in BITRANSF_POOLS:
         raise InputError(where, f"pool must be one of {', '.join(BITRANSF_POOLS)}, got {spec.pool!r}")
-    if spec.pool != "first" and spec.kind != "bitransf":
-        raise InputError(where, f"pool {spec.pool!r} is for a bitransf energy only, not {spec.kind}")
+    if spec.pool != "first" and spec.kind not in ("bitransf", "unitransf"):
+        raise InputError(where, f"pool {spec.pool!r} is not a pooling of a {spec.kind} energy")
+    if spec.pool == "continuation" and (len(spec.contexts) != 1 or spec.retokenize):
+        raise InputError(where, "pool 'continuation' needs `contexts` (its one prefix length) and windows read "
+                                f"in the shared vocabulary, got {spec.contexts} (retokenize {spec.retokenize})")
+    if not 0.0 <= spec.dropout < 1.0:
+        raise InputError(where, f"dropout must lie in [0, 1), got {spec.dropout}")
     if spec.kind == "lmstats" and (len(spec.contexts) != 1 or spec.bos_id < 0):
         raise InputError(where, "an lmstats energy needs `contexts` (its one prefix length) and `bos_id` "
                                 f"(the base LM's [bos]), got {spec.contexts} and {spec.bos_id}")
@@ -250,7 +281,10 @@ def build_energy(spec: EnergySpec, body: nn.Module | None = None) -> nn.Module:
         raise ValueError(f"a {spec.kind} energy needs its transformer body (lmstats: the base LM)")
     if spec.kind == "lmstats":
         return LMStatsEnergy(body, spec.contexts[0], spec.bos_id, spec.banned)
-    return UniTransfEnergy(body) if spec.kind == "unitransf" else BiTransfEnergy(body, spec.pool)
+    p = spec.contexts[0] if spec.pool == "continuation" else 0
+    if spec.kind == "unitransf":
+        return UniTransfEnergy(body, "continuation" if spec.pool == "continuation" else "mean", p, spec.dropout)
+    return BiTransfEnergy(body, spec.pool, p, spec.dropout)
 
 
 def body_of(model: nn.Module) -> nn.Module | None:

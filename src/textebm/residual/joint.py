@@ -144,13 +144,18 @@ class JointEnergy:
 
 @torch.inference_mode()
 def _unit_energies(model, prefix: list[int], conts: list[list[int]], batch_size: int) -> np.ndarray:
-    """UniTransfEnergy (a causal body, mean-pooled over the window, linear to a scalar) with the
-    prefix's keys, values and summed states computed once. Continuations share one length."""
+    """UniTransfEnergy (a causal body, mean-pooled over the window or over the continuation,
+    linear to a scalar) with the prefix's keys, values and summed states computed once.
+    Continuations share one length; a continuation-pooled energy needs the prefix it was trained
+    after (`prefix_len`)."""
     from transformers import DynamicCache
 
     body = model.body
     device = next(model.parameters()).device
     p = len(prefix)
+    whole = model.pool != "continuation"  # the mean over the window, or over the continuation only
+    if not whole and p != model.prefix_len:
+        raise ValueError(f"this energy pools the continuation after {model.prefix_len} tokens; the prefix has {p}")
     was_training = model.training
     model.eval()
     with torch.autocast(device.type, enabled=False):
@@ -170,7 +175,7 @@ def _unit_energies(model, prefix: list[int], conts: list[list[int]], batch_size:
             mask = torch.ones(b, p + m, dtype=torch.long, device=device)  # (B, p+m)
             h = body(input_ids=batch, attention_mask=mask, position_ids=pos, use_cache=True,
                      **cache_arg(body, c)).last_hidden_state  # (B, m, H)
-            mean = ((prefix_sum + h.to(acc).sum(1)) / (p + m)).to(h.dtype)  # (B, H), as energy.pool
+            mean = (((prefix_sum if whole else 0) + h.to(acc).sum(1)) / (p + m if whole else m)).to(h.dtype)  # (B, H)
             res.append(fp32_linear(mean, model.out.weight, model.out.bias).squeeze(-1).double().cpu())  # (B,)
     model.train(was_training)
     return torch.cat(res).numpy() if res else np.zeros(0)
