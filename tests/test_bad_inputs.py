@@ -1161,6 +1161,7 @@ CASES = [
     ("tag-train --freeze with --method joint", lambda w: _tag_train(w, "--method", "joint", "--freeze"), "--freeze"),
     ("tag-train --zeta-lr -1", lambda w: _tag_train(w, "--method", "joint", "--zeta-lr", "-1"), "--zeta-lr"),
     ("tag-train --zeta-draws 0", lambda w: _tag_train(w, "--method", "joint", "--zeta-draws", "0"), "--zeta-draws"),
+    ("tag-train --eval-limit -1", lambda w: _tag_train(w, "--eval-limit", "-1"), "--eval-limit"),
     ("tag-train --char-embed 0", lambda w: _tag_train(w, "--char-cnn", "--char-embed", "0"), "--char-embed"),
     ("tag-train --char-filters without --char-cnn", lambda w: _tag_train(w, "--char-filters", "8"), "--char-filters"),
     ("tag-train --char-cnn with an --init tagger that has none",

@@ -278,3 +278,19 @@ def test_tag_train_reads_a_conll_file_directly(tagged, tmp_path):
     spec = json.loads((out / "model" / "tagger.json").read_text())
     assert spec["tags"] == [".", "DET", "NOUN", "VERB"]
     assert "eval" not in json.loads((out / "metrics.json").read_text())  # a single file: no dev split
+
+
+def test_eval_limit_measures_a_seeded_sample_of_the_dev_split(tagged, tmp_path):
+    """--eval-limit N: the per-epoch dev accuracy on N dev sentences drawn with a fixed seed (the
+    same N in every run), the rest of the run as without it."""
+    from textebm.tagging.train import measured_rows
+
+    rows = [{"tokens": [str(i)]} for i in range(40)]
+    sample = measured_rows(rows, 10)
+    assert len(sample) == 10 and sample == measured_rows(rows, 10) and sample == sorted(sample, key=lambda r: int(
+        r["tokens"][0])) and measured_rows(rows, 0) == rows and measured_rows(rows, 50) == rows
+    out = tmp_path / "limited"
+    assert main(_train(tagged, out, "--eval-limit", "10")) == 0
+    ev = json.loads((out / "metrics.json").read_text())["eval"]
+    assert ev["dev_sentences"] == 10 and len(ev["dev_accuracy_by_epoch"]) == 3
+    assert main(_train(tagged, tmp_path / "bad", "--eval-limit", "-1")) == 2 and not (tmp_path / "bad").exists()

@@ -416,7 +416,8 @@ class TagGrid:
 
     def _eval_sentences(self, opts: dict) -> int:
         split = opts.get("eval_split", "dev")
-        return self.count(self.cfg["data"], split) if split else 0
+        n = self.count(self.cfg["data"], split) if split else 0
+        return min(n, opts["eval_limit"]) if opts.get("eval_limit") else n
 
     def _test_sentences(self, s: Setting) -> int:
         n = self.count(self.cfg["data"], self.cfg["test_split"])
