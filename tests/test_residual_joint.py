@@ -83,6 +83,19 @@ def test_unit_energy_with_the_prefix_cached_equals_the_full_pass(world):
     assert slow.std() > 0.5  # the energies differ enough for the tests below to mean something
 
 
+def test_the_cached_path_equals_the_full_pass_in_fp32_too(world):
+    """`residual ppl` runs fp32 by default: a test window's energy (the full pass) and its samples'
+    (the prefix-cached path) agree there too, to 1e-5, so no offset between the two enters log Z."""
+    import copy
+
+    en = world["energy"]
+    fp32 = JointEnergy(copy.deepcopy(en.model).float(), en.spec, en.tokenizer, en.vocab)
+    conts = all_continuations()
+    fast = fp32.continuation_energies(PREFIX, conts, batch_size=7)
+    slow = fp32.energies([PREFIX + c for c in conts])
+    assert np.abs(fast - slow).max() < 1e-5
+
+
 def test_continuation_pooling_by_hand_and_with_the_prefix_cached(world):
     """--pool continuation: the mean of the body's top states over the positions after the prefix
     (a hand computation from the body's states), identical through the prefix-cached path; a prefix
