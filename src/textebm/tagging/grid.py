@@ -52,6 +52,7 @@ from textebm.runfolder import LAST_DIR, run_completed
 from textebm.tagging.commands import TagEvalConfig, tag_eval
 from textebm.tagging.recipes import STAGE1
 from textebm.tagging.train import (
+    STAGE1_SHAPING,
     JOINT_OPTIONS,
     PRETRAIN_OPTIONS,
     SSL_OPTIONS,
@@ -67,7 +68,7 @@ METHODS = ("supervised", "pretrain", "frozen", "joint")  # frozen: pretrain --fr
 # `tag train` options the grid sets itself, per cell
 GRID_SET = ("data", "out", "method", "labelled", "proportion", "ratio", "seed", "split_seed", "init", "threads",
             "progress", "resume", "overwrite", "tag_column", "unlabelled", "from_pretrained", "stage1_cache")
-STAGE1_KEYS = ("pretrain_epochs", "pretrain_steps", "pretrain_lr")  # joint from pre-training takes pretrain's
+
 INIT_KEEPS = ("embed", "hidden", "layers", "lowercase")  # joint takes these from its --init (the supervised run)
 DEFAULTS = {"proportions": [0.02, 0.1, 1.0], "ratios": [50, 250, 500], "methods": ["supervised", "pretrain", "joint"],
             "seeds": [0, 1, 2], "unlabelled": [], "ood": "", "ood_split": "test", "ood_proportion": 0.1,
@@ -177,7 +178,24 @@ def read_config(path: str | Path) -> dict:
     if cfg["ood"] and cfg["ood_proportion"] not in cfg["proportions"]:
         raise InputError(path, f"`ood_proportion` must be one of `proportions`, got {cfg['ood_proportion']!r}")
     _check_options(path, cfg)
+    _check_shared_stage1(path, cfg)
     return cfg
+
+
+def _check_shared_stage1(path, cfg: dict) -> None:
+    """The cells that share pretrain's stage 1 (frozen; joint from pre-training) may not set an
+    option that shapes stage 1 otherwise than pretrain has it: they would train a stage 1 of their
+    own, and the comparison would not start from one TRF."""
+    pre = method_options(cfg, "pretrain")
+    sharing = [m for m in ("frozen", "joint") if m in cfg["methods"]
+               and (m == "frozen" or cfg["joint_start"] == "pretrained")]
+    for m in sharing:
+        own = {**cfg["options"].get("all", {}), **cfg["options"].get(m, {})}
+        for k in STAGE1_SHAPING:
+            if k in own and k in pre and own[k] != pre[k] or k in cfg["options"].get(m, {}) and k not in pre:
+                raise InputError(path, f"`options.{m}.{k}`: {own[k]!r} where pretrain has {pre.get(k)!r}; {m} starts "
+                                       "from pretrain's stage 1, so options that shape it are pretrain's (set them "
+                                       "in `options.pretrain` or `options.all`)")
 
 
 def _check_options(path, cfg: dict) -> None:
@@ -234,9 +252,9 @@ def method_options(cfg: dict, method: str) -> dict:
     unused = {"supervised": SSL_OPTIONS + PRETRAIN_OPTIONS + JOINT_OPTIONS, "pretrain": JOINT_OPTIONS,
               "joint": PRETRAIN_OPTIONS + ([] if pretrained else list(INIT_KEEPS))}[method]
     shared = {k: v for k, v in cfg["options"].get("all", {}).items() if k not in unused}
-    if pretrained:
-        pre = cfg["options"].get("pretrain", {})
-        shared.update({k: pre[k] for k in STAGE1_KEYS if k in pre})
+    if pretrained:  # the stage 1 of pretrain's cells: every option it depends on, as pretrain has it
+        pre = method_options(cfg, "pretrain")
+        shared.update({k: pre[k] for k in STAGE1_SHAPING if k in pre})
         shared["from_pretrained"] = True
     return {**shared, **cfg["options"].get(method, {})}
 

@@ -179,7 +179,7 @@ class FineTuneRecipe(TaggerRecipe):
 
     def prepare(self, run):
         folder = self.stage1(run)
-        self.stage1_run = folder.parent
+        self.stage1_run = folder.parent.resolve()
         load_encoder(self.model, folder)
         log.info("stage 2: %s on the labelled sentences", "the output layer and A, the encoder frozen" if self.freeze
                  else "every weight fine-tuned from stage 1's encoder")
@@ -227,10 +227,11 @@ class JointRecipe(TaggerRecipe):
         if self.stage1 is None:
             return False
         folder = self.stage1(run)
-        self.stage1_run = folder.parent
+        self.stage1_run = folder.parent.resolve()
         load_encoder(self.model.tagger, folder)
         noise = load_file(str(folder / TRF_FILE))
         self.model.noise.load_state_dict({k[len("noise."):]: v for k, v in noise.items() if k.startswith("noise.")})
+        self.model.noise.to(next(self.model.tagger.parameters()).device)
         start_zeta(self.model, joint=True, seed=self.seed, draws=self.zeta_draws, proposal=True)
         log.info("joint training from stage 1's encoder and noise LM (%s)", folder)
         return True

@@ -38,8 +38,10 @@ RUN/model is a tagger folder like the supervised method's, so `tag eval` and `ta
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +58,7 @@ from textebm.io import read_json
 from textebm.models.crf import BiLSTMCRF, TaggerSpec
 from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, length_distribution
-from textebm.options import check_config, refuse_unused
+from textebm.options import check_config, field_default, refuse_unused
 from textebm.runfolder import check_run_dir, eval_split_of, options_dict, RESUME_FREE, run_completed
 from textebm.seeds import derive_seed
 from textebm.tagging.folder import load_tagging_model
@@ -110,8 +112,8 @@ class TagTrainConfig(TrainOptions):
         "help": "split for dev accuracy after each epoch and at the end (default: dev when --data is a dataset "
                 "folder; '' to skip)"})
     eval_limit: int = field(default=0, metadata={
-        "help": "measure the per-epoch (and --keep-best) accuracy on this many sentences of the evaluation split, a "
-                "seeded sample (0: all of it; a 6,000-sentence dev split after each of 40 epochs costs more than the "
+        "help": "measure the dev accuracy (after each epoch, for --keep-best and at the end) on this many sentences "
+                "of the evaluation split, a seeded sample (0: all of it; a 6,000-sentence dev split after each of 40 epochs costs more than the "
                 "training of a small labelled set)", "min": 0})
     lowercase: bool = field(default=False, metadata={"help": "lowercase words before looking them up"})
     min_count: int = field(default=2, metadata={
@@ -259,6 +261,10 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     if cfg.keep_best and not eval_split:
         raise TextebmError("--keep-best chooses the epoch by dev accuracy: it needs an evaluation split "
                            "(--eval-split, or a dataset folder with a dev split)")
+    if cfg.stage1_cache and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise TextebmError("--stage1-cache builds stage 1 under a file lock, which several processes of one run "
+                           "(accelerate launch) would wait on each other for; run stage 1 in one process first, or "
+                           "leave --stage1-cache out")
     seed_everything(cfg.seed)
     read = lambda split: load_tagged(cfg.data, split, tag_column=cfg.tag_column)
     train_rows = read("train")
@@ -319,6 +325,10 @@ STAGE1_TRAIN_KEYS = ("seed", "batch_size", "grad_accum", "weight_decay", "warmup
                      "precision", "checkpoint_every", "log_every", "keep_checkpoint", "threads", "progress")
 STAGE1_OWN = ("lowercase", "min_count", "embed", "hidden", "layers", "dropout", "dnce_alpha", "noise_ratio", "noise_lr",
               "noise_embed", "noise_hidden")
+# every option stage 1 depends on (what --stage1-cache keys it by): a grid gives them to all its cells of one pool
+STAGE1_SHAPING = (*STAGE1_OWN, "max_words", "unlabelled_max_tokens", "zeta_lr", "zeta_draws", "char_cnn", "char_embed",
+                  "char_filters", "pretrain_epochs", "pretrain_steps", "pretrain_lr", "batch_size", "grad_accum",
+                  "weight_decay", "warmup", "schedule", "grad_clip", "precision")
 STAGE1_DRAW = ("data", "labelled", "proportion", "split_seed", "ratio")  # in RUN/pretrain's config (the cache keys content)
 
 
@@ -338,8 +348,10 @@ def train_stage1(cfg: TagTrainConfig, run: Path, trf_model: SemiSupervisedTagger
     schedule = {"epochs": cfg.pretrain_epochs, "max_steps": cfg.pretrain_steps, "lr": cfg.pretrain_lr,
                 **{k: getattr(cfg, k) for k in STAGE1_TRAIN_KEYS}}
     if cfg.stage1_cache:
+        # a shared stage 1 logs at the default pace whoever builds it, so another run can resume it
+        schedule["log_every"] = field_default(next(f for f in dataclasses.fields(TrainOptions) if f.name == "log_every"))
         content = {**own, **inputs, **{k: v for k, v in schedule.items() if k not in RESUME_FREE | {"log_every"}}}
-        out = Path(cfg.stage1_cache) / f"trf-{json_sha256(content)[:16]}"
+        out = Path(cfg.stage1_cache).resolve() / f"trf-{json_sha256(content)[:16]}"
     else:
         out = run / STAGE1
         own.update({k: getattr(cfg, k) for k in STAGE1_DRAW})
@@ -421,7 +433,9 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
         stage1_tagger = BiLSTMCRF(tagger.spec)
         if vocab.chars:
             stage1_tagger.set_word_chars(vocab.word_chars())
-        trf_model = SemiSupervisedTagger(stage1_tagger, TRFHead(len(vocab), tagger.spec.hidden, pi), noise)
+        # joint --from-pretrained: stage 1 trains a copy (the loop may move it to a device), joint loads its weights
+        trf_noise = copy.deepcopy(noise) if cfg.method == "joint" else noise
+        trf_model = SemiSupervisedTagger(stage1_tagger, TRFHead(len(vocab), tagger.spec.hidden, pi), trf_noise)
         stage1 = lambda run: train_stage1(cfg, run, trf_model, vocab, unlabelled, spec, inputs)
     if cfg.method == "joint":
         model = SemiSupervisedTagger(tagger, TRFHead(len(vocab), None, pi), noise)
