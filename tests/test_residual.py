@@ -349,6 +349,12 @@ def test_continuation_pooling_trains_on_one_prefix_and_refuses_several(corpus, t
     assert main([*two, "--out", str(tmp_path / "two")]) == 2
     err = capsys.readouterr().err
     assert "--pool continuation" in err and "16, 20" in err and not (tmp_path / "two").exists()
+    # windows cut shorter than its prefix are not what it scores: eval has no length buckets, --buckets is refused
+    assert main(["residual", "eval", "--model", str(run), "--test", str(files["dev"]), "--out",
+                 str(tmp_path / "e.json")]) == 0
+    assert [b["bucket"] for b in json.loads((tmp_path / "e.json").read_text())["by_length"]["buckets"]] == ["whole"]
+    assert main(["residual", "eval", "--model", str(run), "--test", str(files["dev"]), "--buckets", "8-16"]) == 2
+    assert "--buckets" in capsys.readouterr().err
 
 
 def test_a_learning_curve_subset_is_nested_and_seeded():
@@ -544,6 +550,186 @@ def test_refitted_threshold_reaches_its_false_positive_rate_on_held_out_human_te
                  "--out", str(scored)]) == 0
     flagged = np.mean([json.loads(x)["generated"] for x in scored.read_text().splitlines()])
     assert flagged <= 0.25  # about the rate asked for (0.1 on the fitted half, near it held out)
+
+
+# ---------------------------------------------------------------- one decision rule (issue 37)
+
+
+def _human_texts(corpus, tmp_path) -> Path:
+    texts = tmp_path / "human.txt"  # the held-out human sentences of the fixture, 6-12 words each
+    texts.write_text("".join(json.loads(x)["text"] + "\n"
+                             for x in (corpus["data"] / "test.jsonl").read_text().splitlines()))
+    return texts
+
+
+def test_a_rules_probability_is_above_one_half_exactly_where_it_decides_generated():
+    """P(generated) = σ((sign·s − t) / T) by hand, for the rule and for it re-fitted at another
+    threshold (the logistic shifted, T kept); P > 1/2 iff generated, also at the threshold itself
+    and a few ulps around it, where σ rounds to 1/2."""
+    from textebm.detection.detect import Rule
+
+    rule = Rule(sign=-1, threshold=0.3, temperature=50.0, threshold_fpr=0.9)
+    t = 7.25
+    s = np.concatenate([np.random.default_rng(0).normal(size=500) * 10,
+                        -np.array([t, np.nextafter(t, 10), np.nextafter(t, -10), t + 1e-15, t - 1e-15])])
+    for r, thr in ((rule, 0.3), (rule.with_threshold(t), t)):
+        p, g = r.prob_generated(s), r.generated(s)
+        assert r.temperature == 50.0 and r.threshold == thr and r.threshold_fpr == 0.9
+        np.testing.assert_allclose(p, 1 / (1 + np.exp(-(-s - thr) / 50.0)), rtol=1e-12)
+        np.testing.assert_array_equal(g, -s > thr)
+        np.testing.assert_array_equal(p > 0.5, g)
+    assert rule.with_threshold(t).prob_generated([-t])[0] == 0.5
+
+
+def test_score_with_a_refitted_threshold_takes_p_generated_and_the_decision_from_it(corpus, trained, tmp_path,
+                                                                                     caplog):
+    """Issue 37: after `residual score --threshold`, p_generated > 0.5 exactly on the rows called
+    generated (p the detector's logistic shifted to 1/2 at the re-fitted threshold), and no
+    warning asks to re-fit the threshold; without one, both come from the detector's own rule."""
+    import logging
+
+    texts = _human_texts(corpus, tmp_path)
+    info = json.loads((trained["run"] / "detector.json").read_text())["rule"]
+    thr = tmp_path / "thr.json"
+    assert main(["residual", "threshold", "--model", str(trained["run"]), "--human", str(texts), "--fpr", "0.1",
+                 "--out", str(thr)]) == 0
+    t = json.loads(thr.read_text())["threshold"]
+    assert abs(t - info["threshold"]) > 1e-6  # the re-fit moved it
+    for threshold, used in (([], info["threshold"]), (["--threshold", str(thr)], t)):
+        out = tmp_path / f"s{len(threshold)}.jsonl"
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert main(["residual", "score", "--model", str(trained["run"]), "--input", str(texts), *threshold,
+                         "--out", str(out)]) == 0
+        rows = [json.loads(x) for x in out.read_text().splitlines()]
+        assert len(rows) == len(texts.read_text().splitlines())
+        assert all((r["p_generated"] > 0.5) == r["generated"] for r in rows)
+        assert all(r["generated"] == (r["energy"] > used) for r in rows)  # a linear energy's sign is +1
+        want = [1 / (1 + np.exp(-(r["energy"] - used) / info["temperature"])) for r in rows]
+        np.testing.assert_allclose([r["p_generated"] for r in rows], want, rtol=1e-9, atol=1e-12)
+        assert ("re-fit the threshold" in caplog.text) == (not threshold)  # the texts are under L/2 = 12 tokens
+
+
+def test_threshold_cost_by_hand():
+    from textebm.detection.detect import Rule, threshold_cost
+
+    rule = Rule(sign=-1, threshold=0.0)
+    real, fake = np.array([1.0, 2.0, -0.5, 3.0]), -np.array([1.0, 2.0, 3.0, 4.0, -1.0])  # oriented: fake 1..4, -1
+    got = threshold_cost(rule, real, fake, 2.5)
+    assert got == {"val_tpr_before": 0.8, "val_tpr_after": 0.4, "val_fpr_before": 0.25, "val_fpr_after": 0.0,
+                   "val_windows": 4, "val_negatives": 5, "tpr_lost_over_half": False}
+    assert threshold_cost(rule, real, fake, 3.5)["tpr_lost_over_half"]  # 0.2 < 0.8 / 2
+
+
+def test_threshold_reports_its_tpr_cost_on_the_validation_windows_and_what_its_texts_can_show(corpus, trained,
+                                                                                               tmp_path, caplog):
+    """The re-fit scores the detector's validation windows (detector.json's `val`) and reports
+    the TPR and FPR there at the detector's own threshold and at the new one (checked by hand),
+    warns when more than half the detection is lost (here: "human" texts that are the generated
+    validation windows themselves), says how many texts it fitted on and held out and the smallest
+    FPR they can show, and warns when --fpr is below it."""
+    import logging
+
+    from textebm.detection.detect import EnergyScorer, window_scores
+
+    rule = json.loads((trained["run"] / "detector.json").read_text())["rule"]
+    rows = [json.loads(x) for x in trained["dev"].read_text().splitlines()]
+    real, fake = window_scores(EnergyScorer(trained["run"] / "model").score_ids, rows, 64)
+    vocab = corpus_vocab(corpus)
+    fakes = tmp_path / "generated.txt"  # whole generated windows, decoded: what the energy flags
+    fakes.write_text("".join(vocab.decode(r["negatives"][0]).replace("\n", " ").strip() + "\n" for r in rows[:40]))
+    for texts, fpr in ((_human_texts(corpus, tmp_path), "0.1"), (fakes, "0.01")):
+        out = tmp_path / f"{texts.stem}.json"
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert main(["residual", "threshold", "--model", str(trained["run"]), "--human", str(texts), "--fpr", fpr,
+                         "--out", str(out)]) == 0
+        got = json.loads(out.read_text())
+        n = len(texts.read_text().splitlines())
+        assert got["n_fit"] + got["n_held_out"] == n and got["n_held_out"] == round(n / 2)
+        assert got["smallest_reachable_fpr"] == 1 / got["n_fit"]
+        assert got["smallest_held_out_fpr"] == 1 / got["n_held_out"]
+        assert got["previous_threshold"] == rule["threshold"]  # the rule `score` decides with, not threshold_fpr
+        t = got["threshold"]
+        assert got["val_tpr_before"] == pytest.approx((fake > rule["threshold"]).mean())
+        assert got["val_tpr_after"] == pytest.approx((fake > t).mean())
+        assert got["val_fpr_before"] == pytest.approx((real > rule["threshold"]).mean())
+        assert got["val_fpr_after"] == pytest.approx((real > t).mean())
+        assert got["val_windows"] == len(rows) and got["val_negatives"] == fake.size
+        lost = got["val_tpr_after"] < got["val_tpr_before"] / 2
+        assert got["tpr_lost_over_half"] == lost and lost == (texts == fakes)
+        assert any("more than half" in w for w in got["warnings"]) == lost == ("more than half" in caplog.text)
+        below = float(fpr) < 1 / got["n_fit"]  # 0.01 of 20 texts: below 1/20
+        assert any("smallest" in w for w in got["warnings"]) == below == (texts == fakes)
+
+
+def test_eval_by_length_bucket_equals_a_hand_computation_with_sklearn(corpus, trained, tmp_path):
+    """`residual eval --threshold --buckets`: per bucket of text tokens, the test windows cut to
+    lo, lo + 1, ..., hi - 1, lo, ... tokens (row order; an l2r window keeps its last n tokens, its
+    generated end), AUROC (sklearn) and TPR / FPR at the threshold file's threshold; the whole
+    windows last; without --buckets the default ones below the window length (24: 8-16, 16-24)."""
+    from sklearn.metrics import roc_auc_score
+
+    from textebm.detection.detect import EnergyScorer, window_scores
+
+    thr = tmp_path / "thr.json"
+    human = _human_texts(corpus, tmp_path)
+    assert main(["residual", "threshold", "--model", str(trained["run"]), "--human", str(human), "--fpr", "0.1",
+                 "--out", str(thr)]) == 0
+    t = json.loads(thr.read_text())["threshold"]
+    out = tmp_path / "eval.json"
+    assert main(["residual", "eval", "--model", str(trained["run"]), "--test", str(trained["test"]), "--threshold",
+                 str(thr), "--buckets", "2-6", "6-24", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["by_length"]["threshold"] == t and got["by_length"]["fpr_target"] == 0.1
+    rows = [json.loads(x) for x in trained["test"].read_text().splitlines()]
+    assert {r["direction"] for r in rows} == {"l2r"} and len(rows[0]["positive"]) == 24
+    score = EnergyScorer(trained["run"] / "model").score_ids
+    for b, (lo, hi) in zip(got["by_length"]["buckets"], ((2, 6), (6, 24), (24, 25))):
+        cut = [{"positive": r["positive"][-n:], "negatives": [x[-n:] for x in r["negatives"]]}
+               for i, r in enumerate(rows) for n in [lo + i % (hi - lo)]]
+        real, fake = window_scores(score, cut, 64)
+        fake = fake.ravel()
+        assert (b["bucket"], b["min_tokens"], b["max_tokens"]) == ((f"{lo}-{hi}", lo, hi - 1) if hi < 25
+                                                                  else ("whole", 24, 24))
+        want = roc_auc_score(np.r_[np.zeros(real.size), np.ones(fake.size)], np.r_[real, fake])
+        assert b["auroc"] == pytest.approx(want, abs=1e-12)
+        assert b["tpr"] == pytest.approx((fake > t).mean()) and b["fpr"] == pytest.approx((real > t).mean())
+        assert b["accuracy"] == pytest.approx(((real <= t).mean() + (fake > t).mean()) / 2)
+        assert (b["n_real"], b["n_generated"]) == (len(rows), fake.size)
+    whole = got["by_length"]["buckets"][-1]
+    assert whole["auroc"] == pytest.approx(got["auroc"]) and len(got["by_length"]["buckets"]) == 3
+    assert main(["residual", "eval", "--model", str(trained["run"]), "--test", str(trained["test"]),
+                 "--out", str(tmp_path / "default.json")]) == 0
+    d = json.loads((tmp_path / "default.json").read_text())["by_length"]
+    rule = json.loads((trained["run"] / "detector.json").read_text())["rule"]
+    assert [b["bucket"] for b in d["buckets"]] == ["8-16", "16-24", "whole"]
+    assert d["threshold"] == rule["threshold_fpr"] and d["fpr_target"] == rule["fpr"]
+    assert d["buckets"][-1]["tpr"] == pytest.approx(json.loads((tmp_path / "default.json").read_text())
+                                                     ["tpr_at_0.01_fpr"])
+
+
+def test_length_buckets_and_threshold_files_are_checked_naming_the_option(trained, tmp_path):
+    from textebm.detection.commands import read_threshold_file
+    from textebm.detection.detect import detector_id, length_buckets
+    from textebm.errors import TextebmError
+
+    assert length_buckets([], 64) == [(8, 16), (16, 32), (32, 64)]
+    assert length_buckets([], 160)[-2:] == [(64, 128), (128, 160)] and length_buckets([], 8) == []
+    assert length_buckets(["1-2", "3-24"], 24) == [(1, 2), (3, 24)]
+    for bad in ("8", "16-8", "0-4", "a-b", "8-25", "-3-4", "8-16-32"):
+        with pytest.raises(TextebmError, match="--buckets"):
+            length_buckets([bad], 24)
+    info = json.loads((trained["run"] / "detector.json").read_text())
+    f = tmp_path / "t.json"
+    for t in ("NaN", "Infinity", "true", '"0.5"'):
+        f.write_text(f'{{"threshold": {t}, "detector_sha256": "{detector_id(info)}"}}')
+        with pytest.raises(TextebmError, match="--threshold .*finite numeric"):
+            read_threshold_file(str(f), info, "RUN")
+    f.write_text(json.dumps({"threshold": 0.5, "detector_sha256": "0" * 64}))
+    with pytest.raises(TextebmError, match="another detector") as e:
+        read_threshold_file(str(f), info, "RUN", forceable=False)
+    assert "--force-threshold" not in str(e.value)
 
 
 # ---------------------------------------------------------------- the matrix

@@ -2,7 +2,7 @@
 
   textebm residual train --train TRAIN.jsonl --val DEV.jsonl --vocab VOCAB --energy unitransf --out RUN
   textebm residual fit --zeroshot fastdetectgpt --model LM --val DEV.jsonl --vocab VOCAB --out DET
-  textebm residual eval --model RUN --test TEST.jsonl
+  textebm residual eval --model RUN --test TEST.jsonl [--threshold threshold.json] [--buckets 8-16 16-32]
   textebm residual score --model RUN --input texts.jsonl --out scores.jsonl
   textebm residual threshold --model RUN --human human.txt --fpr 0.01 --out threshold.json
   textebm residual analyze --model RUN --test TEST.jsonl --lm GENERATOR --out DIR
@@ -45,7 +45,12 @@ def evaluate(cfg: DetectEvalConfig) -> None:
     from textebm.detection.commands import evaluate_detector
 
     m = evaluate_detector(cfg)
-    print(", ".join(f"{k}={v:.4g}" for k, v in m.items()))
+    print(", ".join(f"{k}={v:.4g}" for k, v in m.items() if k != "by_length"))
+    b = m["by_length"]
+    print(f"by length (text tokens), TPR and FPR at threshold {b['threshold']:.4g} from {b['from']}:")
+    for x in b["buckets"]:
+        print(f"  {x['bucket']:>7}: AUROC {x['auroc']:.4f}, TPR {x['tpr']:.4f}, FPR {x['fpr']:.4f}, "
+              f"balanced accuracy {x['accuracy']:.4f} ({x['n_real']} real, {x['n_generated']} generated windows)")
 
 
 def score(cfg: DetectScoreConfig) -> None:
@@ -60,8 +65,15 @@ def threshold(cfg: ThresholdConfig) -> None:
     from textebm.detection.commands import refit_threshold
 
     r = refit_threshold(cfg)
-    print(f"threshold {r['threshold']:.6g} for FPR {r['target_fpr']:g}: {r['fpr_fit']:.4f} on the {r['n_fit']} "
-          f"texts it was fitted on, {r['fpr_held_out']:.4f} on {r['n_held_out']} held-out texts; written to {cfg.out}")
+    print(f"threshold {r['threshold']:.6g} for FPR {r['target_fpr']:g} (was {r['previous_threshold']:.6g}): "
+          f"{r['fpr_fit']:.4f} on the {r['n_fit']} texts it was fitted on (the smallest FPR they can show: "
+          f"{r['smallest_reachable_fpr']:.4g}), {r['fpr_held_out']:.4f} on {r['n_held_out']} held-out texts")
+    if r["val_tpr_before"] is not None:
+        print(f"detection on the detector's {r['val_negatives']} generated validation windows: TPR "
+              f"{r['val_tpr_before']:.4f} before, {r['val_tpr_after']:.4f} after (FPR on its {r['val_windows']} real "
+              f"ones {r['val_fpr_before']:.4f} -> {r['val_fpr_after']:.4f})")
+    warned = f" ({len(r['warnings'])} warnings, logged and in the file)" if r["warnings"] else ""
+    print(f"written to {cfg.out}{warned}")
 
 
 def analyze(cfg: AnalyzeConfig) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,13 @@ class DetectEvalConfig:
     model: str = field(metadata={"help": "detector folder (RUN of `residual train`, or of `residual fit`)"})
     test: list[str] = field(metadata={"help": "negatives files of test windows (another generator's)"})
     out: str = field(default="", metadata={"help": "write the metrics to this JSON file (default: print only)"})
+    threshold: str = field(default="", metadata={"help": "a threshold file of `residual threshold` for this detector: "
+                                                         "the length buckets' decisions, TPR and FPR at it (default: "
+                                                         "the detector's 1 % FPR threshold on validation)"})
+    buckets: list[str] = field(default_factory=list, metadata={
+        "help": "length buckets LO-HI of text tokens (LO to HI - 1), test windows cut to them, the end holding "
+                "the generated continuation kept (default: 8-16 16-32 32-64 ..., doubling below the window "
+                "length); the whole windows besides"})
     batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
     threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
@@ -58,7 +66,8 @@ class DetectScoreConfig:
     input: str = field(metadata={"help": "texts: JSONL (`text`), CSV/TSV or plain text (one per line)"})
     out: str = field(metadata={"help": "output JSONL: energy / score, P(machine-generated), decision"})
     threshold: str = field(default="", metadata={"help": "a threshold file of `residual threshold` for this "
-                                                         "detector to decide with (default: the detector's own)"})
+                                                         "detector to decide with, p_generated shifted to 1/2 at it "
+                                                         "(default: the detector's own)"})
     force_threshold: bool = field(default=False, metadata={"help": "decide with --threshold even though it was "
                                                                    "fitted for another detector (or names none)"})
     batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
@@ -124,16 +133,38 @@ def fit_zeroshot(cfg: FitConfig) -> dict:
 
 
 def evaluate_detector(cfg: DetectEvalConfig) -> dict:
-    """Test metrics of a detector at its stored rule (accuracy, AUROC, TPR at 1 % FPR, P@1)."""
+    """Test metrics of a detector at its stored rule (accuracy, AUROC, TPR at 1 % FPR, P@1), and per
+    length bucket of the test windows cut short (`detect.by_length`) at the operating threshold: a
+    threshold file's (--threshold), else the rule's 1 % FPR one."""
 
     check_config(cfg)
     set_threads(cfg.threads)
     if cfg.out:
-        check_output_file(cfg.out, cfg.overwrite, kind="residual eval", inputs=[("--test", t) for t in cfg.test])
+        check_output_file(cfg.out, cfg.overwrite, kind="residual eval",
+                          inputs=[*(("--test", t) for t in cfg.test), ("--threshold", cfg.threshold)])
     scorer, rule, info = detect.load_detector(cfg.model)
+    length = detect.scorer_length(scorer, info)
+    buckets = detect.length_buckets(cfg.buckets, length)
+    if detect.reads_prefix(scorer):
+        if cfg.buckets:
+            raise TextebmError(f"--buckets with --model {cfg.model}: its energy reads a fixed prefix of its windows "
+                               "(--pool continuation or lmstats), so windows cut shorter are not what it scores; "
+                               "leave --buckets out")
+        buckets = []
+    op = {"threshold": rule.threshold_fpr, "fpr_target": rule.fpr, "from": "the detector's (validation)"}
+    bucket_rule = rule
+    if cfg.threshold:
+        t, raw = read_threshold_file(cfg.threshold, info, cfg.model, forceable=False)
+        bucket_rule = rule.with_threshold(t)
+        op = {"threshold": t, "fpr_target": raw.get("target_fpr"), "from": str(Path(cfg.threshold).resolve())}
     rows = read_detector_windows(cfg.test, cfg.model, scorer, info)
     real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
     out = detect.evaluate(rule, real, fake.ravel(), fake)
+    if not buckets:
+        log.info("no length buckets: %s", "the energy reads a fixed prefix" if detect.reads_prefix(scorer)
+                 else f"the windows have {length} tokens, fewer than the shortest default bucket's 8")
+    out["by_length"] = {**op, "buckets": detect.by_length(scorer.score_ids, bucket_rule, rows, real, fake, buckets,
+                                                          op["threshold"], cfg.batch_size)}
     if cfg.out:
         write_json(cfg.out, out)
         mark_file(cfg.out, "residual eval")
@@ -163,40 +194,51 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
                       inputs=[("--input", cfg.input), ("--threshold", cfg.threshold)])
     scorer, rule, info = detect.load_detector(cfg.model)
     ids, texts = _texts(cfg.input)
-    threshold, source = rule.threshold, "the detector's (best balanced accuracy on validation)"
+    source = "the detector's (best balanced accuracy on validation)"
     if cfg.threshold:
-        raw = read_json_object(cfg.threshold, "threshold file")
-        t = raw.get("threshold")
-        if raw.get("detector_sha256") != detect.detector_id(info):
-            if not cfg.force_threshold:
-                why = (f"was fitted for another detector ({raw.get('model', 'unnamed')}), not for --model {cfg.model}"
-                       if raw.get("detector_sha256") else "does not name the detector it was fitted for (a file of "
-                       "`residual threshold` does)")
-                raise TextebmError(f"--threshold {cfg.threshold}: {why}; refit it with `residual threshold --model "
-                                   f"{cfg.model}`, or pass --force-threshold to decide with it anyway")
-            log.warning("--threshold %s was fitted for another detector than %s; deciding with it "
-                        "(--force-threshold)", cfg.threshold, cfg.model)
-        if not isinstance(t, (int, float)):
-            raise TextebmError(f"--threshold {cfg.threshold}: no numeric `threshold`; write one with "
-                               "`residual threshold`")
-        threshold, source = float(t), f"{cfg.threshold}"
+        t, _ = read_threshold_file(cfg.threshold, info, cfg.model, cfg.force_threshold)
+        rule, source = rule.with_threshold(t), f"{cfg.threshold}"  # p_generated and the decision both from it
     length = detect.scorer_length(scorer, info)
     scores, tokens = detect.text_scores(scorer, texts, length, cfg.batch_size)
-    probs = rule.prob_generated(scores)
+    probs, decisions = rule.prob_generated(scores), rule.generated(scores)  # (N,), (N,)
     name = "energy" if info.get("detector") == "energy" else "score"
     with output_file(cfg.out, "residual score") as f:
-        for i, s, p, n in zip(ids, scores, probs, tokens):
-            f.write(json.dumps({"id": i, name: float(s), "p_generated": float(p),
-                                "generated": bool(rule.sign * s > threshold), "tokens": int(n),
-                                "windows": -(-int(n) // length)}) + "\n")
+        for i, s, p, g, n in zip(ids, scores, probs, decisions, tokens):
+            f.write(json.dumps({"id": i, name: float(s), "p_generated": float(p), "generated": bool(g),
+                                "tokens": int(n), "windows": -(-int(n) // length)}) + "\n")
     short = int((tokens < length // 2).sum())
-    if short:
+    if short and not cfg.threshold:
         log.warning("%d of %d texts have fewer than %d tokens, half the %d-token windows the detector was fitted "
                     "on: their energies and probabilities are on another scale (re-fit the threshold on such "
                     "texts with `residual threshold`)", short, len(texts), length // 2, length)
-    log.info("scored %d texts; decisions at threshold %.4g from %s; P(generated) calibrated on validation "
-             "windows (ECE %.4f)", len(texts), threshold, source, rule.val.get("ece", float("nan")))
+    ece = rule.val.get("ece", math.nan)
+    how = (f"P(generated) the detector's logistic shifted to 1/2 at it (temperature {rule.temperature:.4g} kept)"
+           if cfg.threshold else f"P(generated) calibrated on validation windows (ECE {ece:.4f})")
+    log.info("scored %d texts; decisions at threshold %.4g from %s; %s", len(texts), rule.threshold, source, how)
     return Path(cfg.out)
+
+
+def read_threshold_file(path: str, info: dict, model: str, force: bool = False,
+                        forceable: bool = True) -> tuple[float, dict]:
+    """(the threshold, the file's contents) of a `residual threshold` file for the detector `info`
+    (its detector.json): a file fitted for another detector, or naming none, is a TextebmError unless
+    `force` (then a warning; `forceable`: the command has --force-threshold), as is one without a
+    finite numeric `threshold`."""
+
+    raw = read_json_object(path, "threshold file")
+    t = raw.get("threshold")
+    if raw.get("detector_sha256") != detect.detector_id(info):
+        if not force:
+            why = (f"was fitted for another detector ({raw.get('model', 'unnamed')}), not for --model {model}"
+                   if raw.get("detector_sha256") else "does not name the detector it was fitted for (a file of "
+                   "`residual threshold` does)")
+            hint = ", or pass --force-threshold to decide with it anyway" if forceable else ""
+            raise TextebmError(f"--threshold {path}: {why}; refit it with `residual threshold --model {model}`{hint}")
+        log.warning("--threshold %s was fitted for another detector than %s; deciding with it "
+                    "(--force-threshold)", path, model)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+        raise TextebmError(f"--threshold {path}: no finite numeric `threshold`; write one with `residual threshold`")
+    return float(t), raw
 
 
 def refit_threshold(cfg: ThresholdConfig) -> dict:
@@ -211,11 +253,41 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     scorer, rule, info = detect.load_detector(cfg.model)
     scores, _ = detect.text_scores(scorer, texts, detect.scorer_length(scorer, info), cfg.batch_size)
     out = detect.refit_threshold(scores, rule, cfg.fpr, cfg.seed, cfg.held_out)
+    cost, problem = _validation_cost(scorer, rule, info, cfg.model, out["threshold"], cfg.batch_size)
+    out.update(cost)
+    if problem:
+        out["warnings"].append(f"the new threshold's cost in detection is unknown: {problem}")
+    if out["tpr_lost_over_half"]:
+        out["warnings"].append(
+            f"the new threshold {out['threshold']:.4g} (was {rule.threshold:.4g}) flags {out['val_tpr_after']:.1%} of "
+            f"the detector's generated validation windows, down from {out['val_tpr_before']:.1%}: it loses more than "
+            "half of the detection; the detector does not separate your texts from generated ones well (texts "
+            "much shorter than its windows, or another domain)")
+    for w in out["warnings"]:
+        log.warning("%s", w)
     out.update(model=str(Path(cfg.model).resolve()), detector_sha256=detect.detector_id(info),
                human=str(Path(cfg.human).resolve()))
     write_json(cfg.out, out)
     mark_file(cfg.out, "residual threshold")
     return out
+
+
+def _validation_cost(scorer, rule, info: dict, model: str, threshold: float,
+                     batch_size: int) -> tuple[dict, str]:
+    """(`detect.threshold_cost` on the validation windows detector.json records (`val`), ''); where
+    they cannot be read, (its fields None and `tpr_lost_over_half` False, why)."""
+
+    fields = ("val_tpr_before", "val_tpr_after", "val_fpr_before", "val_fpr_after", "val_windows", "val_negatives")
+    try:
+        if not info.get("val"):
+            raise TextebmError(f"{model}: detector.json records no validation windows (`val`)")
+        rows = read_window_files(info["val"], "detector.json `val`", detect.scorer_length(scorer, info),
+                                 len(scorer.vocab), length_of=f"the detector --model {model} was fitted on windows "
+                                 "that long", vocab_of=f"the vocabulary of the detector --model {model}")
+    except TextebmError as e:
+        return {**dict.fromkeys(fields), "tpr_lost_over_half": False}, f"its validation windows cannot be read ({e})"
+    real, fake = detect.window_scores(scorer.score_ids, rows, batch_size)  # (N,), (N, k)
+    return detect.threshold_cost(rule, real, fake.ravel(), threshold), ""
 
 
 def analyze(cfg: AnalyzeConfig) -> dict:

@@ -15,12 +15,26 @@ class-balanced accuracy, the threshold of a 1 % false-positive rate, and a tempe
 P(generated | s) = σ(sign·(s − threshold) / T) is calibrated at even odds (temperature scaling of
 `textebm.calibration` on the real windows and as many generated ones, its ECE reported). Never
 fitted on test windows.
+
+One decision rule per detector: `Rule.threshold` (best class-balanced accuracy on validation, where
+the calibrated P(generated) is 1/2 at even odds) is the threshold that `residual score`, the
+`Detector` of `textebm.api` and the judge of `residual generate` decide with, and the one a
+threshold file of `residual threshold` reports as `previous_threshold`. `threshold_fpr` is an
+operating point of the paper's metric (the TPR at 1 % FPR of `evaluate`), never a decision. A
+threshold re-fitted on a user's texts replaces `threshold` (`Rule.with_threshold`): the logistic is
+shifted so that P = 1/2 at the new threshold, its temperature kept, so `p_generated > 0.5` exactly
+when a text is called generated.
+
+`by_length` evaluates a detector on test windows cut to the lengths of a user's texts (buckets of
+text tokens, `length_buckets`): the end of the window that holds the generated continuation is
+kept (the last n tokens of an l2r window, the first n of an r2l one), the real window and its
+negatives cut alike.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -161,19 +175,33 @@ class Rule:
     """How scores become decisions and probabilities (stored in detector.json)."""
 
     sign: int = 1  # +1: the score already means "generated"; -1: it is flipped (e.g. loglik)
-    threshold: float = 0.0  # best class-balanced accuracy on validation, on sign * score
+    threshold: float = 0.0  # THE decision threshold, on sign * score: best class-balanced accuracy on
+    #                         validation (or a re-fitted one, `with_threshold`)
     temperature: float = 1.0
-    threshold_fpr: float = 0.0  # the 1 % false-positive threshold on validation (sign * score)
+    threshold_fpr: float = 0.0  # the 1 % false-positive threshold on validation (sign * score): the
+    #                             operating point of `evaluate`'s TPR at 1 % FPR, not a decision
     fpr: float = 0.01
     val: dict = field(default_factory=dict)  # validation metrics of the fit
 
     def oriented(self, scores) -> np.ndarray:
         return self.sign * np.asarray(scores, dtype=np.float64)
 
+    def generated(self, scores) -> np.ndarray:
+        """The decision (N,) bool: sign·s > threshold."""
+        return self.oriented(scores) > self.threshold
+
     def prob_generated(self, scores) -> np.ndarray:
-        """σ((sign·s − threshold) / T), in float64."""
-        z = (self.oriented(scores) - self.threshold) / self.temperature
-        return 1.0 / (1.0 + np.exp(-np.clip(z, -700, 700)))
+        """σ((sign·s − threshold) / T), in float64; strictly above 1/2 exactly where `generated` is
+        true (where σ rounds to 1/2 at a score a few ulps from the threshold, the neighbouring float
+        on the decision's side is returned)."""
+        z = (self.oriented(scores) - self.threshold) / self.temperature  # (N,)
+        p = 1.0 / (1.0 + np.exp(-np.clip(z, -700, 700)))  # (N,)
+        return np.where((z > 0) & (p <= 0.5), np.nextafter(0.5, 1.0), p)  # (N,); σ(z <= 0) <= 1/2 already
+
+    def with_threshold(self, threshold: float) -> "Rule":
+        """The rule deciding at `threshold` (on sign * score): P(generated) is its logistic shifted so
+        that P = 1/2 there, the temperature kept."""
+        return replace(self, threshold=float(threshold))
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -248,16 +276,129 @@ def detector_id(info: dict) -> str:
 
 def refit_threshold(human_scores, rule: Rule, fpr: float, seed: int = 0, held_out: float = 0.5) -> dict:
     """A threshold for `fpr` fitted on part of a user's human-written texts, and the false-positive
-    rate it reaches on the held-out rest (seeded split)."""
+    rate it reaches on the held-out rest (seeded split). `previous_threshold` is the rule's decision
+    threshold (the one `residual score` applies without a threshold file); `smallest_reachable_fpr`
+    is 1 / n_fit, the smallest rate the fitted texts can show (below it the threshold is their
+    highest score), `smallest_held_out_fpr` 1 / n_held_out, the resolution of the held-out check.
+    `warnings` says when `fpr` is below 1 / n_fit."""
 
-    s = rule.oriented(human_scores)
+    s = rule.oriented(human_scores)  # (N,)
     _, n_hold = split_sizes(s.size, held_out)
-    perm = np.random.default_rng(seed).permutation(s.size)
-    hold, fit = s[perm[:n_hold]], s[perm[n_hold:]]
+    perm = np.random.default_rng(seed).permutation(s.size)  # (N,)
+    hold, fit = s[perm[:n_hold]], s[perm[n_hold:]]  # (n_hold,), (N - n_hold,)
     thr = metrics.threshold_at_fpr(fit, fpr)
+    warnings = []
+    if fpr < 1.0 / fit.size:
+        warnings.append(f"a false-positive rate of {fpr:g} is below 1/{fit.size} = {1 / fit.size:.4g}, the smallest "
+                        f"that the {fit.size} texts fitted on can show: the threshold is the highest of their scores "
+                        f"and its rate on new texts is unknown below {1 / fit.size:.4g}; give at least "
+                        f"{math.ceil(1 / fpr)} texts to fit on, about {math.ceil(math.ceil(1 / fpr) / (1 - held_out))} "
+                        f"in all with --held-out {held_out:g}")
     return {"threshold": thr, "target_fpr": fpr, "fpr_fit": float((fit > thr).mean()),
             "fpr_held_out": float((hold > thr).mean()), "n_fit": int(fit.size), "n_held_out": int(hold.size),
-            "smallest_reachable_fpr": 1.0 / fit.size, "previous_threshold": rule.threshold_fpr}
+            "smallest_reachable_fpr": 1.0 / fit.size, "smallest_held_out_fpr": 1.0 / hold.size,
+            "previous_threshold": rule.threshold, "warnings": warnings}
+
+
+def threshold_cost(rule: Rule, real_val, fake_val, threshold: float) -> dict:
+    """What deciding at `threshold` instead of the rule's own costs on the detector's validation
+    windows (real (N,), generated (M,)): the true-positive rate before (at `rule.threshold`) and after,
+    the false-positive rate before and after, and `tpr_lost_over_half` when the new TPR is below
+    half the old one."""
+
+    r, f = rule.oriented(real_val), rule.oriented(fake_val)  # (N,), (M,)
+    before, after = float((f > rule.threshold).mean()), float((f > threshold).mean())
+    return {"val_tpr_before": before, "val_tpr_after": after,
+            "val_fpr_before": float((r > rule.threshold).mean()), "val_fpr_after": float((r > threshold).mean()),
+            "val_windows": int(r.size), "val_negatives": int(f.size), "tpr_lost_over_half": bool(after < before / 2)}
+
+
+# ---------------------------------------------------------------- evaluation by length
+
+
+def length_buckets(values: Sequence[str], length: int, option: str = "--buckets") -> list[tuple[int, int]]:
+    """Buckets [lo, hi) of text tokens from "LO-HI" strings, each 1 <= LO < HI <= `length` (the
+    detector's window length); TextebmError naming `option` otherwise. Without values: 8-16,
+    16-32, 32-64, ... doubling while LO < length, the last HI capped at `length`. The whole
+    windows (`length` tokens) are evaluated besides, not as a bucket."""
+
+    if not values:
+        out, lo = [], 8
+        while lo < length:
+            out.append((lo, min(2 * lo, length)))
+            lo *= 2
+        return out
+    out = []
+    for v in values:
+        lo_s, sep, hi_s = str(v).partition("-")
+        if not (sep and lo_s.strip().isdigit() and hi_s.strip().isdigit()):
+            raise TextebmError(f"{option} {v!r}: a bucket is LO-HI, two whole numbers of tokens (e.g. 8-16)")
+        lo, hi = int(lo_s), int(hi_s)
+        if not 1 <= lo < hi:
+            raise TextebmError(f"{option} {v!r}: a bucket needs 1 <= LO < HI (LO tokens up to HI - 1)")
+        if hi > length:
+            raise TextebmError(f"{option} {v!r}: the detector's windows have {length} tokens, so a bucket must end "
+                               f"at HI <= {length} (the whole windows are evaluated besides)")
+        out.append((lo, hi))
+    return out
+
+
+def cut(ids: Sequence[int], n: int, direction: str) -> list[int]:
+    """The n tokens of a window that end (l2r) or start (r2l) with its generated continuation."""
+    return list(ids[len(ids) - n:]) if direction == "l2r" else list(ids[:n])
+
+
+def cut_lengths(n_rows: int, lo: int, hi: int) -> np.ndarray:
+    """The length each of `n_rows` windows is cut to in bucket [lo, hi): lo, lo + 1, ..., hi - 1,
+    lo, ... in row order (an even spread over the bucket, no seed)."""
+    return lo + np.arange(n_rows) % (hi - lo)  # (n_rows,)
+
+
+def bucket_metrics(rule: Rule, real, fake, threshold: float) -> dict:
+    """AUROC, class-balanced accuracy at the rule's decision threshold, and the true- and
+    false-positive rates at `threshold` (the operating point), of real (N,) and generated (M,)
+    scores."""
+    r, f = rule.oriented(real), rule.oriented(fake)  # (N,), (M,)
+    return {"auroc": metrics.auroc(r, f), "accuracy": metrics.balanced_accuracy(r, f, rule.threshold),
+            "tpr": float((f > threshold).mean()), "fpr": float((r > threshold).mean()),
+            "n_real": int(r.size), "n_generated": int(f.size)}
+
+
+def by_length(score_ids, rule: Rule, rows: list[dict], real, fake, buckets: Sequence[tuple[int, int]],
+              threshold: float, batch_size: int = 64) -> list[dict]:
+    """`bucket_metrics` of test windows per bucket of text tokens (module doc), then of the whole
+    windows (`real` (N,), `fake` (N, k): their scores). Window i of a bucket [lo, hi) is cut to
+    `cut_lengths(N, lo, hi)[i]` tokens; all buckets' windows are scored by `score_ids(seqs,
+    batch_size)` in one batched pass. `generated_tokens_mean`: the mean number of the cut windows'
+    tokens that a generator wrote (min(n, L − context_len))."""
+
+    length = len(rows[0]["positive"])
+    cut_rows, gen_tokens = [], []
+    for lo, hi in buckets:
+        ns = cut_lengths(len(rows), lo, hi)  # (N,)
+        for r, n in zip(rows, ns.tolist()):
+            cut_rows.append({"positive": cut(r["positive"], n, r["direction"]),
+                             "negatives": [cut(x, n, r["direction"]) for x in r["negatives"]]})
+        gen_tokens.append(np.minimum(ns, length - np.array([r["context_len"] for r in rows])).mean())
+    out = []
+    if cut_rows:
+        cr, cf = window_scores(score_ids, cut_rows, batch_size)  # (B·N,), (B·N, k)
+        for b, (lo, hi) in enumerate(buckets):
+            sl = slice(b * len(rows), (b + 1) * len(rows))
+            out.append({"bucket": f"{lo}-{hi}", "min_tokens": lo, "max_tokens": hi - 1,
+                        "generated_tokens_mean": float(gen_tokens[b]),
+                        **bucket_metrics(rule, cr[sl], cf[sl].ravel(), threshold)})
+    whole = np.mean([length - r["context_len"] for r in rows])
+    out.append({"bucket": "whole", "min_tokens": length, "max_tokens": length, "generated_tokens_mean": float(whole),
+                **bucket_metrics(rule, real, np.asarray(fake).ravel(), threshold)})
+    return out
+
+
+def reads_prefix(scorer) -> bool:
+    """True when a detector's energy reads a fixed prefix of its windows (`--pool continuation`,
+    lmstats), so that windows cut shorter than it are not what it scores."""
+    spec = getattr(scorer, "spec", None)
+    return spec is not None and (spec.kind == "lmstats" or spec.pool == "continuation")
 
 
 def write_rule(path, detector: dict, rule: Rule) -> None:
