@@ -1,15 +1,22 @@
 """`textebm.api`: `textebm.load` and one class a system on tiny model folders. Each class gives
-its command's numbers on the same inputs; bad arguments raise errors naming them; docs/api.md's
-code blocks run as written (in a folder holding tiny runs under the names the page uses), and
-every public name is on that page."""
+its command's numbers on the same inputs (a fitted calibrator those of `classify eval`); bad
+arguments raise errors naming them; `textebm.training` runs the training commands from Python
+under their rules; docs/api.md's code blocks run as written (in a folder holding tiny runs under
+the names the page uses), and every public name is on that page; a built and installed wheel
+(not the source tree) loads every kind of folder to the same numbers."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import logging
+import os
 import random
 import re
+import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +24,13 @@ import pytest
 import torch
 
 import textebm
-from textebm import api
+from textebm import api, training
+from textebm.calibration import halve_dev
 from textebm.cli import main
+from textebm.io import read_json
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "api.md"
 POS_TAGS = ["DET", "NOUN", "VERB", "."]
 BIO_TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 SENTENCES = [["The", "dog", "sees", "a", "cat", "."], ["A", "cat", "hears", "the", "dog"], ["dog"]]
@@ -59,7 +69,8 @@ def _detector(run: Path, texts: list[str]) -> None:
 @pytest.fixture(scope="module")
 def runs(classify_fixture, tmp_path_factory) -> Path:
     """ROOT/runs/{electric, mlm, ptb-lm, ebm, pos, ner, det, loglik}: tiny models of every kind the
-    API loads, under the names docs/api.md uses (random weights: the numbers only have to agree)."""
+    API loads, under the names docs/api.md uses (random weights: the numbers only have to agree);
+    ROOT/data/rt and ROOT/models/minilm: a tiny labelled dataset and encoder for its training example."""
     from test_electric import _tiny_model
     from test_lm_sampling import make_tiny_lm
     from conftest import walking_doc
@@ -83,6 +94,8 @@ def runs(classify_fixture, tmp_path_factory) -> Path:
     write_rule(runs / "loglik" / "detector.json", {"detector": "loglik", "model": str(runs / "ptb-lm" / "model"),
                                                   "vocab": str(runs / "ptb-lm" / "model"), "length": 4},
                Rule(sign=-1, threshold=14.0, temperature=5.0))
+    shutil.copytree(classify_fixture / "data", root / "data" / "rt")
+    shutil.copytree(classify_fixture / "encoder", root / "models" / "minilm")
     return root
 
 
@@ -107,7 +120,9 @@ def test_load_returns_each_systems_class_by_what_the_folder_holds(runs):
 
 def test_import_textebm_loads_no_model_code_until_the_api_is_used():
     code = ("import sys, textebm; assert 'torch' not in sys.modules and 'textebm.api' not in sys.modules; "
-            "textebm.load; assert 'textebm.api' in sys.modules")
+            "assert 'textebm.training' not in sys.modules; "
+            "textebm.load; assert 'textebm.api' in sys.modules and 'textebm.training' not in sys.modules; "
+            "assert textebm.training.classify_train.__name__ == 'classify_train'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -151,12 +166,18 @@ def test_scorer_normalizes_as_the_command_does(runs, tmp_path):
     assert s.text == row["text"] == "w1 w7 w2" and s.score == pytest.approx(row["score"], abs=1e-6)
 
 
-def test_classifier_gives_the_probabilities_and_energies_of_classify_eval(runs, classify_fixture, tmp_path):
+@pytest.fixture(scope="module")
+def eval_report(runs, classify_fixture, tmp_path_factory) -> Path:
+    """`classify eval` of runs/ebm on the classify fixture's data, its calibrators fitted."""
+    report = tmp_path_factory.mktemp("eval") / "report"
+    assert main(["classify", "eval", "--model", str(runs / "runs" / "ebm"), "--data", str(classify_fixture / "data"),
+                 "--out", str(report), "--bootstrap", "0", "--precision", "fp32"]) == 0
+    return report
+
+
+def test_classifier_gives_the_probabilities_and_energies_of_classify_eval(runs, classify_fixture, eval_report):
     run = runs / "runs" / "ebm"
-    report = tmp_path / "report"
-    assert main(["classify", "eval", "--model", str(run), "--data", str(classify_fixture / "data"), "--out",
-                 str(report), "--no-calibrators", "--bootstrap", "0", "--precision", "fp32"]) == 0
-    rows = _jsonl(report / "predictions.jsonl")
+    rows = _jsonl(eval_report / "predictions.jsonl")
     dev = {r["id"]: r["text"] for r in _jsonl(classify_fixture / "data" / "dev.jsonl")}
     texts = [dev[r["id"]] for r in rows]
     clf = api.Classifier(run, precision="fp32")
@@ -201,6 +222,56 @@ def test_detector_gives_the_probabilities_and_decisions_of_residual_score(runs, 
         np.testing.assert_allclose(det.predict_proba(texts), [r["p_generated"] for r in rows], rtol=1e-9)
         assert det.predict(texts).tolist() == [r["generated"] for r in rows]
         assert len(set(det.predict(texts).tolist())) == 2, name  # both decisions occur: the threshold is used
+
+
+def test_a_fitted_calibrator_gives_the_calibrated_probabilities_of_classify_eval(runs, classify_fixture,
+                                                                                 eval_report):
+    """fit_calibrator on the dev half (or the training split) and predict_proba on the test half
+    give `classify eval`'s tscal-/scalbin- rows of predictions.jsonl and its temperature."""
+    run, data = runs / "runs" / "ebm", classify_fixture / "data"
+    rows, methods = _jsonl(eval_report / "predictions.jsonl"), read_json(eval_report / "metrics.json")["methods"]
+    dev = _jsonl(data / "dev.jsonl")
+    dev_idx, test_idx = halve_dev(len(dev), 0)
+    assert [dev[i]["id"] for i in test_idx] == [r["id"] for r in rows]
+    test_texts = [dev[i]["text"] for i in test_idx]
+    fits = {"dev": [dev[i] for i in dev_idx], "train": _jsonl(data / "train.jsonl")}
+    clf = api.Classifier(run, precision="fp32")
+    uncalibrated = clf.predict_proba(test_texts)
+    for method in ("tscal", "scalbin"):
+        for where, fit_rows in fits.items():
+            key = f"{method}-{where}"
+            got = clf.fit_calibrator([r["text"] for r in fit_rows], [r["label"] for r in fit_rows], method,
+                                     batch_size=7)
+            assert got is clf
+            probs = clf.predict_proba(test_texts)
+            np.testing.assert_allclose(probs, [r["probs"][key] for r in rows], atol=1e-7, err_msg=key)
+            assert clf.predict(test_texts) == [clf.classes_[k] for k in probs.argmax(1)]
+            if method == "tscal":
+                assert clf.calibrator_.temperature_ == pytest.approx(methods[key]["temperature"], rel=1e-9)
+    assert not np.allclose(probs, uncalibrated)  # the calibrator is applied
+    clf.calibrator_ = None
+    np.testing.assert_array_equal(clf.predict_proba(test_texts), uncalibrated)
+
+
+def test_fit_calibrator_refuses_bad_labels_and_logs_a_degenerate_fit(runs, caplog, capsys):
+    clf = api.Classifier(runs / "runs" / "ebm")
+    cases = [(dict(method="platt"), r"^method: must be one of tscal, scalbin, got 'platt'"),
+             (dict(labels=["positive", "meh"]), r"^labels\[1\]: 'meh' is not one of the classifier's classes_ "
+                                               r"\(negative, positive\)"),
+             (dict(labels=["positive", 1]), r"^labels\[1\]: 1 is not one of"),
+             (dict(labels=["positive"]), r"^labels: 1 labels for 2 texts"),
+             (dict(labels="positive"), r"^labels: must be a list")]
+    for kwargs, message in cases:
+        with pytest.raises(api.ArgumentError, match=message):
+            clf.fit_calibrator(["a film", "a dull film"], **{"labels": ["positive", "negative"], **kwargs})
+    assert clf.calibrator_ is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a CalibrationWarning would raise here: it goes to the log instead
+        with caplog.at_level(logging.WARNING):
+            clf.fit_calibrator(["a film"], ["positive"])
+    assert clf.calibrator_.temperature_ == 1.0
+    assert "tscal on 1 texts: temperature scaling on 1 sample(s): keeping T = 1" in caplog.text
+    assert capsys.readouterr().out == ""
 
 
 # ---------------------------------------------------------------- bad input
@@ -278,6 +349,113 @@ def test_library_calls_print_nothing(runs, capsys):
     assert capsys.readouterr().out == ""
 
 
+# ---------------------------------------------------------------- training from Python
+
+TRAINING = {("classify", "train"): ("ClassifyTrainConfig", "classify_train"),
+            ("cloze", "train"): ("ClozeTrainConfig", "cloze_train"),
+            ("lm", "train"): ("LMTrainConfig", "lm_train"),
+            ("tag", "train"): ("TagTrainConfig", "tag_train"),
+            ("residual", "train"): ("ResidualTrainConfig", "residual_train"),
+            ("residual", "fit"): ("FitConfig", "fit_zeroshot")}
+
+
+def test_textebm_training_holds_every_training_commands_config_and_function():
+    """The command line's own config class and the function in its module, for every command
+    that trains (a config on the shared training options) and `residual fit`; ssl-images (no text
+    system of the API yet) aside."""
+    from textebm.cli import GROUPS
+    from textebm.train import TrainOptions
+
+    trains = set()
+    for group, (module_name, _) in GROUPS.items():
+        module = importlib.import_module(module_name)
+        for command, (cls, _fn) in getattr(module, "COMMANDS", {}).items():
+            if issubclass(cls, TrainOptions) and group != "ssl-images":
+                trains.add((group, command))
+    assert trains | {("residual", "fit")} == set(TRAINING)
+    assert sorted(training.__all__) == sorted(n for pair in TRAINING.values() for n in pair)
+    for (group, command), (config, function) in TRAINING.items():
+        cls = importlib.import_module(GROUPS[group][0]).COMMANDS[command][0]
+        assert getattr(training, config) is cls
+        assert getattr(training, function) is getattr(importlib.import_module(cls.__module__), function)
+
+
+def _classify_options(data: Path) -> dict:
+    return dict(data=str(data / "data"), encoder=str(data / "encoder"), epochs=1, batch_size=16, max_len=32,
+                precision="fp32", progress=False)
+
+
+def test_training_from_python_writes_the_commands_run_and_returns_its_metrics(classify_fixture, tmp_path):
+    opts = _classify_options(classify_fixture)
+    argv = ["classify", "train", "--out", str(tmp_path / "cli"), "--no-progress"]
+    argv += [a for k, v in opts.items() if k != "progress" for a in (f"--{k.replace('_', '-')}", str(v))]
+    assert main(argv) == 0
+    metrics = training.classify_train(training.ClassifyTrainConfig(out=tmp_path / "py", **opts))  # a Path: fine
+    assert metrics == read_json(tmp_path / "py" / "metrics.json")
+    assert metrics["eval"] == read_json(tmp_path / "cli" / "metrics.json")["eval"]  # same seed, same numbers
+    assert sorted(p.name for p in (tmp_path / "py").iterdir()) == sorted(p.name for p in (tmp_path / "cli").iterdir())
+    assert textebm.load(tmp_path / "py").classes_ == ["negative", "positive"]
+
+
+def test_training_from_python_keeps_the_output_rules_and_raises_on_bad_options(classify_fixture, tmp_path):
+    opts = _classify_options(classify_fixture)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    cases = [(dict(out=str(mine)), "--out .*mine"),
+             (dict(out=str(tmp_path / "a"), energy="sharp"), "^--energy must be one of none, scalar, hidden, "
+                                                              "sharp-hidden, got 'sharp'"),
+             (dict(out=str(tmp_path / "a"), epochs="1"), "^--epochs must be a number, got '1'"),
+             (dict(out=str(tmp_path / "a"), batch_size=2.0), "^--batch-size must be a whole number, got 2.0"),
+             (dict(out=str(tmp_path / "a"), batch_size=0), "^--batch-size must be at least 1, got 0"),
+             (dict(out=str(tmp_path / "a"), progress="no"), "^--progress must be true or false"),
+             (dict(out=str(tmp_path / "a"), energy="hidden"), "--energy hidden needs --noise"),
+             (dict(out=str(tmp_path / "a"), resume=True), "nothing to resume")]
+    for kwargs, message in cases:
+        with pytest.raises(api.TextebmError, match=message):
+            training.classify_train(training.ClassifyTrainConfig(**{**opts, **kwargs}))
+    assert (mine / "notes.txt").read_text() == "my notes" and not (tmp_path / "a").exists()
+    run = tmp_path / "run"
+    first = training.classify_train(training.ClassifyTrainConfig(out=str(run), **opts))
+    with pytest.raises(api.TextebmError, match="--overwrite"):
+        training.classify_train(training.ClassifyTrainConfig(out=str(run), **opts))
+    again = training.classify_train(training.ClassifyTrainConfig(out=str(run), overwrite=True, **opts))
+    assert again["eval"] == first["eval"]
+
+
+# ---------------------------------------------------------------- the installed wheel
+
+
+def test_an_installed_wheel_loads_every_kind_of_folder(runs, tmp_path):
+    """`pip wheel` (offline: no build isolation, no index) on a copy of the sources, `pip install
+    --target` of the wheel, then tests/wheel_smoke.py under that install gives the source tree's
+    numbers for every kind of folder (and the wheel's metadata and `textebm` command work)."""
+    import wheel_smoke
+
+    src = tmp_path / "src-copy"  # the sources only: the build writes nothing into the checkout
+    shutil.copytree(ROOT / "src" / "textebm", src / "src" / "textebm", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    built = subprocess.run([*pip, "wheel", str(src), "--no-deps", "--no-build-isolation", "--no-index",
+                            "-w", str(tmp_path / "wheels")], capture_output=True, text=True)
+    assert built.returncode == 0, f"pip wheel failed (setuptools>=68 is in the dev extra):\n{built.stderr}"
+    wheel, = (tmp_path / "wheels").glob("textebm-*.whl")
+    site = tmp_path / "site"
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--no-compile", "--target", str(site), str(wheel)],
+                   check=True)
+    out = tmp_path / "numbers.json"
+    subprocess.run([sys.executable, str(ROOT / "tests" / "wheel_smoke.py"), str(site), str(runs), str(out)],
+                   check=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)})
+    got, want = json.loads(out.read_text()), wheel_smoke.numbers(runs)
+    assert got.keys() == want.keys() == {"electric", "mlm", "ptb-lm", "ebm", "pos", "ner", "det", "loglik"}
+    for name in want:
+        if name in ("pos", "ner"):
+            assert got[name] == want[name]
+        else:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-6, err_msg=name)
+
+
 # ---------------------------------------------------------------- docs/api.md
 
 
@@ -308,5 +486,5 @@ def test_the_readmes_python_block_runs(runs, monkeypatch):
 
 def test_every_public_name_is_on_docs_api():
     text = DOC.read_text(encoding="utf-8")
-    missing = [n for n in api.__all__ if f"`{n}`" not in text]
-    assert not missing, f"public names of textebm.api not in docs/api.md: {missing}"
+    missing = [n for n in [*api.__all__, *training.__all__] if f"`{n}`" not in text]
+    assert not missing, f"public names of textebm.api or textebm.training not in docs/api.md: {missing}"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from textebm.cli.args import add_dataclass_arguments, dataclass_from_namespace
@@ -55,6 +58,38 @@ def test_good_values_pass_and_inapplicable_defaults_are_fine():
     cfg, _ = _parse("--out", "o", "--data", "d", "--mode", "b", "--extra", "x", "--ratio", "1")
     assert cfg.extra == "x" and cfg.ratio == 1.0
     check_config(cfg)
+
+
+@dataclass(kw_only=True)
+class Lists:
+    sizes: list[int] = field(default_factory=lambda: [1], metadata={"help": "sizes", "min": 1})
+    files: list[Path] = field(default_factory=list, metadata={"help": "files"})
+    modes: list[str] = field(default_factory=lambda: ["a"], metadata={"help": "modes", "choices": ["a", "b"]})
+
+
+@pytest.mark.parametrize("cfg, message", [
+    (Cmd(out="o", data="d", mode="c"), "--mode must be one of a, b, got 'c'"),
+    (Cmd(out="o", data="d", batch_size="3"), "--batch-size must be a whole number, got '3'"),
+    (Cmd(out="o", data="d", batch_size=3.0), "--batch-size must be a whole number, got 3.0"),
+    (Cmd(out="o", data="d", batch_size=True), "--batch-size must be a whole number, got True"),
+    (Cmd(out="o", data="d", lr="0.1"), "--lr must be a number, got '0.1'"),
+    (Cmd(out=3, data="d"), "--out must be a string, got 3"),
+    (Cmd(out="o", data="d", note=4), "--note must be a string, got 4"),
+    (Lists(sizes=3), "--sizes must be a list, got 3"),
+    (Lists(sizes=[1, "2"]), "--sizes must be a list, each item a whole number, got [1, '2']"),
+    (Lists(files=["a", 2]), "--files must be a list, each item a path"),
+    (Lists(modes=["a", "z"]), "--modes must be one of a, b, got 'z'"),
+])
+def test_a_config_built_in_python_is_checked_for_types_and_choices(cfg, message):
+    """What argparse checks on the command line (a value's type, its choices), check_config checks
+    for a config built in Python (textebm.training), naming the option, before its bounds."""
+    with pytest.raises(TextebmError, match="^" + re.escape(message)):
+        check_config(cfg)
+
+
+def test_python_values_of_the_right_kind_pass():
+    check_config(Cmd(out=Path("o"), data="d", batch_size=np.int64(3), lr=1, ratio=np.float64(0.5), note=None))
+    check_config(Lists(sizes=(1, 2), files=[Path("a"), "b"], modes=["b"]))
 
 
 def test_help_required_first_own_before_shared_no_empty_or_double_defaults():

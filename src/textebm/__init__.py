@@ -1,7 +1,8 @@
 """textebm: energy-based models of text trained with noise-contrastive estimation.
 
 From Python, `textebm.load(path)` returns the object for a folder textebm wrote (`textebm.api`,
-docs/api.md); the names of `textebm.api.__all__` are importable from here.
+docs/api.md); the names of `textebm.api.__all__` are importable from here. The training commands'
+configs and functions are in `textebm.training`.
 """
 
 __version__ = "0.1.0"
@@ -19,8 +20,12 @@ def __getattr__(name: str):
         from textebm import api  # the one import upward, on first use (docs/architecture.md)
 
         return getattr(api, name)
+    if name == "training":  # `textebm.training.classify_train(...)` without importing it first
+        import textebm.training  # (`from textebm import training` would ask this function again)
+
+        return textebm.training
     raise AttributeError(f"module 'textebm' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_API])
+    return sorted([*globals(), *_API, "training"])

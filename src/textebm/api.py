@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from textebm.assets import MODELS
+from textebm.calibration.calibrators import CALIBRATORS, ScalingBinning, TemperatureScaling, fit_logged
 from textebm.classify.data import encode_examples
 from textebm.classify.predict import predict as classifier_predict
 from textebm.data.normalize import normalizer
@@ -214,7 +215,9 @@ class Scorer:
 class Classifier:
     """A calibrated classifier of `classify train`: `predict`, `predict_proba`, `energy`, as
     `classify eval` computes them. Texts longer than the model's `max_len` are truncated, as in
-    training; `classes_` are the label names in the order of `predict_proba`'s columns."""
+    training; `classes_` are the label names in the order of `predict_proba`'s columns.
+    `fit_calibrator` attaches a post-hoc calibrator (`calibrator_`, None until then), which
+    `predict_proba` and `predict` then apply to the logits, as `classify eval`'s tscal / scalbin."""
 
     def __init__(self, path: str | Path, *, device: str | torch.device | None = None, precision: str = "auto",
                  threads: int = 0):
@@ -223,6 +226,7 @@ class Classifier:
                                                        option=OPTION)
         self.path = inspect_folder(_folder(path)).path
         self.classes_: list[str] = list(self.model_.spec.labels)
+        self.calibrator_: TemperatureScaling | ScalingBinning | None = None
 
     def __repr__(self) -> str:
         return (f"Classifier({str(self.path)!r}, classes={self.classes_!r}, energy={self.model_.spec.energy!r}, "
@@ -240,10 +244,31 @@ class Classifier:
         return classifier_predict(self.model_, examples, self.tokenizer_.pad_token_id or 0,
                                   _positive(batch_size, "batch_size"))
 
+    def fit_calibrator(self, texts: Iterable[str], labels: Iterable[str], method: str = "tscal", *,
+                       text_pairs: Iterable[str] | None = None, batch_size: int = 64) -> Classifier:
+        """Fit a post-hoc calibrator on labelled texts (held-out ones: a dev set) and keep it as
+        `calibrator_`; returns self. `labels`: one of `classes_` a text. `method`: "tscal"
+        (temperature scaling: `calibrator_.temperature_`) or "scalbin" (scaling-binning), fitted
+        on the logits as `classify eval` fits them. A degenerate fit falls back as documented
+        (docs/calibration.md) with a logged warning."""
+        if method not in CALIBRATORS:
+            raise ArgumentError("method", f"must be one of {', '.join(CALIBRATORS)}, got {method!r}")
+        texts = _texts(texts)
+        index = {c: k for k, c in enumerate(self.classes_)}
+        y = np.array([_label(label, index, i) for i, label in enumerate(_items(labels, "labels"))])  # (N,)
+        if len(y) != len(texts):
+            raise ArgumentError("labels", f"{len(y)} labels for {len(texts)} texts; give each text its label")
+        logits = self._outputs(texts, text_pairs, batch_size)["logits"]  # (N, |Y|)
+        self.calibrator_ = fit_logged(method, logits, y, f"{method} on {len(y)} texts")
+        return self
+
     def predict_proba(self, texts: Iterable[str], text_pairs: Iterable[str] | None = None, *,
                       batch_size: int = 64) -> np.ndarray:
-        """P(label | text): (N, len(classes_)) float64."""
-        return self._outputs(texts, text_pairs, batch_size)["probs"]
+        """P(label | text): (N, len(classes_)) float64; calibrated by `calibrator_` when one is fitted."""
+        out = self._outputs(texts, text_pairs, batch_size)
+        if self.calibrator_ is None:
+            return out["probs"]
+        return self.calibrator_.predict_proba(out["logits"])  # (N, |Y|)
 
     def predict(self, texts: Iterable[str], text_pairs: Iterable[str] | None = None, *,
                 batch_size: int = 64) -> list[str]:
@@ -260,6 +285,13 @@ class Classifier:
         if np.isnan(out["energy"]).all():
             return hidden_energy(torch.from_numpy(out["logits"])).numpy()  # (N,)
         return out["energy"]
+
+
+def _label(label: str, index: dict[str, int], i: int) -> int:
+    """A label's column in `classes_`, or ArgumentError naming `labels[i]`."""
+    if not isinstance(label, str) or label not in index:
+        raise ArgumentError("labels", f"{label!r} is not one of the classifier's classes_ ({', '.join(index)})", i)
+    return index[label]
 
 
 # ---------------------------------------------------------------- taggers

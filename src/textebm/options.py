@@ -4,15 +4,22 @@ Every command's config is a dataclass. Field metadata: help (str), positional (b
 (list), flag (str, overrides --field-name), min / max (inclusive bounds), gt / lt (exclusive
 bounds); a float must also be finite. A config may define `check(self)` for rules between
 options (an option that does nothing in the chosen mode: `refuse_unused`). `check_config` runs
-both; the command line (`textebm.cli.args`) calls it before any work, and so do commands called
-from Python. Every failure is a `TextebmError` naming the option (exit status 2).
+both, after each value's type and choices (which argparse checks on the command line, but a
+config built in Python, `textebm.training`, may break); the command line (`textebm.cli.args`)
+calls it before any work, and so do commands called from Python. Every failure is a
+`TextebmError` naming the option (exit status 2).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import numbers
 import os
+import types
+import typing
+from pathlib import Path
 from typing import Any
 
 from textebm.errors import TextebmError
@@ -101,6 +108,54 @@ def check_value(f: dataclasses.Field, value: Any) -> None:
             raise TextebmError(f"{flag} must be less than {meta['lt']}, got {v}")
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """The fields' annotations resolved; {} where they cannot be (a class defined inside a function
+    naming its local types): its values' types go unchecked."""
+    try:
+        return typing.get_type_hints(cls)
+    except (NameError, TypeError):
+        return {}
+
+
+def kind_problem(tp: Any, v: Any) -> str:
+    """'' when `v` fits the annotation `tp` as a Python caller may give it (a path as a str or a
+    pathlib.Path, a list as a list or tuple), else what it should be. None always fits (as in
+    `check_value`: an unset option)."""
+    if v is None:
+        return ""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        problems = [kind_problem(a, v) for a in typing.get_args(tp) if a is not type(None)]
+        return "" if "" in problems else " or ".join(problems)
+    if typing.get_origin(tp) in (list, tuple):
+        if not isinstance(v, (list, tuple)):
+            return "a list"
+        item = (typing.get_args(tp) or (Any,))[0]
+        bad = next((p for p in (kind_problem(item, x) for x in v) if p), "")
+        return f"a list, each item {bad}" if bad else ""
+    whole = isinstance(v, numbers.Integral) and not isinstance(v, bool)
+    wants = {bool: ("true or false", isinstance(v, bool)),
+             int: ("a whole number", whole),
+             float: ("a number", whole or isinstance(v, numbers.Real) and not isinstance(v, bool)),
+             str: ("a string", isinstance(v, (str, os.PathLike))),
+             Path: ("a path", isinstance(v, (str, os.PathLike)))}
+    want, ok = wants.get(tp, ("", True))
+    return "" if ok else want
+
+
+def check_kind(f: dataclasses.Field, tp: Any, value: Any) -> None:
+    """Raise TextebmError naming the option when `value` is not of the field's type (`tp`, its
+    resolved annotation) or not among its choices (each item of a list)."""
+    flag = flag_of(f)
+    if want := kind_problem(tp, value):
+        raise TextebmError(f"{flag} must be {want}, got {value!r}")
+    choices = f.metadata.get("choices")
+    items = value if isinstance(value, (list, tuple)) else [value]
+    bad = [v for v in items if v is not None and choices is not None and v not in choices]
+    if bad:
+        raise TextebmError(f"{flag} must be one of {', '.join(map(str, choices))}, got {bad[0]!r}")
+
+
 def type_problem(f: dataclasses.Field, v: Any) -> str:
     """'' when `v` (from a config file) fits option `f`'s type and choices, else what it should be."""
     number = lambda x, t: isinstance(x, t) and not isinstance(x, bool)
@@ -121,8 +176,10 @@ def type_problem(f: dataclasses.Field, v: Any) -> str:
 
 
 def check_config(cfg: Any) -> None:
-    """Every field's bounds, then the config's own `check()` (rules between options)."""
+    """Every field's type, choices and bounds, then the config's own `check()` (rules between options)."""
+    hints = _hints(type(cfg))
     for f in cli_fields(type(cfg)):
+        check_kind(f, hints.get(f.name, Any), getattr(cfg, f.name))
         check_value(f, getattr(cfg, f.name))
     if hasattr(cfg, "check"):
         cfg.check()

@@ -10,18 +10,24 @@ rows sum to 1.
   scaling, then equal-mass binning of the scaled probabilities, output = bin mean.
 - `halve_dev`: He et al. (2021) split the one labelled GLUE dev set into a dev half (to fit
   calibrators) and a test half (to evaluate), with a fixed seed.
+- `fit_logged(method, logits, labels, label)`: `CALIBRATORS[method]` ("tscal", "scalbin", the
+  names of `classify eval`'s report) fitted, its CalibrationWarnings logged, not printed: what
+  `classify eval` and `textebm.Classifier.fit_calibrator` fit.
 
 The maths and the deviations from the reference code are written out in docs/calibration.md.
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any
 
 import numpy as np
 
 from textebm.calibration.metrics import as_labels, as_numpy
+
+log = logging.getLogger(__name__)
 
 
 class CalibrationWarning(UserWarning):
@@ -288,3 +294,20 @@ class ScalingBinning:
         return np.where(total > 0, out / np.where(total > 0, total, 1.0), uniform)
 
     transform = predict_proba  # the fit / transform vocabulary
+
+
+# --- by name ------------------------------------------------------------------------------------
+
+CALIBRATORS: dict[str, type[TemperatureScaling] | type[ScalingBinning]] = {
+    "tscal": TemperatureScaling, "scalbin": ScalingBinning}
+
+
+def fit_logged(method: str, logits: Any, labels: Any, label: str) -> TemperatureScaling | ScalingBinning:
+    """`CALIBRATORS[method]()` with its defaults, fitted on (logits (n, C), labels (n,)); each
+    CalibrationWarning (a degenerate fit's fallback) goes to the log as "`label`: message"."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cal = CALIBRATORS[method]().fit(logits, labels)
+    for w in caught:
+        log.warning("%s: %s", label, w.message)
+    return cal

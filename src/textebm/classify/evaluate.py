@@ -15,18 +15,13 @@ are computed in float64 from the logits. The precision is recorded in metrics.js
 from __future__ import annotations
 
 import logging
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from textebm.calibration import (
-    ScalingBinning,
-    TemperatureScaling,
-    calibration_summary,
-    halve_dev,
-)
+from textebm.calibration import calibration_summary, halve_dev
+from textebm.calibration.calibrators import CALIBRATORS, fit_logged
 from textebm.calibration.plots import (
     plot_energy_histogram,
     plot_entropy_vs_energy,
@@ -143,13 +138,9 @@ def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
         if not cfg.calibrators or name != calibrated:
             continue
         fits = {"train": (tr["logits"], tr["labels"]), "dev": (ev["logits"][dev_idx], ev["labels"][dev_idx])}
-        for cal_name, cal_cls in (("tscal", TemperatureScaling), ("scalbin", ScalingBinning)):
+        for cal_name in CALIBRATORS:
             for where, (logits, labels) in fits.items():
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    cal = cal_cls().fit(logits, labels)
-                for w in caught:
-                    log.warning("%s-%s on %s: %s", cal_name, where, name, w.message)
+                cal = fit_logged(cal_name, logits, labels, f"{cal_name}-{where} on {name}")
                 probs = cal.predict_proba(ev["logits"][test_idx])
                 key = f"{cal_name}-{where}"
                 methods[key] = calibration_summary(probs, y_test, cfg.bins)
