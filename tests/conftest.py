@@ -91,3 +91,43 @@ def walking_doc(rng, n: int) -> list[str]:
         s = rng.randrange(len(WALK_WORDS))
         out.append(" ".join(WALK_WORDS[(s + i) % len(WALK_WORDS)] for i in range(rng.randint(6, 12))) + ".")
     return out
+
+
+def walking_world(root, *negatives_extra: str) -> dict:
+    """The tiny world of the generation tests in `root`: a walking-words corpus split by document,
+    a shared BPE vocabulary, a 1 x 32 base LM trained 20 steps, and its untruncated negatives of
+    the train and dev splits (windows of 20 = 14 + 6 tokens, k = 2; `negatives_extra` adds
+    `negatives generate` options, e.g. another temperature)."""
+    import random
+
+    from textebm.cli import main
+    from textebm.data.layout import write_dataset
+    from textebm.tokenizer import train_tokenizer
+
+    rng = random.Random(0)
+    splits = {split: [{"text": t, "doc": f"{split}-doc{d}"} for d in range(n) for t in walking_doc(rng, 12)]
+              for split, n in (("train", 12), ("dev", 4), ("test", 4))}
+    write_dataset(root / "data", splits, {"name": "toy"})
+    tok = train_tokenizer([r["text"] for rows in splits.values() for r in rows], vocab_size=300)
+    tok.save_pretrained(root / "vocab")
+    base = root / "base"
+    assert main(["lm", "train", "--data", str(root / "data"), "--tokenizer", str(root / "vocab"), "--layers", "1",
+                 "--width", "32", "--heads", "2", "--context", "48", "--chunk", "32", "--max-steps", "20",
+                 "--batch-size", "8", "--lr", "3e-3", "--out", str(base), "--no-progress", "--eval-split", ""]) == 0
+    for split in ("train", "dev"):
+        assert main(["negatives", "generate", "--data", str(root / "data"), "--generator", str(base), "--vocab",
+                     str(root / "vocab"), "--split", split, "--length", "20", "--contexts", "14", "--stride", "10",
+                     "--k", "2", "--top-k", "0", *negatives_extra, "--max-windows", "48",
+                     "--out", str(root / f"{split}.jsonl"), "--no-progress"]) == 0
+    return {"root": root, "data": root / "data", "vocab": root / "vocab", "base": base}
+
+
+def word_tokenizer(words: list[str]):
+    """A word-level tokenizer: <pad> 0, <s> 1, </s> 2, then `words` (the enumerable toy worlds)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{w: 3 + i for i, w in enumerate(words)}}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<s>", eos_token="</s>")

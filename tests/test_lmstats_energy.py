@@ -9,12 +9,11 @@ from __future__ import annotations
 import copy
 import json
 import math
-import random
 
 import numpy as np
 import pytest
 import torch
-from conftest import walking_doc
+from conftest import walking_world, word_tokenizer
 
 from textebm.cli import main
 from textebm.errors import InputError
@@ -28,13 +27,7 @@ P = 3  # prefix tokens
 
 
 def toy_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{w: 3 + i for i, w in enumerate(WORDS)}}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    return word_tokenizer(WORDS)
 
 
 @pytest.fixture(scope="module")
@@ -158,25 +151,8 @@ def world(tmp_path_factory):
     """A tiny corpus, its vocabulary, a base LM trained 20 steps by `lm train`, and windows of 14 + 6
     tokens whose 2 negatives the base LM wrote untruncated at temperature 2: a difference in
     temperature alone, which re-tempering the base LM can learn."""
-    from textebm.data.layout import write_dataset
-    from textebm.tokenizer import train_tokenizer
-
-    root = tmp_path_factory.mktemp("lmstats")
-    rng = random.Random(0)
-    splits = {split: [{"text": t, "doc": f"{split}-doc{d}"} for d in range(n) for t in walking_doc(rng, 12)]
-              for split, n in (("train", 12), ("dev", 4), ("test", 4))}
-    write_dataset(root / "data", splits, {"name": "toy"})
-    tok = train_tokenizer([r["text"] for rows in splits.values() for r in rows], vocab_size=300)
-    tok.save_pretrained(root / "vocab")
-    base = root / "base"
-    assert main(["lm", "train", "--data", str(root / "data"), "--tokenizer", str(root / "vocab"), "--layers", "1",
-                 "--width", "32", "--heads", "2", "--context", "48", "--chunk", "32", "--max-steps", "20",
-                 "--batch-size", "8", "--lr", "3e-3", "--out", str(base), "--no-progress", "--eval-split", ""]) == 0
-    for split in ("train", "dev"):
-        assert main(["negatives", "generate", "--data", str(root / "data"), "--generator", str(base), "--vocab",
-                     str(root / "vocab"), "--split", split, "--length", "20", "--contexts", "14", "--stride", "10",
-                     "--k", "2", "--top-k", "0", "--temperature", "2", "--max-windows", "48",
-                     "--out", str(root / f"{split}.jsonl"), "--no-progress"]) == 0
+    world = walking_world(tmp_path_factory.mktemp("lmstats"), "--temperature", "2")
+    root, base = world["root"], world["base"]
     return {"root": root, "data": root / "data", "vocab": root / "vocab", "base": base,
             "train": root / "train.jsonl", "dev": root / "dev.jsonl"}
 

@@ -7,37 +7,18 @@ from __future__ import annotations
 
 import json
 import math
-import random
 
 import numpy as np
 import pytest
-from conftest import walking_doc
+from conftest import walking_world
 
 from textebm.cli import main
-
-_doc = walking_doc
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from textebm.data.layout import write_dataset
-    from textebm.tokenizer import train_tokenizer
-
     root = tmp_path_factory.mktemp("gen")
-    rng = random.Random(0)
-    splits = {split: [{"text": t, "doc": f"{split}-doc{d}"} for d in range(n) for t in _doc(rng, 12)]
-              for split, n in (("train", 12), ("dev", 4), ("test", 4))}
-    write_dataset(root / "data", splits, {"name": "toy"})
-    tok = train_tokenizer([r["text"] for rows in splits.values() for r in rows], vocab_size=300)
-    tok.save_pretrained(root / "vocab")
-    base = root / "base"
-    assert main(["lm", "train", "--data", str(root / "data"), "--tokenizer", str(root / "vocab"), "--layers", "1",
-                 "--width", "32", "--heads", "2", "--context", "48", "--chunk", "32", "--max-steps", "20",
-                 "--batch-size", "8", "--lr", "3e-3", "--out", str(base), "--no-progress", "--eval-split", ""]) == 0
-    for split in ("train", "dev"):
-        assert main(["negatives", "generate", "--data", str(root / "data"), "--generator", str(base), "--vocab",
-                     str(root / "vocab"), "--split", split, "--length", "20", "--contexts", "14", "--stride", "10",
-                     "--k", "2", "--top-k", "0", "--max-windows", "48", "--out", str(root / f"{split}.jsonl"), "--no-progress"]) == 0
+    base = walking_world(root)["base"]
     energy = root / "unit"
     assert main(["residual", "train", "--train", str(root / "train.jsonl"), "--val", str(root / "dev.jsonl"),
                  "--vocab", str(root / "vocab"), "--energy", "unitransf", "--init", str(base), "--loss", "bce",

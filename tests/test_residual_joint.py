@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import word_tokenizer
 
 from textebm.models.build import SmallLMConfig, build_causal_lm
 from textebm.models.lm import LMMeta
@@ -23,13 +24,7 @@ M = 3  # generated tokens
 
 
 def toy_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{w: 3 + i for i, w in enumerate(WORDS)}}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    return word_tokenizer(WORDS)
 
 
 @pytest.fixture(scope="module", autouse=True)
