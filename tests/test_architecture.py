@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "textebm"
 # layer only where ALLOWED says so. Keep in step with docs/architecture.md.
 LAYERS = [
     # 0 foundation: files, errors, options, seeds, precision, reports, checkpoints, grids
-    {"textebm", "errors", "io", "options", "outputs", "cache", "seeds", "precision", "bootstrap", "figures",
+    {"version", "errors", "io", "options", "outputs", "cache", "seeds", "precision", "bootstrap", "figures",
      "markdown", "specs", "checkpoint", "inference", "resumable", "grid", "fingerprint", "progress", "runfolder"},
     {"data", "tokenizer", "assets"},  # 1 readers, datasets, tokenizers, registry assets
     {"energy", "losses", "calibration", "langevin", "sampling"},  # 2 maths on tensors and arrays: heads,
@@ -26,11 +26,11 @@ LAYERS = [
     {"classify", "cloze", "scoring", "detection", "residual", "tagging", "images"},  # 6 the five systems
     {"api", "training"},  # 7 the Python API over the systems (textebm.load and one class a system; the
     # training commands' configs and functions)
-    {"cli", "__main__"},  # 8 the command line
+    {"cli", "__main__", "textebm"},  # 8 the command line, and the package's face (`textebm.load`, lazily)
 ]
-# textebm/__init__.py re-exports the API's names on first use (a PEP 562 __getattr__): an import
-# inside a function, never run by `import textebm`, so it makes no import-time cycle either.
-LAZY = {("textebm", "api"), ("textebm", "training")}
+# textebm/__init__.py re-exports the API's names on first use (a PEP 562 __getattr__), from the top
+# layer: nothing imports the package itself (its version lives in textebm.version).
+LAZY: set[tuple[str, str]] = set()
 ALLOWED = {("residual", "detection"),  # paper d builds on paper c's windows, negatives and energies
            ("__main__", "cli"), *LAZY}
 
@@ -53,7 +53,7 @@ def _unit(module: str) -> str:
     parts = module.split(".")
     named = any(len(parts) > 1 and parts[1] in units for units in LAYERS)
     if len(parts) < 2 or not (named or (SRC / parts[1]).is_dir() or (SRC / f"{parts[1]}.py").is_file()):
-        return "textebm"  # the package itself (`from textebm import __version__`)
+        return "textebm"  # the package itself (`textebm.load`, `textebm.training`)
     return parts[1]
 
 

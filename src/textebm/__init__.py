@@ -5,7 +5,7 @@ docs/api.md); the names of `textebm.api.__all__` are importable from here. The t
 configs and functions are in `textebm.training`.
 """
 
-__version__ = "0.1.0"
+from textebm.version import __version__
 
 # textebm.api's public names, imported on first use (PEP 562), so that `import textebm` loads
 # neither torch nor transformers (`textebm --help` stays fast). tests/test_api.py keeps this list
@@ -17,7 +17,7 @@ __all__ = ["__version__", *_API]
 
 def __getattr__(name: str):
     if name in _API:
-        from textebm import api  # the one import upward, on first use (docs/architecture.md)
+        from textebm import api  # on first use, so that `import textebm` stays light (docs/architecture.md)
 
         return getattr(api, name)
     if name == "training":  # `textebm.training.classify_train(...)` without importing it first

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from textebm import __version__
+from textebm.version import __version__
 from textebm.errors import TextebmError
 from textebm.fingerprint import file_sha256, folder_sha256
 from textebm.io import atomic_write, held, ordinary_modes, temporary_dir, write_json
