@@ -527,6 +527,9 @@ def test_keep_best_ends_with_the_best_validations_weights_also_after_a_kill(tmp_
     assert [(v["step"], v["loss"]) for v in m["train"]["validation"]] == [(12, 3.0), (24, 1.0), (36, 2.0)]
     assert m["train"]["kept"]["step"] == 24
     assert not (tmp_path / "full" / "best").exists()  # removed with the checkpoint after success
+    # the last step's weights are kept beside as RUN/last, a model folder like RUN/model
+    kept_last = load_file(str(tmp_path / "full" / "last" / "model.safetensors"))
+    assert all((kept_last[k] == last[k]).all() for k in last)
     # killed after the best epoch was stored, then resumed: the same weights are kept
     assert run_toy(tmp_path / "cut", "--keep-best", KEEP_BEST, "--kill-at", "27").returncode == 137
     assert json.loads((tmp_path / "cut" / "best" / "best.json").read_text())["step"] == 24
@@ -542,6 +545,7 @@ def test_keep_best_keeps_the_last_weights_when_they_are_best(tmp_path):
     a, b = weights(tmp_path / "a"), weights(tmp_path / "b")
     assert all((a[k] == b[k]).all() for k in a)  # validating changes no training number
     assert json.loads((tmp_path / "a" / "metrics.json").read_text())["train"]["kept"]["step"] == 36
+    assert not (tmp_path / "a" / "last").exists()  # no copy when the last weights are the kept ones
 
 
 def test_keep_best_needs_a_validation_loss(tmp_path):

@@ -487,10 +487,13 @@ class TagGrid:
         if f"{split}_span_f1" in test:  # a BIO tag set (chunking, NER): span F1, the paper's figure there
             out["f1"] = test[f"{split}_span_f1"]
         # with --keep-best, the test accuracy of the last step's weights beside the kept ones'
-        last = run / LAST_DIR
-        out["accuracy_last"] = (tag_eval(TagEvalConfig(model=str(last), data=self.cfg["data"], split=split,
-                                                       threads=self.threads))[f"{split}_accuracy"]
-                                if last.is_dir() else out["accuracy"])
+        last, train = run / LAST_DIR, read_json(run / "metrics.json")["train"]
+        kept_last = not train.get("validation") or train.get("kept") == train["validation"][-1]
+        if last.is_dir():
+            out["accuracy_last"] = tag_eval(TagEvalConfig(model=str(last), data=self.cfg["data"], split=split,
+                                                          threads=self.threads))[f"{split}_accuracy"]
+        else:  # the kept weights are the last ones, or a run from before RUN/last kept no copy of them
+            out["accuracy_last"] = out["accuracy"] if kept_last else None
         if self.ood_here(s):
             ood_split = self.cfg["ood_split"]
             ood = tag_eval(TagEvalConfig(model=str(run), data=self.cfg["ood"], split=ood_split, threads=self.threads))
