@@ -204,8 +204,7 @@ class JointRecipe(TaggerRecipe):
     """The JRF (eq. 6): CRF NLL on a labelled batch + w(step) · DNCE of the marginal on an
     unlabelled batch + the noise LM's NLL; the unlabelled sentences are the main stream. With
     `stage1` (this paper's run_trf_semi.py --model <trf_pretrain>), `prepare` runs or reuses stage 1
-    of pre-training and starts from its encoder and noise LM, ζ estimated with that noise LM as
-    the proposal."""
+    of pre-training and starts from its encoder and noise LM, ζ estimated anew for the JRF."""
 
     def __init__(self, model: SemiSupervisedTagger, vocab: WordVocab, rows: list[dict[str, Any]],
                  unlabelled: list[list[int]], eval_split: str, eval_rows: list[dict[str, Any]], batch_size: int,
@@ -232,7 +231,9 @@ class JointRecipe(TaggerRecipe):
         noise = load_file(str(folder / TRF_FILE))
         self.model.noise.load_state_dict({k[len("noise."):]: v for k, v in noise.items() if k.startswith("noise.")})
         self.model.noise.to(next(self.model.tagger.parameters()).device)
-        start_zeta(self.model, joint=True, seed=self.seed, draws=self.zeta_draws, proposal=True)
+        # ζ from uniform sentences: on a trained TRF the noise LM as proposal spread far more (24 nats over
+        # seeds at 8 draws, 5 at 512, against about 2: bench/results/tagging/zeta_spread.json)
+        start_zeta(self.model, joint=True, seed=self.seed, draws=self.zeta_draws)
         log.info("joint training from stage 1's encoder and noise LM (%s)", folder)
         return True
 
