@@ -149,7 +149,7 @@ def test_nan_energies_stop_with_exit_2_and_nothing_written(world, tmp_path, caps
 
 
 def test_unique_ngram_ratios_by_hand():
-    from textebm.residual.diversity import ngram_ratios, unique_ngram_ratio
+    from textebm.residual.diversity import ngram_ratios, set_unique_ngram_ratio, unique_ngram_ratio
 
     seqs = [[1, 2, 1, 2, 1], [3, 3, 3]]
     # [1 2 1 2 1]: unigrams 2 distinct of 5, bigrams {12, 21} 2 of 4; [3 3 3]: 1 of 3, 1 of 2
@@ -157,7 +157,14 @@ def test_unique_ngram_ratios_by_hand():
     assert unique_ngram_ratio(seqs, 2) == pytest.approx((2 / 4 + 1 / 2) / 2)
     assert unique_ngram_ratio(seqs, 4) == pytest.approx(2 / 2)  # only the first is long enough: 121 212 distinct
     assert unique_ngram_ratio([[1]], 2) is None
-    assert set(ngram_ratios(seqs)) == {"unique_1gram", "unique_2gram", "unique_3gram", "unique_4gram"}
+    assert set(ngram_ratios(seqs)) == {f"{k}_{n}gram" for k in ("unique", "set_unique") for n in (1, 2, 3, 4)}
+    # over the whole set: unigrams {1, 2, 3} of 8; bigrams {12, 21, 33} of 6; the same phrase for
+    # every prefix scores low there while each sequence alone looks varied
+    assert set_unique_ngram_ratio(seqs, 1) == pytest.approx(3 / 8)
+    assert set_unique_ngram_ratio(seqs, 2) == pytest.approx(3 / 6)
+    same = [[5, 6, 7, 8]] * 10
+    assert unique_ngram_ratio(same, 2) == 1.0 and set_unique_ngram_ratio(same, 2) == pytest.approx(3 / 30)
+    assert set_unique_ngram_ratio([[1]], 2) is None
 
 
 def test_ppl_compares_other_lms_on_the_same_tokens(world, tmp_path):

@@ -140,14 +140,17 @@ def write_generate_report(folder: Path, metrics: dict, rows: list[dict], base, v
     """report.md and density.png: diversity, the ESS, the judge, log-density plot, examples."""
     groups = metrics["groups"]
     names = list(groups)
-    orders = [k for k in groups["joint"] if k.startswith("unique_")]
+    orders = [k for k in groups["joint"] if k.startswith(("unique_", "set_unique_"))]  # per sequence, then the set
     lines = [f"# Joint sampling (Algorithm 1): {metrics['prefixes']} prefixes", "",
              (f"{metrics['n']} candidates per prefix from the base LM (top-k {metrics['top_k'] or 'off'}), "
              f"{metrics['length']} tokens after a prefix of {metrics['prefix_len']}; one resampled in proportion "
              f"to exp(−E). Effective sample size of the weights: mean {metrics['ess_mean']:.1f}, median "
              f"{metrics['ess_median']:.1f} of {metrics['n']}. `base` is candidate 0, a plain top-k sample of the base "
              "LM."), "",
-             table(["continuations", *[o.replace("unique_", "unique ") for o in orders], "mean log P_LM",
+             "unique n: distinct n-grams per continuation, averaged; set n: over all the continuations "
+             "together (the paper's figure 2, right).", "",
+             table(["continuations", *[o.replace("set_unique_", "set ").replace("unique_", "unique ") for o in orders],
+                    "mean log P_LM",
                     "mean energy"],
                    [[n, *[_f(groups[n][o], 3) for o in orders], _f(groups[n]["lm_logprob_mean"]),
                      _f(groups[n]["energy_mean"], 3)] for n in names], ["left"] + ["right"] * (len(orders) + 2)), ""]
