@@ -12,7 +12,7 @@ Unlabelled: one seeded permutation (a second stream of the same seed) of the poo
 training sentences outside the 100 % labelled set plus the `extra` sentences (other corpora,
 tokenised the same way); a sentence equal (same tokens) to a 100 %-labelled one or to one of
 `exclude` (dev and test sentences) is left out, and so is one longer than `max_pool_tokens`
-when it is set (a CPU cap on the pool's long tail: docs/ssl.md, "The grid"). The cell
+when it is set (a CPU cap on the pool's long tail: docs/tag-grid.md). The cell
 (p, U/L = r) takes the pool's first r * |labelled(p)| sentences: every smaller pool is a prefix
 of every larger one, across ratios and labelled sizes, so the cells share what they can and
 proportions and ratios stay exact. Brown and

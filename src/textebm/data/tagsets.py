@@ -8,7 +8,7 @@ The 12 universal tags: NOUN VERB ADJ ADV PRON DET ADP NUM CONJ PRT `.` (punctuat
 Penn Treebank tags (`wsj-pos`) follow Petrov et al.'s own `en-ptb.map` (12-tag version), as is.
 
 Brown tags (`brown-pos`) are read by rules, so every one of the corpus's ~470 compound tags has a
-stated reason (docs/ssl.md#data lists the rules; each is tested):
+stated reason (docs/data.md#tag-mappings-textebmdatatagsets lists the rules; each is tested):
 
 1. lower case; a `fw-` prefix (foreign word: `fw-nn`, `fw-in+at-tl`) -> X, whatever follows;
 2. the suffixes `-tl` (in a title), `-hl` (in a headline) and `-nc` (a cited word) are dropped,

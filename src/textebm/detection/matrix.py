@@ -2,7 +2,7 @@
 (2019) as a config, every artifact cached so an interrupted matrix continues and a larger config
 reuses a smaller one's work.
 
-What the config names (see bench/residual/*.json and docs/residual.md):
+What the config names (see bench/residual/*.json and docs/detection.md):
 
 - `corpora`: dataset names of `textebm data prepare` (or {"name": "folder"} for your own);
   `vocab_corpora` (default: the same) train the one shared BPE vocabulary (`vocab_size`).
@@ -107,7 +107,7 @@ ENTRIES = ("data", "vocab", "gen", "neg", "energy", "zeroshot", "cells", "result
 
 @dataclass(kw_only=True)
 class MatrixConfig(grid.GridOptions):
-    config: str = field(metadata={"help": "matrix config JSON (see bench/residual/ and docs/residual.md)"})
+    config: str = field(metadata={"help": "matrix config JSON (see bench/residual/ and docs/detection.md)"})
     out: str = field(metadata={"help": "folder of every cached artifact and the results; a folder the matrix "
                                        "wrote continues where it stopped (it is a cache)"})
     overwrite: bool = field(default=False, metadata={

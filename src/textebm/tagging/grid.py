@@ -4,7 +4,7 @@ and 4 of Song & Ou 2021) as a config, on the grid runner (`textebm.grid`).
     textebm tag grid --config bench/tagging/cpu.json --out runs/tag-grid --plan
     textebm tag grid --config bench/tagging/cpu.json --out runs/tag-grid [--shard 1/2]
 
-The config (JSON, see bench/tagging/cpu.json and docs/ssl.md "The grid"):
+The config (JSON, see bench/tagging/cpu.json and docs/tag-grid.md):
 
 - `data`: a `data prepare brown-pos` folder (train, dev, test splits); `labelled`: the 100 % set's
   size; `proportions` of it (nested: 2 % inside 10 % inside 100 %); `ratios` U/L; `methods` (of
@@ -78,7 +78,7 @@ JOINT_STARTS = ("supervised", "pretrained")  # joint's --init (the cell's superv
 # CPU seconds (user + sys) on one thread, AMD EPYC with avx512_bf16, `--precision auto` (bf16) for
 # training and fp32 for evaluation, at the default config's sizes (embed 64, hidden 100, noise LM
 # 64/100, batch 32): per sentence and pass, from `time`d `tag train` / `tag eval` runs on brown-pos
-# (docs/ssl.md "The grid": the runs, and how to recalibrate). A DNCE sentence costs a fixed part and
+# (docs/tag-grid.md, bench/results/tagging/README.md: the runs, and how to recalibrate). A DNCE sentence costs a fixed part and
 # a part per word of the vocabulary (the noise LM's softmax while it draws and scores, the embeddings'
 # gradients and AdamW): 13.1 ms at 12.6k words and 37.5 ms at 45.6k (pools of 12,500 and 125,000
 # sentences, at most 60 tokens each, quiet), so 3.8 ms + 0.74 us a word; 11.2 ms measured at 10k.
@@ -89,8 +89,8 @@ SECONDS = {"labelled": 0.0016,      # one labelled sentence through the CRF's fo
            "eval": 0.00025,         # one sentence tagged (Viterbi) by `tag eval` or a dev evaluation
            "start": 4.0,            # reading the data, drawing the split, building the vocabulary: per run
            "pool": 13.0}            # reading and cutting the `unlabelled` corpora (184k rows): per run that has them
-# --char-cnn's cost as a factor of the word-only network's, from `tag train` runs side by side (docs/ssl.md
-# "The grid"): 40 DNCE steps of 32 sentences at 2 % / U/L 50 of a 45,000-sentence labelled set, 0.52 s a step
+# --char-cnn's cost as a factor of the word-only network's, from `tag train` runs side by side
+# (docs/tag-grid.md): 40 DNCE steps of 32 sentences at 2 % / U/L 50 of a 45,000-sentence labelled set, 0.52 s a step
 # against 0.24 (bf16, one thread); a labelled or tagged sentence about twice.
 CHAR_COST = {"unlabelled": 2.2, "labelled": 2.0, "eval": 2.0}
 # The vocabulary of labelled + n pool sentences (min_count 2) grows as about 41 n^0.594 words: through

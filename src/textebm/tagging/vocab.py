@@ -10,7 +10,7 @@ the same ids. With `lowercase`, words are lowercased before counting and before 
 seen fewer than `min_count` times maps to the unknown id, so that its vector is trained on the
 rare words and serves the unseen ones at test time. `max_words` > 0 keeps only that many of the
 most frequent (a semi-supervised pool of 200k sentences has 60k words seen twice; the noise LM's
-softmax and every embedding grow with them: docs/ssl.md "The pool").
+softmax and every embedding grow with them: docs/tag-grid.md).
 
 With `chars=True` the vocabulary also holds the characters of the sentences (`chars`: id 0
 padding, 1 an unknown character, 2 and 3 the begin- and end-of-word marks, then the characters
