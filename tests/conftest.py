@@ -93,23 +93,30 @@ def walking_doc(rng, n: int) -> list[str]:
     return out
 
 
+def toy_corpus(root, doc) -> None:
+    """ROOT/data, a dataset of 12 / 4 / 4 documents of 12 sentences `doc(rng, 12)` each (seed 0),
+    split by document, and ROOT/vocab, a 300-entry BPE vocabulary over all of it."""
+    import random
+
+    from textebm.data.layout import write_dataset
+    from textebm.tokenizer import train_tokenizer
+
+    rng = random.Random(0)
+    splits = {split: [{"text": t, "doc": f"{split}-doc{d}"} for d in range(n) for t in doc(rng, 12)]
+              for split, n in (("train", 12), ("dev", 4), ("test", 4))}
+    write_dataset(root / "data", splits, {"name": "toy"})
+    tok = train_tokenizer([r["text"] for rows in splits.values() for r in rows], vocab_size=300)
+    tok.save_pretrained(root / "vocab")
+
+
 def walking_world(root, *negatives_extra: str) -> dict:
     """The tiny world of the generation tests in `root`: a walking-words corpus split by document,
     a shared BPE vocabulary, a 1 x 32 base LM trained 20 steps, and its untruncated negatives of
     the train and dev splits (windows of 20 = 14 + 6 tokens, k = 2; `negatives_extra` adds
     `negatives generate` options, e.g. another temperature)."""
-    import random
-
     from textebm.cli import main
-    from textebm.data.layout import write_dataset
-    from textebm.tokenizer import train_tokenizer
 
-    rng = random.Random(0)
-    splits = {split: [{"text": t, "doc": f"{split}-doc{d}"} for d in range(n) for t in walking_doc(rng, 12)]
-              for split, n in (("train", 12), ("dev", 4), ("test", 4))}
-    write_dataset(root / "data", splits, {"name": "toy"})
-    tok = train_tokenizer([r["text"] for rows in splits.values() for r in rows], vocab_size=300)
-    tok.save_pretrained(root / "vocab")
+    toy_corpus(root, walking_doc)
     base = root / "base"
     assert main(["lm", "train", "--data", str(root / "data"), "--tokenizer", str(root / "vocab"), "--layers", "1",
                  "--width", "32", "--heads", "2", "--context", "48", "--chunk", "32", "--max-steps", "20",

@@ -5,13 +5,12 @@ matrix and its cache, and their errors (exit 2)."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import walking_doc
+from conftest import toy_corpus, walking_doc
 
 from textebm.cli import main
 
@@ -22,16 +21,8 @@ _doc = walking_doc
 def corpus(tmp_path_factory):
     """A dataset folder split by document, a shared BPE vocabulary, and tiny l2r / r2l generators
     (transformer and gated conv) trained for a few steps by `lm train`."""
-    from textebm.data.layout import write_dataset
-    from textebm.tokenizer import train_tokenizer
-
     root = tmp_path_factory.mktemp("residual")
-    rng = random.Random(0)
-    splits = {split: [{"text": t, "doc": f"{split}-doc{d}"} for d in range(n) for t in _doc(rng, 12)]
-              for split, n in (("train", 12), ("dev", 4), ("test", 4))}
-    write_dataset(root / "data", splits, {"name": "toy"})
-    tok = train_tokenizer([r["text"] for rows in splits.values() for r in rows], vocab_size=300)
-    tok.save_pretrained(root / "vocab")
+    toy_corpus(root, _doc)
     gens = {}
     for arch, direction, seed in (("transformer", "l2r", 0), ("transformer", "r2l", 0), ("transformer", "l2r", 1),
                                   ("gcnn", "l2r", 0)):
