@@ -576,3 +576,11 @@ def test_patience_stops_when_the_validation_loss_stops_improving(tmp_path):
     assert m["steps"] == 60 and not m["stopped_early"] and m["kept"]["step"] == 60
     refused = run_toy(tmp_path / "x", "--patience", "1")
     assert refused.returncode == 2 and "needs keep_best" in refused.stderr and not (tmp_path / "x").exists()
+
+
+def test_a_cycling_stream_smaller_than_a_batch_is_a_clear_error():
+    from textebm.data.batching import BucketBatchSampler, CycleBatchSampler
+    from textebm.errors import TextebmError
+
+    with pytest.raises(TextebmError, match="a cycling stream needs at least batch_size"):
+        CycleBatchSampler(BucketBatchSampler([1, 2], 4, 0), 3)

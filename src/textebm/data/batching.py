@@ -4,11 +4,12 @@ padding (generation, so that every row's next token is in the last column)."""
 from __future__ import annotations
 
 import math
-import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch.utils.data import Sampler
+
+from textebm.errors import TextebmError
 
 
 def right_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
