@@ -24,7 +24,7 @@ from typing import Sequence
 from textebm.data.streams import starts
 from textebm.errors import InputError, TextebmError
 from textebm.io import iter_jsonl
-from textebm.seeds import derive_seed
+from textebm.seeds import derive_seed, seeded_sample
 
 DIRECTIONS = ("l2r", "r2l")
 
@@ -49,7 +49,7 @@ def make_windows(streams: Sequence[tuple[str, list[int]]], corpus: str, split: s
                          f"got {list(contexts)}")
     places = [(doc, s) for doc, ids in streams for s in starts(len(ids), length, stride)]
     if max_windows and len(places) > max_windows:
-        keep = sorted(random.Random(derive_seed(seed, corpus, split, "subset")).sample(range(len(places)), max_windows))
+        keep = seeded_sample(len(places), max_windows, seed, corpus, split, "subset")
         places = [places[i] for i in keep]
     by_doc = dict(streams)
     out = []

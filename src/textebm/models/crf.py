@@ -91,7 +91,7 @@ def char_features(emb: nn.Embedding, convs: nn.ModuleList, chars: Tensor) -> Ten
         w = c.kernel_size[0]
         out.append(torch.relu(c(nn.functional.pad(x, ((w - 1) // 2, w - 1 - (w - 1) // 2)))))  # (N, filters, C)
     conv = torch.cat(out, 1) * present  # (N, F, C)
-    return conv.amax(2) if conv.shape[2] else conv.sum(2)  # (N, F)
+    return conv.amax(2)  # (N, F)
 
 
 class BiLSTMCRF(nn.Module):

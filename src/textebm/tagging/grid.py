@@ -52,6 +52,7 @@ from textebm.runfolder import LAST_DIR, run_completed
 from textebm.tagging.commands import TagEvalConfig, tag_eval
 from textebm.tagging.recipes import STAGE1
 from textebm.tagging.train import (
+    INIT_KEEPS,
     STAGE1_SHAPING,
     JOINT_OPTIONS,
     PRETRAIN_OPTIONS,
@@ -69,7 +70,6 @@ METHODS = ("supervised", "pretrain", "frozen", "joint")  # frozen: pretrain --fr
 GRID_SET = ("data", "out", "method", "labelled", "proportion", "ratio", "seed", "split_seed", "init", "threads",
             "progress", "resume", "overwrite", "tag_column", "unlabelled", "from_pretrained", "stage1_cache")
 
-INIT_KEEPS = ("embed", "hidden", "layers", "lowercase")  # joint takes these from its --init (the supervised run)
 DEFAULTS = {"proportions": [0.02, 0.1, 1.0], "ratios": [50, 250, 500], "methods": ["supervised", "pretrain", "joint"],
             "seeds": [0, 1, 2], "unlabelled": [], "ood": "", "ood_split": "test", "ood_proportion": 0.1,
             "test_split": "test", "joint_start": "supervised", "joint_min_steps": 0, "options": {}}
@@ -183,16 +183,17 @@ def read_config(path: str | Path) -> dict:
 
 
 def _check_shared_stage1(path, cfg: dict) -> None:
-    """The cells that share pretrain's stage 1 (frozen; joint from pre-training) may not set an
-    option that shapes stage 1 otherwise than pretrain has it: they would train a stage 1 of their
-    own, and the comparison would not start from one TRF."""
+    """The cells that share pretrain's stage 1 (frozen; joint from pre-training) may not set, in
+    their own section, an option that shapes stage 1 otherwise than pretrain has it: they would
+    train a stage 1 of their own, and the comparison would not start from one TRF (`method_options`
+    gives them pretrain's values of everything else)."""
     pre = method_options(cfg, "pretrain")
     sharing = [m for m in ("frozen", "joint") if m in cfg["methods"]
                and (m == "frozen" or cfg["joint_start"] == "pretrained")]
     for m in sharing:
-        own = {**cfg["options"].get("all", {}), **cfg["options"].get(m, {})}
+        own = cfg["options"].get(m, {})
         for k in STAGE1_SHAPING:
-            if k in own and k in pre and own[k] != pre[k] or k in cfg["options"].get(m, {}) and k not in pre:
+            if k in own and own[k] != pre.get(k):
                 raise InputError(path, f"`options.{m}.{k}`: {own[k]!r} where pretrain has {pre.get(k)!r}; {m} starts "
                                        "from pretrain's stage 1, so options that shape it are pretrain's (set them "
                                        "in `options.pretrain` or `options.all`)")
@@ -480,14 +481,15 @@ class TagGrid:
         run = self.ensure_run(s)
         split = self.cfg["test_split"]
         test = tag_eval(TagEvalConfig(model=str(run), data=self.cfg["data"], split=split, threads=self.threads))
+        metrics = read_json(run / "metrics.json")
         out = {"method": s.method, "proportion": s.proportion, "ratio": s.ratio, "seed": s.seed,
                "labelled_sentences": round(s.proportion * self.cfg["labelled"]),
                "accuracy": test[f"{split}_accuracy"], "test_sentences": test[f"{split}_sentences"],
-               "run": str(run.relative_to(self.out)), **training_steps(run, s.method)}
+               "run": str(run.relative_to(self.out)), **training_steps(run, s.method, metrics)}
         if f"{split}_span_f1" in test:  # a BIO tag set (chunking, NER): span F1, the paper's figure there
             out["f1"] = test[f"{split}_span_f1"]
         # with --keep-best, the test accuracy of the last step's weights beside the kept ones'
-        last, train = run / LAST_DIR, read_json(run / "metrics.json")["train"]
+        last, train = run / LAST_DIR, metrics["train"]
         kept_last = not train.get("validation") or train.get("kept") == train["validation"][-1]
         if last.is_dir():
             out["accuracy_last"] = tag_eval(TagEvalConfig(model=str(last), data=self.cfg["data"], split=split,
@@ -501,20 +503,21 @@ class TagGrid:
         return out
 
 
-def training_steps(run: Path, method: str) -> dict:
+def training_steps(run: Path, method: str, metrics: dict | None = None) -> dict:
     """What a cell's run trained: its CRF steps (labelled batches), its DNCE steps (pretrain:
-    stage 1's; joint: one unlabelled batch a step), and with --keep-best the dev accuracy of the
-    weights it kept beside the last epoch's (`1 - validation loss`)."""
-    metrics = read_json(run / "metrics.json")
+    stage 1's; joint: one unlabelled batch a step, and its stage 1's when it started from one), and
+    with --keep-best the dev accuracy of the weights it kept beside the last epoch's (`1 -
+    validation loss`). `metrics`: RUN/metrics.json when the caller has read it."""
+    metrics = metrics if metrics is not None else read_json(run / "metrics.json")
     train = metrics["train"]
     out = {"crf_steps": train["steps"]}
-    stage1 = Path(metrics.get("eval", {}).get("stage1", run / STAGE1))  # where stage 1 was (the cache, or RUN/pretrain)
+    stage1 = metrics.get("eval", {}).get("stage1")  # where stage 1 was (the cache, or RUN/pretrain)
     if method in ("pretrain", "frozen"):
-        out["dnce_steps"] = read_json(stage1 / "metrics.json")["train"]["steps"]
+        out["dnce_steps"] = read_json(Path(stage1 or run / STAGE1) / "metrics.json")["train"]["steps"]
     elif method == "joint":
         out["dnce_steps"] = train["steps"]
-        if (stage1 / "metrics.json").is_file() and "stage1" in metrics.get("eval", {}):
-            out["stage1_dnce_steps"] = read_json(stage1 / "metrics.json")["train"]["steps"]
+        if stage1 and (Path(stage1) / "metrics.json").is_file():
+            out["stage1_dnce_steps"] = read_json(Path(stage1) / "metrics.json")["train"]["steps"]
     if train.get("kept") and train.get("validation"):
         out["dev_accuracy_kept"] = 1.0 - train["kept"]["loss"]
         out["dev_accuracy_last"] = 1.0 - train["validation"][-1]["loss"]

@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from textebm.data.batching import right_pad
 from textebm.errors import TextebmError
 from textebm.losses.crf import crf_nll
-from textebm.models.crf import BiLSTMCRF, save_tagger
+from textebm.models.crf import BiLSTMCRF, TaggerSpec, save_tagger
 from textebm.models.trf import TRFHead
 from textebm.seeds import derive_seed
 from textebm.tagging.folder import tag_batch, tag_sentences
@@ -249,6 +249,15 @@ class JointRecipe(TaggerRecipe):
                                                     "nce_accuracy": out.accuracy}
 
 
+def tagger_for(spec: TaggerSpec, vocab: WordVocab) -> BiLSTMCRF:
+    """A fresh tagger of `spec` over `vocab`, with its words' characters in the character CNN's
+    table when it has one."""
+    model = BiLSTMCRF(spec)
+    if spec.char_vocab:
+        model.set_word_chars(vocab.word_chars())
+    return model
+
+
 def transfer_tagger(init: BiLSTMCRF, init_vocab: WordVocab, vocab: WordVocab, dropout: float) -> BiLSTMCRF:
     """A tagger over `vocab` with `init`'s weights: each word's embedding is init's for the same
     word, or init's unknown word's (what init gave it); so it tags every sentence as init does.
@@ -256,10 +265,9 @@ def transfer_tagger(init: BiLSTMCRF, init_vocab: WordVocab, vocab: WordVocab, dr
     if vocab.chars != init_vocab.chars:
         raise ValueError("the new vocabulary must spell with the initial tagger's characters")
     spec = dataclasses.replace(init.spec, vocab_size=len(vocab), dropout=dropout, pad_id=vocab.pad_id)
-    model = BiLSTMCRF(spec)
+    model = tagger_for(spec, vocab)
     state = {k: v for k, v in init.state_dict().items() if not k.startswith(("embed.", "word_chars"))}
     if spec.char_vocab:
-        model.set_word_chars(vocab.word_chars())
         state["word_chars"] = model.word_chars
     rows = torch.tensor([init_vocab.index.get(w, init_vocab.unk_id) for w in vocab.words])  # (V,)
     rows[vocab.pad_id] = init_vocab.pad_id
@@ -268,11 +276,10 @@ def transfer_tagger(init: BiLSTMCRF, init_vocab: WordVocab, vocab: WordVocab, dr
     return model
 
 
-def start_zeta(model: SemiSupervisedTagger, joint: bool, seed: int, draws: int = 8, proposal: bool = False) -> None:
+def start_zeta(model: SemiSupervisedTagger, joint: bool, seed: int, draws: int = 8) -> None:
     """ζ of `model`'s TRF set to `estimate_zeta`'s log Z_l of its potential at the start (the
     tagger in eval mode: no dropout), instead of l·log V, the zero potential's: the JRF of a trained
-    tagger (--init) has log-partitions far above zero, which DNCE would otherwise first push down.
-    With `proposal`, the estimate draws from the model's (trained) noise LM instead of uniformly."""
+    tagger (--init) has log-partitions far above zero, which DNCE would otherwise first push down."""
     potential = ((lambda ids, m: TRFHead.marginal_potential(model.tagger, ids, m)) if joint
                  else (lambda ids, m: model.trf.potential(model.tagger, ids, m)))
     generator = torch.Generator().manual_seed(derive_seed(seed, "tag-train", "zeta"))
@@ -280,7 +287,7 @@ def start_zeta(model: SemiSupervisedTagger, joint: bool, seed: int, draws: int =
     model.eval()
     spec = model.tagger.spec
     zeta = estimate_zeta(potential, model.trf.log_pi.exp(), spec.vocab_size, spec.pad_id, n=draws,
-                         generator=generator, proposal=model.noise if proposal else None)
+                         generator=generator)
     with torch.no_grad():
         model.trf.zeta.copy_(zeta)
     model.train(was)

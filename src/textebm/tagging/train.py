@@ -42,7 +42,6 @@ import copy
 import dataclasses
 import logging
 import os
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -60,20 +59,21 @@ from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, length_distribution
 from textebm.options import check_config, field_default, refuse_unused
 from textebm.runfolder import check_run_dir, eval_split_of, options_dict, RESUME_FREE, run_completed
-from textebm.seeds import derive_seed
+from textebm.seeds import seeded_sample
 from textebm.tagging.folder import load_tagging_model
 from textebm.tagging.recipes import (
-    STAGE1,
+    encode,
     FineTuneRecipe,
     JointRecipe,
-    TaggerRecipe,
-    TRFRecipe,
-    encode,
+    STAGE1,
     start_zeta,
+    tagger_for,
+    TaggerRecipe,
     transfer_tagger,
+    TRFRecipe,
 )
 from textebm.tagging.ssl import DNCESpec, SemiSupervisedTagger
-from textebm.tagging.vocab import WordVocab, build_vocab
+from textebm.tagging.vocab import MAX_WORD_CHARS, WordVocab, build_vocab
 from textebm.train import seed_everything, train, TrainOptions
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ log = logging.getLogger(__name__)
 METHODS = ["supervised", "pretrain", "joint"]
 SSL_OPTIONS = ["ratio", "unlabelled", "unlabelled_max_tokens", "dnce_alpha", "noise_ratio", "noise_lr", "noise_embed",
                "noise_hidden", "zeta_lr", "zeta_draws"]  # pretrain, joint
+INIT_KEEPS = ("embed", "hidden", "layers", "lowercase", "char_embed", "char_filters")  # joint takes them from --init
 STAGE1_OPTIONS = ["pretrain_epochs", "pretrain_steps", "pretrain_lr", "stage1_cache"]  # pretrain; joint --from-pretrained
 PRETRAIN_OPTIONS = [*STAGE1_OPTIONS, "freeze"]
 JOINT_OPTIONS = ["unlabelled_weight", "ramp_steps", "init", "from_pretrained"]
@@ -189,8 +190,8 @@ class TagTrainConfig(TrainOptions):
                 "script does); words it lacks start as its unknown word"})
     from_pretrained: bool = field(default=False, metadata={
         "help": "joint: start from stage 1 of pre-training (trained, or reused from --stage1-cache): its "
-                "embeddings, character CNN, BiLSTM and noise LM, a new output layer and A, zeta estimated with "
-                "the noise LM as proposal (this paper's run_trf_semi.py --model <trf_pretrain>)"})
+                "embeddings, character CNN, BiLSTM and noise LM, a new output layer and A, zeta estimated anew "
+                "(this paper's run_trf_semi.py --model <trf_pretrain>)"})
 
     def check(self) -> None:
         super().check()
@@ -205,7 +206,7 @@ class TagTrainConfig(TrainOptions):
             if self.from_pretrained and self.init:
                 raise TextebmError("--from-pretrained and --init: joint training starts from one of them; give one")
             if self.init:
-                refuse_unused(self, ["embed", "hidden", "layers", "lowercase", "char_embed", "char_filters"],
+                refuse_unused(self, list(INIT_KEEPS),
                               "with --init (the sizes and the lowercasing are the initial tagger's)")
         if not self.char_cnn:
             refuse_unused(self, ["char_embed", "char_filters"], "without --char-cnn")
@@ -293,7 +294,7 @@ def measured_rows(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]
     drawn with a fixed seed (--eval-limit), in their file order."""
     if not limit or len(rows) <= limit:
         return rows
-    keep = sorted(random.Random(derive_seed(0, "eval-limit")).sample(range(len(rows)), limit))
+    keep = seeded_sample(len(rows), limit, 0, "eval-limit")
     return [rows[i] for i in keep]
 
 
@@ -301,11 +302,8 @@ def new_tagger(cfg: TagTrainConfig, vocab: WordVocab, tags: list[str]) -> BiLSTM
     """A fresh tagger of the options' sizes over `vocab` (with its character table under --char-cnn)."""
     spec = TaggerSpec(vocab_size=len(vocab), tags=tags, embed=cfg.embed, hidden=cfg.hidden, layers=cfg.layers,
                       dropout=cfg.dropout, pad_id=vocab.pad_id, char_vocab=len(vocab.chars),
-                      char_embed=cfg.char_embed, char_filters=cfg.char_filters)
-    model = BiLSTMCRF(spec)
-    if vocab.chars:
-        model.set_word_chars(vocab.word_chars())
-    return model
+                      char_embed=cfg.char_embed, char_filters=cfg.char_filters, word_chars=MAX_WORD_CHARS)
+    return tagger_for(spec, vocab)
 
 
 def stage2_frozen(cfg: TagTrainConfig) -> tuple[bool, bool]:
@@ -325,10 +323,11 @@ STAGE1_TRAIN_KEYS = ("seed", "batch_size", "grad_accum", "weight_decay", "warmup
                      "precision", "checkpoint_every", "log_every", "keep_checkpoint", "threads", "progress")
 STAGE1_OWN = ("lowercase", "min_count", "embed", "hidden", "layers", "dropout", "dnce_alpha", "noise_ratio", "noise_lr",
               "noise_embed", "noise_hidden")
+STAGE1_IF_SET = ("max_words", "unlabelled_max_tokens", "zeta_lr")  # recorded only when set (older stage 1s resume)
+STAGE1_CHARS = ("char_cnn", "char_embed", "char_filters")  # recorded with --char-cnn
 # every option stage 1 depends on (what --stage1-cache keys it by): a grid gives them to all its cells of one pool
-STAGE1_SHAPING = (*STAGE1_OWN, "max_words", "unlabelled_max_tokens", "zeta_lr", "zeta_draws", "char_cnn", "char_embed",
-                  "char_filters", "pretrain_epochs", "pretrain_steps", "pretrain_lr", "batch_size", "grad_accum",
-                  "weight_decay", "warmup", "schedule", "grad_clip", "precision")
+STAGE1_SHAPING = (*STAGE1_OWN, *STAGE1_IF_SET, "zeta_draws", *STAGE1_CHARS, "pretrain_epochs", "pretrain_steps",
+                  "pretrain_lr", *(k for k in STAGE1_TRAIN_KEYS if k not in RESUME_FREE | {"log_every", "seed"}))
 STAGE1_DRAW = ("data", "labelled", "proportion", "split_seed", "ratio")  # in RUN/pretrain's config (the cache keys content)
 
 
@@ -340,9 +339,9 @@ def train_stage1(cfg: TagTrainConfig, run: Path, trf_model: SemiSupervisedTagger
     whichever run needs it first; -> the folder of its tagger (and the TRF's `trf.safetensors`)."""
     own = {k: getattr(cfg, k) for k in STAGE1_OWN}
     # recorded only when set, so that a stage 1 written before these options existed still resumes
-    own.update({k: getattr(cfg, k) for k in ("max_words", "unlabelled_max_tokens", "zeta_lr") if getattr(cfg, k)})
+    own.update({k: getattr(cfg, k) for k in STAGE1_IF_SET if getattr(cfg, k)})
     if cfg.char_cnn:
-        own.update({k: getattr(cfg, k) for k in ("char_cnn", "char_embed", "char_filters")})
+        own.update({k: getattr(cfg, k) for k in STAGE1_CHARS})
     if cfg.zeta_draws != 8:
         own["zeta_draws"] = cfg.zeta_draws
     schedule = {"epochs": cfg.pretrain_epochs, "max_steps": cfg.pretrain_steps, "lr": cfg.pretrain_lr,
@@ -430,9 +429,7 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
     config = {**options_dict(cfg), **inputs}
     stage1 = None
     if cfg.method == "pretrain" or cfg.from_pretrained:
-        stage1_tagger = BiLSTMCRF(tagger.spec)
-        if vocab.chars:
-            stage1_tagger.set_word_chars(vocab.word_chars())
+        stage1_tagger = tagger_for(tagger.spec, vocab)
         # joint --from-pretrained: stage 1 trains a copy (the loop may move it to a device), joint loads its weights
         trf_noise = copy.deepcopy(noise) if cfg.method == "joint" else noise
         trf_model = SemiSupervisedTagger(stage1_tagger, TRFHead(len(vocab), tagger.spec.hidden, pi), trf_noise)
