@@ -216,9 +216,9 @@ def test_a_training_precision_states_no_score_tolerance():
 
 
 def test_the_loader_converts_for_the_target_device_before_moving(monkeypatch):
-    from textebm.models import load
+    from textebm.models import load, mixed
 
     seen = []
-    monkeypatch.setattr(load, "bf16_products", lambda device: seen.append(device) or "cast")
+    monkeypatch.setattr(mixed, "bf16_products", lambda device: seen.append(device) or "cast")
     model = load._place(tiny_llama(layers=1), torch.bfloat16, "cpu")
     assert seen == ["cpu"] and model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16

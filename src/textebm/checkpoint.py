@@ -101,10 +101,15 @@ def save_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler,
     return target
 
 
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether RUN holds a finished checkpoint (its state.json is written last)."""
+    return (Path(run_dir) / CHECKPOINT_DIR / "state.json").is_file()
+
+
 def load_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler, rank: int = 0) -> dict:
     """Restore weights, optimizer, scheduler and this process's RNG; return state.json."""
     ckpt = Path(run_dir) / CHECKPOINT_DIR
-    if not (ckpt / "state.json").is_file():
+    if not has_checkpoint(run_dir):
         raise TextebmError(f"{ckpt}: no checkpoint to resume from")
     missing, unexpected = load_model(model, str(ckpt / "model.safetensors"), strict=False)
     if unexpected or [m for m in missing if not _is_tied(model, m)]:

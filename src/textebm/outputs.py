@@ -103,12 +103,16 @@ def _non_empty(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
 
 
+def plain_name(n) -> bool:
+    """Whether `n` is a plain entry name (no folder above, no path): what a marker or a journal
+    may name for textebm to move or remove inside its folder."""
+    return isinstance(n, str) and n not in ("", ".", "..") and "/" not in n and "\\" not in n
+
+
 def own_entries(marker: dict | None) -> list[str]:
-    """The entries a marker lists, keeping only plain names (no folders above, no paths): a
-    damaged or hand-edited marker must never make textebm delete outside its folder."""
-    names = (marker or {}).get("entries", [])
-    return [n for n in names if isinstance(n, str) and n and n not in (".", "..") and "/" not in n
-            and "\\" not in n and n != MARKER]
+    """The entries a marker lists, keeping only plain names: a damaged or hand-edited marker must
+    never make textebm delete outside its folder."""
+    return [n for n in (marker or {}).get("entries", []) if plain_name(n) and n != MARKER]
 
 
 def _check_parent(path: Path, option: str) -> None:
@@ -359,18 +363,19 @@ def recover_interrupted(path: str | Path) -> bool:
             shutil.rmtree(p, ignore_errors=True)
         return False
     name = plan.get("aside")
-    if not (isinstance(name, str) and name.startswith(ASIDE_PREFIX) and "/" not in name and "\\" not in name):
+    if not (plain_name(name) and name.startswith(ASIDE_PREFIX)):
         log.warning("%s: %s names no folder of its own (%r); nothing rolled back: check the folder by hand",
                     path, SWAP_JOURNAL, name)
         return False
-    if held(Path(str(plan.get("tmp", "")))):  # the replacement is live in another process: not ours to undo
+    tmp = plan.get("tmp")
+    if isinstance(tmp, str) and tmp and held(tmp):  # the replacement is live in another process: not ours to undo
         return False
     aside = path / name
     if not aside.is_dir():  # killed before the folder aside was made: nothing had moved
         journal.unlink()
         return False
-    old = [n for n in plan.get("old", []) if isinstance(n, str) and "/" not in n and n not in (".", "..", "")]
-    new = [n for n in plan.get("new", []) if isinstance(n, str) and "/" not in n and n not in (".", "..", "")]
+    old = [n for n in plan.get("old", []) if plain_name(n)]
+    new = [n for n in plan.get("new", []) if plain_name(n)]
     for name in new:  # a new entry is in `path` when its old namesake went aside, or it had none
         if os.path.lexists(path / name) and (os.path.lexists(aside / name) or name not in old):
             remove(path / name)

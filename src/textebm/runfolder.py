@@ -20,11 +20,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from textebm.checkpoint import BEST_DIR, load_checkpoint, load_extra_state, rng_state, save_checkpoint
+from textebm.checkpoint import (
+    BEST_DIR,
+    CHECKPOINT_DIR,
+    has_checkpoint,
+    load_checkpoint,
+    load_extra_state,
+    rng_state,
+    save_checkpoint,
+)
 from textebm.errors import TextebmError
 from textebm.io import read_json, write_json
 from textebm.options import field_default
@@ -49,7 +56,7 @@ RESUME_FREE = {"resume", "overwrite", "progress", "threads", "keep_checkpoint", 
 LAST_DIR = "last"  # under keep_best, the last step's model when the run keeps an earlier one
 
 
-RUN_ENTRIES = ["config.json", "checkpoint", "metrics.json", "model", BEST_DIR, LAST_DIR]  # what a run folder holds
+RUN_ENTRIES = ["config.json", CHECKPOINT_DIR, "metrics.json", "model", BEST_DIR, LAST_DIR]  # what a run folder holds
 
 
 def eval_split_of(cfg) -> str:
@@ -139,7 +146,7 @@ def set_aside(run: Path) -> None:
     taken for a failed try and removed."""
 
     aside, moving = run / SET_ASIDE, run / SETTING_ASIDE
-    if aside.is_dir() and (run / "checkpoint" / "state.json").is_file():
+    if aside.is_dir() and has_checkpoint(run):
         remove(aside)  # the run here got past its checkpoint before it stopped: it is the one to replace
     marker = read_marker(run) or (read_marker(moving) if moving.is_dir() else None)
     names = [n for n in [*own_entries(marker), MARKER]
@@ -164,7 +171,7 @@ def drop_set_aside(run: Path) -> None:
 
 def holds_progress(run: Path) -> bool:
     """True when RUN holds something a --resume continues from: a checkpoint or the model."""
-    return (run / "checkpoint" / "state.json").is_file() or (run / "model").exists()
+    return has_checkpoint(run) or (run / "model").exists()
 
 
 def stages_with_progress(run: Path, entries: Sequence[str]) -> list[str]:
@@ -232,12 +239,12 @@ class RunFolder:
 
     def __init__(self, path: Path, accelerator):
         self.path, self.accelerator = Path(path), accelerator
-        self.checkpoint = self.path / "checkpoint"
+        self.checkpoint = self.path / CHECKPOINT_DIR
 
     def has_checkpoint(self) -> bool:
-        return (self.checkpoint / "state.json").is_file()
+        return has_checkpoint(self.path)
 
-    def save_checkpoint(self, recipe: Recipe, optimizer, scheduler, state: dict) -> None:
+    def save_checkpoint(self, recipe, optimizer, scheduler, state: dict) -> None:
         acc = self.accelerator
         tensors, meta = rng_state()
         own = {k: v.detach().cpu().contiguous() for k, v in recipe.state().items()}
@@ -248,7 +255,7 @@ class RunFolder:
             drop_set_aside(self.path)  # this run now has a checkpoint: the run it replaces goes
         acc.wait_for_everyone()
 
-    def load_checkpoint(self, recipe: Recipe, optimizer, scheduler) -> dict:
+    def load_checkpoint(self, recipe, optimizer, scheduler) -> dict:
         rank = self.accelerator.process_index
         st = load_checkpoint(self.path, recipe.model, optimizer, scheduler, rank=rank)
         extra = load_extra_state(self.path, rank)

@@ -62,13 +62,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from textebm.checkpoint import BEST_DIR, load_best, load_checkpoint, save_best, save_checkpoint
+from textebm.checkpoint import BEST_DIR, load_best, save_best
 from textebm.data.batching import BucketBatchSampler, CycleBatchSampler
 from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
 from textebm.inference import set_threads
 from textebm.io import atomic_dir, read_json, write_json
 from textebm.options import threads_field
-from textebm.outputs import remove, seal_marker
+from textebm.outputs import seal_marker
 from textebm.precision import resolve_precision
 from textebm.progress import on_terminal
 from textebm.runfolder import (  # the run folder's policy, which the loop below follows

@@ -36,6 +36,7 @@ from pathlib import Path
 from textebm import grid
 from textebm.calibration.report import method_label, render_table
 from textebm.calibration.uncertainty import seed_summary, summarise_seeds
+from textebm.checkpoint import has_checkpoint
 from textebm.classify.data import check_eval_labels, label_vocab
 from textebm.classify.evaluate import ClassifyEvalConfig, evaluate_runs
 from textebm.classify.train import ClassifyTrainConfig, classify_train
@@ -555,7 +556,7 @@ def _resumable(c):
     """Resume a half-finished run left by an interrupted quickstart, else start it afresh (the
     run is the quickstart's own, so --overwrite replaces only what textebm wrote there)."""
     run = Path(c.out)
-    if (run / "checkpoint" / "state.json").is_file():
+    if has_checkpoint(run):
         c.resume = True
     elif run.exists():
         c.overwrite = True

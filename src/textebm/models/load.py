@@ -51,7 +51,6 @@ from textebm.models.lm import ensure_special_tokens, read_meta
 from textebm.models.mixed import mixed_precision
 from textebm.models.seq_energy import build_energy
 from textebm.outputs import read_marker
-from textebm.precision import bf16_products
 
 # Folders textebm writes, recognised by their marker file (each kind declared beside its model).
 MARKED: dict[str, ModelKind] = {k.name: k for k in (classifier.KIND, cloze.KIND, seq_energy.KIND, ralm.KIND,
@@ -246,7 +245,7 @@ def _place(model: torch.nn.Module, dtype: torch.dtype | None, device: str | torc
     the residual stream, norms, softmax and output layer in fp32), never cast whole."""
     if dtype is not None:  # converted where it was loaded (the CPU), then moved: a GPU never holds the fp32 copy
         target = torch.device(device) if device is not None else next(model.parameters()).device
-        model = mixed_precision(model, dtype, bf16_products(target.type) if dtype == torch.bfloat16 else "cast")
+        model = mixed_precision(model, dtype, device=target.type)
     if device is not None:
         model = model.to(device=device)
     return model

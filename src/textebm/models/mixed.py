@@ -105,16 +105,17 @@ def _mixed_class(module: nn.Module) -> type | None:
     return None
 
 
-def mixed_precision(model: nn.Module, dtype: torch.dtype, products: str = "") -> nn.Module:
+def mixed_precision(model: nn.Module, dtype: torch.dtype, products: str = "", device: str = "") -> nn.Module:
     """`model` with its matrix-product layers converted in place to compute in `dtype` (bf16 or
     fp16) and everything else in fp32 (module doc). `products`: "fpmath" or "cast" (see
-    `MixedLinear`); empty: `textebm.precision.bf16_products` for the model's device (fpmath only
-    for bf16). fp32 leaves the layers as they are (the model made fp32). Returns the model."""
+    `MixedLinear`); empty: `textebm.precision.bf16_products` for `device` (the device type the
+    model will run on; default: where its weights are now; fpmath only for bf16). fp32 leaves the
+    layers as they are (the model made fp32). Returns the model."""
     if dtype not in LOW_PRECISION:
         return model.float() if dtype == torch.float32 else model
     model.float()  # every weight fp32 first: a model loaded in bf16 gets its fp32 copy back
     if not products:
-        device = next(model.parameters()).device.type
+        device = device or next(model.parameters()).device.type
         products = bf16_products(device) if dtype == torch.bfloat16 else "cast"
     if products not in PRODUCTS:
         raise ValueError(f"products must be one of {PRODUCTS}, got {products!r}")
