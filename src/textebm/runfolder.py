@@ -70,6 +70,13 @@ def eval_split_of(cfg) -> str:
     return ""
 
 
+def check_keep_best(cfg, eval_split: str, measure: str) -> None:
+    """--keep-best chooses the epoch by `measure` on the evaluation split: refused without one."""
+    if cfg.keep_best and not eval_split:
+        raise TextebmError(f"--keep-best chooses the epoch by {measure}: it needs an evaluation split "
+                           "(--eval-split, or a dataset folder with a dev split)")
+
+
 def run_kind(opts: Any) -> str:
     """The command a run folder belongs to (its output marker's kind), e.g. "lm train"."""
     return getattr(opts, "COMMAND", "train")

@@ -54,7 +54,7 @@ from textebm.models.cloze import (
 )
 from textebm.models.load import load_encoder, load_tokenizer
 from textebm.options import check_config, keep_best_field, patience_field, refuse_unused
-from textebm.runfolder import check_run_dir, eval_split_of, options_dict
+from textebm.runfolder import check_keep_best, check_run_dir, eval_split_of, options_dict
 from textebm.tokenizer import train_tokenizer
 from textebm.train import ParamGroup, Recipe, seed_everything, train, TrainOptions
 
@@ -343,7 +343,7 @@ def step_flops(model, batch: dict, fn) -> float:
 
 
 @torch.no_grad()
-def evaluate_cloze(model, ids: list[list[int]], batch_size: int, seed: int, split: str) -> dict:
+def evaluate_cloze(model, ids: list[list[int]], batch_size: int, seed: int, split: str, pll: bool = True) -> dict:
     """On a split, per real token: the noise model's perplexity (electric, electra, twotower), the
     objective's loss and accuracy with positions and samples drawn from `seed`, and (electric) the
     mean PLL per token; mlm: the perplexity of [MASK]-ed positions."""
@@ -373,7 +373,7 @@ def evaluate_cloze(model, ids: list[list[int]], batch_size: int, seed: int, spli
             row["disc_positions"] = float(parts["disc_positions"])
             acc = float(parts.get("nce_acc", parts.get("rtd_acc")))
             row["acc"] = acc * row["disc_positions"] if row["disc_positions"] else 0.0
-        if spec.objective == "electric":
+        if spec.objective == "electric" and pll:
             row["pll"] = float(-torch.where(real, model.token_scores(ids_, attn), 0.0).sum())
         return row
 
@@ -401,9 +401,7 @@ def cloze_train(cfg: ClozeTrainConfig) -> dict:
     check_config(cfg)
     check_run_dir(cfg, None)  # a bad --out fails before the tokenizer and the model are built
     eval_split = eval_split_of(cfg)
-    if cfg.keep_best and not eval_split:
-        raise TextebmError("--keep-best chooses the epoch by the evaluation split's loss: it needs one "
-                           "(--eval-split, or a dataset folder with a dev split)")
+    check_keep_best(cfg, eval_split, "the evaluation split's loss")
     seed_everything(cfg.seed)
     train_texts = [t for t in item_texts(load_split(cfg.data, "train"))[0] if t.strip()]
     if not train_texts:
@@ -490,7 +488,9 @@ class ClozeRecipe(Recipe):
     def validate(self):
         """The objective's evaluation loss (`--keep-best`), from `evaluate`'s figures: mlm the masked
         tokens' NLL, electric / electra the NCE / replaced-token loss per token, twotower the NLL."""
-        res, s = self.evaluate(), self.eval_split
+        # the same figures as `evaluate` (same seeded positions), without the PLL pass validation does not read
+        res, s = evaluate_cloze(self.model.model, self.eval_ids, self.batch_size, self.seed, self.eval_split,
+                                pll=False), self.eval_split
         for name in ("nce_loss_per_token", "rtd_loss_per_token"):
             if f"{s}_{name}" in res:
                 return res[f"{s}_{name}"]

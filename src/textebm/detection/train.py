@@ -44,7 +44,7 @@ from textebm.models.seq_energy import (
     save_energy,
     spec_dict,
 )
-from textebm.options import check_config, refuse_unused
+from textebm.options import check_config, keep_best_field, patience_field, refuse_unused
 from textebm.runfolder import check_run_dir, options_dict
 from textebm.seeds import derive_seed
 from textebm.tokenizer import same_vocab
@@ -99,12 +99,8 @@ class ResidualTrainConfig(TrainOptions):
         "help": "train on this many of the --train windows, a seeded subset (--seed) that a larger value contains "
                 "(a learning curve over the number of windows; 0: all)", "min": 0})
     eval_batch_size: int = field(default=128, metadata={"help": "windows per evaluation batch", "min": 1})
-    keep_best: bool = field(default=False, metadata={
-        "help": "after every epoch, the conditional NCE loss on the --val windows (eq. 1 over all their "
-                "negatives); the run ends with the weights of the lowest, not the last"})
-    patience: int = field(default=0, metadata={
-        "help": "with --keep-best: stop after this many epochs without a lower validation loss (0: run them all)",
-        "min": 0})
+    keep_best: bool = keep_best_field("the conditional NCE loss on the --val windows (eq. 1 over all their negatives)")
+    patience: int = patience_field()
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
 
     def check(self) -> None:
@@ -179,6 +175,10 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
         if want.init:
             body, tokenizer = load_encoder(want.init, option="--init")
             spec.retokenize = not same_vocab(tokenizer, vocab)
+            if spec.retokenize and pool == "continuation":
+                raise TextebmError(f"--pool continuation: --init {want.init} reads its own tokenizer's pieces, so the "
+                                   "prefix has no fixed length in its input; use --pool mean, or an encoder in the "
+                                   "shared vocabulary (`cloze train --tokenizer VOCAB`)")
             spec.max_tokens = want.max_tokens
             spec.vocab_size = len(tokenizer)
             spec.pad_id = tokenizer.pad_token_id or 0
@@ -238,12 +238,12 @@ def one_prefix(train_rows: list[dict], val_rows: list[dict], who: str) -> int:
 
 def _check_lmstats_windows(spec: EnergySpec, rows_of: dict[str, list[dict]]) -> None:
     """No continuation holds a token the base LM never writes (its log-probability would be −inf)."""
-    banned, p = set(spec.banned), spec.contexts[0]
+    p = spec.contexts[0]
     for option, rows in rows_of.items():
-        for r in rows:
-            if any(t in banned for s in (r["positive"], *r["negatives"]) for t in s[p:]):
-                raise TextebmError(f"{option}: a window continues with a token the --base LM never writes ([eos] "
-                                   "or a layout symbol); its log-probability would be -inf")
+        seqs = np.asarray([s for r in rows for s in (r["positive"], *r["negatives"])])  # (N(1+k), L): one length
+        if np.isin(seqs[:, p:], spec.banned).any():
+            raise TextebmError(f"{option}: a window continues with a token the --base LM never writes ([eos] "
+                               "or a layout symbol); its log-probability would be -inf")
 
 
 @dataclass
@@ -311,12 +311,6 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
         prefix_len = one_prefix(train_rows, val_rows, "--energy lmstats")
     elif cfg.pool == "continuation":
         prefix_len = one_prefix(train_rows, val_rows, "--pool continuation")
-        if cfg.energy == "bitransf" and cfg.init:
-            _, enc_tok = load_encoder(cfg.init, option="--init")
-            if not same_vocab(enc_tok, vocab):
-                raise TextebmError(f"--pool continuation: --init {cfg.init} reads its own tokenizer's pieces, so the "
-                                   "prefix has no fixed length in its input; use --pool mean, or an encoder in the "
-                                   "shared vocabulary (`cloze train --tokenizer VOCAB`)")
     if cfg.max_windows:
         train_rows = nested_subset(train_rows, cfg.max_windows, cfg.seed)
     seed_everything(cfg.seed)

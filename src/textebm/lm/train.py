@@ -32,7 +32,7 @@ from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_exampl
 from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
 from textebm.models.ralm import BaseRef, ResidualLM, save_residual_lm
 from textebm.options import check_config, keep_best_field, patience_field, refuse_unused
-from textebm.runfolder import check_run_dir, eval_split_of, options_dict
+from textebm.runfolder import check_keep_best, check_run_dir, eval_split_of, options_dict
 from textebm.seeds import derive_seed
 from textebm.tokenizer import train_tokenizer
 from textebm.train import Recipe, seed_everything, train, TrainOptions
@@ -243,9 +243,7 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     check_config(cfg)  # bounds and rules between options, also when called from Python
     check_run_dir(cfg, None)  # a bad --out fails before the tokenizer and the model are built
     eval_split = eval_split_of(cfg)
-    if cfg.keep_best and not eval_split:
-        raise TextebmError("--keep-best chooses the epoch by the evaluation split's NLL: it needs one "
-                           "(--eval-split, or a dataset folder with a dev split)")
+    check_keep_best(cfg, eval_split, "the evaluation split's NLL")
     seed_everything(cfg.seed)
     train_rows = load_split(cfg.data, "train")
     train_texts = _texts(train_rows)

@@ -58,7 +58,7 @@ from textebm.models.crf import BiLSTMCRF, TaggerSpec
 from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, length_distribution
 from textebm.options import check_config, field_default, refuse_unused
-from textebm.runfolder import check_run_dir, eval_split_of, options_dict, RESUME_FREE, run_completed
+from textebm.runfolder import check_keep_best, check_run_dir, eval_split_of, options_dict, RESUME_FREE, run_completed
 from textebm.seeds import seeded_sample
 from textebm.tagging.folder import load_tagging_model
 from textebm.tagging.recipes import (
@@ -259,9 +259,7 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     check_config(cfg)
     check_run_dir(cfg, None)  # a bad --out fails before the data is read
     eval_split = eval_split_of(cfg)
-    if cfg.keep_best and not eval_split:
-        raise TextebmError("--keep-best chooses the epoch by dev accuracy: it needs an evaluation split "
-                           "(--eval-split, or a dataset folder with a dev split)")
+    check_keep_best(cfg, eval_split, "dev accuracy")
     if cfg.stage1_cache and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise TextebmError("--stage1-cache builds stage 1 under a file lock, which several processes of one run "
                            "(accelerate launch) would wait on each other for; run stage 1 in one process first, or "
