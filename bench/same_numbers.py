@@ -24,9 +24,9 @@ on the CPU, with fixed seeds, on tiny data the script makes itself (no network):
   * paper b: `tokenizer train`, `cloze train --objective electric` and `--objective mlm`, `score`
     of the hypotheses of a slice of the ASR n-best lists (per-sentence and per-token scores), and
     `rerank` (dev-chosen lambda, test WER, bootstrap interval);
-  * paper c: `lm train` (causal generators, l2r and r2l), `negatives generate`, `residual train`
-    (linear and UniTransf energies), `residual fit --zeroshot loglik`, `residual eval` (accuracy,
-    AUROC, TPR at 1 % FPR, P@1), and a tiny `residual matrix` (its generators and energies run at
+  * paper c: `lm train` (causal generators, l2r and r2l), `negatives generate`, `detect train`
+    (linear and UniTransf energies), `detect fit --zeroshot loglik`, `detect eval` (accuracy,
+    AUROC, TPR at 1 % FPR, P@1), and a tiny `detect matrix` (its generators and energies run at
     the precision `auto` picks: the matrix has no precision option);
   * `lm eval` (perplexity) and `lm score` (log P per text).
 
@@ -289,16 +289,16 @@ def pipeline(r: Runner) -> None:
                   "--out", w / f"c-neg-{split}.jsonl")
     res = ["--train", w / "c-neg-train.jsonl", "--val", w / "c-neg-dev.jsonl", "--vocab", w / "tok-bpe",
            "--batch-size", 8, "--seed", SEED, *TRAIN]
-    r.textebm("c-linear", "residual", "train", *res, "--energy", "linear", "--max-steps", 8, "--lr", "0.05",
+    r.textebm("c-linear", "detect", "train", *res, "--energy", "linear", "--max-steps", 8, "--lr", "0.05",
               "--out", w / "c-linear")
-    r.textebm("c-unitransf", "residual", "train", *res, "--energy", "unitransf", "--init", w / "c-gen-l2r",
+    r.textebm("c-unitransf", "detect", "train", *res, "--energy", "unitransf", "--init", w / "c-gen-l2r",
               "--max-steps", 6, "--lr", "1e-3", "--loss", "ranking", "--negatives", "all", "--out", w / "c-unitransf")
-    r.textebm("c-loglik", "residual", "fit", "--zeroshot", "loglik", "--model", w / "c-gen-l2r",
+    r.textebm("c-loglik", "detect", "fit", "--zeroshot", "loglik", "--model", w / "c-gen-l2r",
               "--val", w / "c-neg-dev.jsonl", "--vocab", w / "tok-bpe", "--out", w / "c-loglik", "--overwrite")
     for det in ("c-linear", "c-unitransf", "c-loglik"):
-        r.textebm(f"{det}-eval", "residual", "eval", "--model", w / det, "--test", w / "c-neg-test.jsonl",
+        r.textebm(f"{det}-eval", "detect", "eval", "--model", w / det, "--test", w / "c-neg-test.jsonl",
                   "--out", w / f"{det}-eval.json", "--overwrite")
-    r.textebm("c-matrix", "residual", "matrix", "--config", write_matrix_config(w), "--out", w / "c-matrix",
+    r.textebm("c-matrix", "detect", "matrix", "--config", write_matrix_config(w), "--out", w / "c-matrix",
               "--threads", 1, "--no-progress")
 
     # ---- LM perplexity and log-probabilities
@@ -309,7 +309,7 @@ def pipeline(r: Runner) -> None:
 
 
 def write_matrix_config(w: Path) -> Path:
-    """The tiny matrix of tests/test_residual.py on the text corpus: two generators, a linear energy,
+    """The tiny matrix of tests/test_detection.py on the text corpus: two generators, a linear energy,
     the in-domain, zero-shot, cross-architecture, negatives and unseen-generator tables."""
     cfg = {"corpora": {"ptb": str(w / "data-text")}, "vocab_size": 300,
            "generators": {"tf": {"arch": "transformer", "layers": 1, "width": 32, "heads": 2, "steps": 4},

@@ -79,7 +79,7 @@ def recipes(fx: dict) -> dict[str, list[str]]:
           "--heads", "2", "--context", "48", "--batch-size", "8", "--max-steps", "6", "--lr", "3e-3"]
     cloze = ["cloze", "train", "--data", d, "--tokenizer", enc, "--layers", "1", "--width", "32", "--heads", "2",
              "--max-len", "24", "--batch-size", "8", "--max-steps", "5"]
-    res = ["residual", "train", "--train", str(fx["neg_train"]), "--val", str(fx["neg_dev"]), "--vocab",
+    res = ["detect", "train", "--train", str(fx["neg_train"]), "--val", str(fx["neg_dev"]), "--vocab",
            str(fx["vocab"]), "--batch-size", "4", "--max-steps", "5"]
     return {
         "classify-plain": ["classify", "train", "--data", d, "--encoder", enc, "--batch-size", "8",

@@ -51,7 +51,7 @@ def _tagger(folder: Path, tags: list[str], seed: int) -> None:
 
 def _detector(run: Path, texts: list[str]) -> None:
     """A linear energy with random weights over a BPE vocabulary of `texts`, and a decision rule,
-    as `residual train` leaves RUN (model/ and detector.json)."""
+    as `detect train` leaves RUN (model/ and detector.json)."""
     from textebm.detection.detect import Rule, write_rule
     from textebm.models.seq_energy import EnergySpec, build_energy, save_energy
     from textebm.tokenizer import train_tokenizer
@@ -214,7 +214,7 @@ def test_detector_gives_the_probabilities_and_decisions_of_residual_score(runs, 
     inp.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     for name, key in (("det", "energy"), ("loglik", "score")):
         out = tmp_path / f"{name}.jsonl"
-        assert main(["residual", "score", "--model", str(runs / "runs" / name), "--input", str(inp),
+        assert main(["detect", "score", "--model", str(runs / "runs" / name), "--input", str(inp),
                      "--out", str(out)]) == 0
         rows = _jsonl(out)
         det = api.Detector(runs / "runs" / name, device="cpu", precision="fp32")
@@ -355,13 +355,13 @@ TRAINING = {("classify", "train"): ("ClassifyTrainConfig", "classify_train"),
             ("cloze", "train"): ("ClozeTrainConfig", "cloze_train"),
             ("lm", "train"): ("LMTrainConfig", "lm_train"),
             ("tag", "train"): ("TagTrainConfig", "tag_train"),
-            ("residual", "train"): ("ResidualTrainConfig", "residual_train"),
-            ("residual", "fit"): ("FitConfig", "fit_zeroshot")}
+            ("detect", "train"): ("DetectTrainConfig", "detect_train"),
+            ("detect", "fit"): ("FitConfig", "fit_zeroshot")}
 
 
 def test_textebm_training_holds_every_training_commands_config_and_function():
     """The command line's own config class and the function in its module, for every command
-    that trains (a config on the shared training options) and `residual fit`; ssl-images (no text
+    that trains (a config on the shared training options) and `detect fit`; ssl-images (no text
     system of the API yet) aside."""
     from textebm.cli import GROUPS
     from textebm.train import TrainOptions
@@ -372,7 +372,7 @@ def test_textebm_training_holds_every_training_commands_config_and_function():
         for command, (cls, _fn) in getattr(module, "COMMANDS", {}).items():
             if issubclass(cls, TrainOptions) and group != "ssl-images":
                 trains.add((group, command))
-    assert trains | {("residual", "fit")} == set(TRAINING)
+    assert trains | {("detect", "fit")} == set(TRAINING)
     assert sorted(training.__all__) == sorted(n for pair in TRAINING.values() for n in pair)
     for (group, command), (config, function) in TRAINING.items():
         cls = importlib.import_module(GROUPS[group][0]).COMMANDS[command][0]

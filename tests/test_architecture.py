@@ -164,3 +164,29 @@ def test_no_import_cycle_between_units():
 
     for u in sorted(edges):
         visit(u)
+
+
+def _units() -> set[str]:
+    """Every top-level unit of the package: its modules (no .py) and packages."""
+    return {p.stem for p in SRC.glob("*.py")} | {p.name for p in SRC.iterdir() if (p / "__init__.py").is_file()}
+
+
+def test_every_unit_has_a_layer():
+    assert _units() - {"__init__"} == set().union(*LAYERS) - {"textebm"}
+
+
+def test_readme_layout_and_architecture_name_every_unit():
+    """A newcomer finds every unit in the README's Layout and in docs/architecture.md's layers."""
+    root = SRC.parents[1]
+    readme = (root / "README.md").read_text()
+    layout = readme[readme.index("## Layout"):]
+    layout = layout[layout.index("```"):layout.index("```", layout.index("```") + 3)]
+    arch = (root / "docs" / "architecture.md").read_text()
+    arch = arch[arch.index("```"):arch.index("```", arch.index("```") + 3)]
+    import re
+
+    for unit in sorted(_units()):
+        named = re.compile(rf"(?<![\w.]){re.escape(unit)}(\.py|/)")
+        assert named.search(layout), f"README.md's Layout does not name {unit}"
+        assert named.search(arch) or re.search(rf"(?<![\w.]){re.escape(unit)}\b", arch), \
+            f"docs/architecture.md's layers do not name {unit}"

@@ -1,6 +1,6 @@
 """Paper d's control energy (`--energy lmstats`): E(x) linear in the frozen base LM's log-probability,
 entropy and length over the continuation. Its features against a direct computation on a tiny LM,
-its linearity, its precision and frozen base, a `residual train` run that learns to tell real text
+its linearity, its precision and frozen base, a `detect train` run that learns to tell real text
 from the base LM's samples at another temperature, save / load, `residual ppl` and `residual
 generate` with it unchanged, and the bad combinations (exit 2 naming the option)."""
 
@@ -158,7 +158,7 @@ def world(tmp_path_factory):
 
 
 def _train(world, out, *extra):
-    return main(["residual", "train", "--train", str(world["train"]), "--val", str(world["dev"]), "--vocab",
+    return main(["detect", "train", "--train", str(world["train"]), "--val", str(world["dev"]), "--vocab",
                  str(world["vocab"]), "--loss", "bce", "--negatives", "random", "--out", str(out), "--no-progress",
                  *extra])
 
@@ -250,7 +250,7 @@ def test_bad_combinations_exit_2_naming_the_option(world, tmp_path, capsys, extr
     if "--train" in args:  # the later --train replaces the fixture's
         i = args.index("--train")
         rest, train = args[:i] + args[i + 2:], args[i + 1]
-        rc = main(["residual", "train", "--train", train, "--val", str(world["dev"]), "--vocab", str(world["vocab"]),
+        rc = main(["detect", "train", "--train", train, "--val", str(world["dev"]), "--vocab", str(world["vocab"]),
                    "--out", str(tmp_path / "o"), "--no-progress", *rest])
     else:
         rc = _train(world, tmp_path / "o", *args)

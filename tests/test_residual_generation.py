@@ -1,6 +1,6 @@
 """Paper d from the command line on a tiny corpus: `residual ppl` and `residual generate` over a
 base LM trained by `lm train` and a UniT energy trained by conditional NCE on untruncated
-negatives (`negatives generate --top-k 0`, `residual train --loss bce --negatives random`), their
+negatives (`negatives generate --top-k 0`, `detect train --loss bce --negatives random`), their
 resume, and their errors (exit 2, nothing written)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("gen")
     base = walking_world(root)["base"]
     energy = root / "unit"
-    assert main(["residual", "train", "--train", str(root / "train.jsonl"), "--val", str(root / "dev.jsonl"),
+    assert main(["detect", "train", "--train", str(root / "train.jsonl"), "--val", str(root / "dev.jsonl"),
                  "--vocab", str(root / "vocab"), "--energy", "unitransf", "--init", str(base), "--loss", "bce",
                  "--negatives", "random", "--max-steps", "6", "--batch-size", "8", "--out", str(energy),
                  "--no-progress"]) == 0

@@ -371,8 +371,8 @@ def test_threads_sets_torchs_thread_count(tmp_path):
 
 
 RUNS_A_MODEL = [("score",), ("lm", "score"), ("lm", "eval"), ("lm", "sample"), ("negatives", "generate"),
-                ("residual", "fit"), ("residual", "eval"), ("residual", "score"), ("residual", "threshold"),
-                ("residual", "analyze"), ("residual", "matrix"), ("classify", "eval"), ("tag", "eval"),
+                ("detect", "fit"), ("detect", "eval"), ("detect", "score"), ("detect", "threshold"),
+                ("detect", "analyze"), ("detect", "matrix"), ("classify", "eval"), ("tag", "eval"),
                 ("tag", "predict")]
 # (the training commands apply --threads in the training loop, `textebm.train.setup_torch`, after
 # their inputs are checked)

@@ -7,7 +7,7 @@
 #     base LM untruncated (a pool: each epoch the loss takes one of them at random);
 #   - energies on the continuation only (--pool continuation) beside the mean over the window,
 #     early stopping on the dev conditional-NCE loss; a learning curve over 6,000 / 25,000 / all
-#     training windows (--max-windows of residual train: a seeded subset, nested);
+#     training windows (--max-windows of detect train: a seeded subset, nested);
 #   - the sceptic's control (--energy lmstats: linear in the base LM's statistics), trained alike;
 #   - residual ppl in fp32 with paired bootstrap intervals (--bootstrap).
 # Every step is cached (a finished output is skipped, an interrupted one resumes), so the script
@@ -68,12 +68,12 @@ energy() {  # energy NAME CORPUS WINDOWS: one energy of the learning curve
     --max-windows $n --schedule cosine --warmup 0.05 --keep-best --patience 2 --epochs 20 --precision fp32 $Q"
   done_run $out && return 0
   case $e in
-    lmstats) $T residual train $common --energy lmstats --base base/$c --lr 0.01 --batch-size 64 --out $out $(resume $out) ;;
-    unit-cont) $T residual train $common --energy unitransf --init base/$c --pool continuation --dropout 0.1 \
+    lmstats) $T detect train $common --energy lmstats --base base/$c --lr 0.01 --batch-size 64 --out $out $(resume $out) ;;
+    unit-cont) $T detect train $common --energy unitransf --init base/$c --pool continuation --dropout 0.1 \
       --grad-clip 10 --lr 0.0003 --batch-size 32 --out $out $(resume $out) ;;
-    unit-mean) $T residual train $common --energy unitransf --init base/$c --dropout 0.1 \
+    unit-mean) $T detect train $common --energy unitransf --init base/$c --dropout 0.1 \
       --grad-clip 10 --lr 0.0003 --batch-size 32 --out $out $(resume $out) ;;
-    bit-cont) $T residual train $common --energy bitransf --init mlm/$c --pool continuation --dropout 0.1 \
+    bit-cont) $T detect train $common --energy bitransf --init mlm/$c --pool continuation --dropout 0.1 \
       --grad-clip 0.25 --lr 0.0003 --batch-size 32 --out $out $(resume $out) ;;
   esac
 }

@@ -64,11 +64,11 @@ if has energies; then  # conditional NCE: BCE on one of the k negatives at rando
     # --patience 2 stops two epochs after the best
     common="--train neg/$c-train.jsonl --val neg/$c-dev.jsonl --vocab vocab --loss bce --negatives random \
       --schedule cosine --warmup 0.05 --keep-best --patience 2 --precision $PREC $Q"
-    want unit && { done_run energy/$c-unit || $T residual train $common --energy unitransf --init base/$c-s0 \
+    want unit && { done_run energy/$c-unit || $T detect train $common --energy unitransf --init base/$c-s0 \
       --grad-clip 10 --lr 0.0003 --batch-size 32 --epochs $EPOCHS --out energy/$c-unit $(resume energy/$c-unit); }
-    want bit && { done_run energy/$c-bit || $T residual train $common --energy bitransf --pool mean --init mlm/$c \
+    want bit && { done_run energy/$c-bit || $T detect train $common --energy bitransf --pool mean --init mlm/$c \
       --grad-clip 0.25 --lr 0.0003 --batch-size 32 --epochs $EPOCHS --out energy/$c-bit $(resume energy/$c-bit); }
-    want bit-minilm && { done_run energy/$c-bit-minilm || $T residual train $common --energy bitransf --pool mean --init minilm-l6 \
+    want bit-minilm && { done_run energy/$c-bit-minilm || $T detect train $common --energy bitransf --pool mean --init minilm-l6 \
       --grad-clip 0.25 --lr 0.00005 --batch-size 16 --max-steps 500 --out energy/$c-bit-minilm \
       $(resume energy/$c-bit-minilm); }
   done
@@ -107,7 +107,7 @@ if has judge; then  # a paper-c detector trained on negatives of ANOTHER base LM
         --split $s $WIN --k 2 --top-k 10 --max-windows $([ $s = train ] && echo 4000 || echo 400) \
         --out neg/$c-s1-$s.jsonl $Q
     done
-    done_run judge/$c || $T residual train --train neg/$c-s1-train.jsonl --val neg/$c-s1-dev.jsonl --vocab vocab \
+    done_run judge/$c || $T detect train --train neg/$c-s1-train.jsonl --val neg/$c-s1-dev.jsonl --vocab vocab \
       --energy unitransf --init base/$c-s1 --lr 0.0003 --batch-size 32 --epochs 1 --precision $PREC \
       --out judge/$c $(resume judge/$c) $Q
   done

@@ -8,7 +8,7 @@
 Each class calls the library functions its command calls, so it gives the command's numbers on
 the same inputs: `Scorer` those of `textebm score` (`textebm.scoring`), `Classifier` those of
 `classify eval` (`textebm.classify.predict`), `Tagger` those of `tag predict`
-(`textebm.tagging.folder`), `Detector` those of `residual score` (`textebm.detection.detect`).
+(`textebm.tagging.folder`), `Detector` those of `detect score` (`textebm.detection.detect`).
 Texts are batched and length-sorted inside; results come back in input order.
 
 Every loader takes `device` (None: the GPU when there is one, else the CPU), `precision` (as the
@@ -62,7 +62,7 @@ __all__ = ["load", "Scorer", "ScoredText", "Classifier", "Tagger", "TaggedSenten
 OPTION = "path"  # how messages about the model folder name it
 EXPECTED = ("a folder textebm wrote: a cloze model (`cloze train`) or a causal LM (`lm train`, `smollm2-135m`) "
             "to score with, a classifier (`classify train`), a tagger (`tag train`) or a detector "
-            "(`residual train`, `residual fit`)")
+            "(`detect train`, `detect fit`)")
 
 
 # ---------------------------------------------------------------- arguments
@@ -343,8 +343,8 @@ def _tokens(sentence: Sequence[str] | str, index: int) -> list[str]:
 
 
 class Detector:
-    """A detector of generated text (`residual train` or `residual fit`): `predict_proba` is
-    P(generated), `predict` its decision at the detector's threshold, as `residual score` gives
+    """A detector of generated text (`detect train` or `detect fit`): `predict_proba` is
+    P(generated), `predict` its decision at the detector's threshold, as `detect score` gives
     them. Each text is cut into windows of the detector's length; its score is their mean."""
 
     def __init__(self, path: str | Path, *, device: str | torch.device | None = None, precision: str = "auto",

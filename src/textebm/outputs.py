@@ -48,10 +48,19 @@ def _json_object(f: Path) -> dict | None:
     return obj if isinstance(obj, dict) else None
 
 
+# Commands that moved: paper c's `residual train / fit / ...` became `detect ...` (textebm 0.x; the
+# old names still run, for one release). A folder an older textebm wrote reads under the new kind.
+RENAMED_KINDS = {f"residual {c}": f"detect {c}"
+                 for c in ("train", "fit", "eval", "score", "threshold", "analyze", "matrix")}
+
+
 def _read_marker_file(f: Path) -> dict | None:
-    """A marker's JSON object with a string `kind`, or None (missing, unreadable or damaged)."""
+    """A marker's JSON object with a string `kind` (a moved command's under its new name), or None
+    (missing, unreadable or damaged)."""
     obj = _json_object(f)
-    return obj if obj is not None and isinstance(obj.get("kind"), str) else None
+    if obj is None or not isinstance(obj.get("kind"), str):
+        return None
+    return {**obj, "kind": RENAMED_KINDS.get(obj["kind"], obj["kind"])}
 
 
 def read_marker(path: str | Path) -> dict | None:

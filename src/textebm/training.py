@@ -11,14 +11,14 @@
 | `cloze train`    | `ClozeTrainConfig`    | `cloze_train`    |
 | `lm train`       | `LMTrainConfig`       | `lm_train`       |
 | `tag train`      | `TagTrainConfig`      | `tag_train`      |
-| `residual train` | `ResidualTrainConfig` | `residual_train` |
-| `residual fit`   | `FitConfig`           | `fit_zeroshot`   |
+| `detect train`   | `DetectTrainConfig`   | `detect_train`   |
+| `detect fit`     | `FitConfig`           | `fit_zeroshot`   |
 
 The names are the commands' own, re-exported: the command line calls the same functions on the
 same dataclasses (one field an option: `--batch-size` is `batch_size`), so a run started here
 writes the folder the command writes, under the same rules (a folder holding anything else is
 refused; `overwrite=True` replaces only this command's earlier run; `resume=True` continues one),
-and returns what it writes to RUN/metrics.json (`residual train` adds its decision rule, `residual
+and returns what it writes to RUN/metrics.json (`detect train` adds its decision rule, `detect
 fit`, which trains nothing, returns the rule it writes to detector.json). A bad value raises a
 `TextebmError` naming the option by its flag before any work (its type, choices and bounds, as
 the command line checks them: `textebm.options.check_config`); an interrupt raises
@@ -28,7 +28,8 @@ terminal, a log line now and then elsewhere, nothing with `progress=False`; the 
 
 This module is the one place outside `cli/` and the command modules that imports command
 configs (tests/test_architecture.py). `import textebm` does not load it; `textebm.training` does,
-on first use.
+on first use. `ResidualTrainConfig` and `residual_train`, the names before paper c's commands moved
+to `detect`, still work for this release.
 """
 
 from __future__ import annotations
@@ -36,9 +37,13 @@ from __future__ import annotations
 from textebm.classify.train import ClassifyTrainConfig, classify_train
 from textebm.cloze.train import ClozeTrainConfig, cloze_train
 from textebm.detection.commands import FitConfig, fit_zeroshot
-from textebm.detection.train import ResidualTrainConfig, residual_train
+from textebm.detection.train import DetectTrainConfig, detect_train
 from textebm.lm.train import LMTrainConfig, lm_train
 from textebm.tagging.train import TagTrainConfig, tag_train
 
 __all__ = ["ClassifyTrainConfig", "classify_train", "ClozeTrainConfig", "cloze_train", "LMTrainConfig", "lm_train",
-           "TagTrainConfig", "tag_train", "ResidualTrainConfig", "residual_train", "FitConfig", "fit_zeroshot"]
+           "TagTrainConfig", "tag_train", "DetectTrainConfig", "detect_train", "FitConfig", "fit_zeroshot"]
+
+# the names before paper c's commands moved to `textebm detect` (kept for one release)
+ResidualTrainConfig = DetectTrainConfig
+residual_train = detect_train

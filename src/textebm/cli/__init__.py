@@ -26,9 +26,10 @@ GROUPS = {
     "score": ("textebm.cli.score", "score texts per text, token and word: Electric (one pass), ELECTRA, "
               "masked-LM PLL, two-tower, causal LM"),
     "negatives": ("textebm.cli.negatives", "windows of real text and LM-generated negatives (Bakhtin et al. 2019)"),
-    "residual": ("textebm.cli.residual", "real-vs-generated detectors: sequence energies and zero-shot baselines, "
-                 "train, fit, eval, score, threshold, generalisation matrix; residual EBM generation (Deng et al. 2020): "
-                 "generate, ppl"),
+    "detect": ("textebm.cli.detect", "real-vs-generated detectors (Bakhtin et al. 2019): sequence energies and "
+               "zero-shot baselines; train, fit, eval, score, threshold, analyze, generalisation matrix"),
+    "residual": ("textebm.cli.residual", "residual EBM generation (Deng et al. 2020): generate, ppl (its "
+                 "detector commands moved to `detect`)"),
     "classify": ("textebm.cli.classify", "calibrated classifiers by joint EBM training: train, eval"),
     "quickstart": ("textebm.cli.quickstart", "the main job: the calibration comparison of He et al. (2021), "
                    "end to end on rt-polarity (or --data)"),

@@ -1,96 +1,20 @@
-"""residual: sequence energies that tell real from generated text (Bakhtin et al. 2019).
-
-  textebm residual train --train TRAIN.jsonl --val DEV.jsonl --vocab VOCAB --energy unitransf --out RUN
-  textebm residual fit --zeroshot fastdetectgpt --model LM --val DEV.jsonl --vocab VOCAB --out DET
-  textebm residual eval --model RUN --test TEST.jsonl [--threshold threshold.json] [--buckets 8-16 16-32]
-  textebm residual score --model RUN --input texts.jsonl --out scores.jsonl
-  textebm residual threshold --model RUN --human human.txt --fpr 0.01 --out threshold.json
-  textebm residual analyze --model RUN --test TEST.jsonl --lm GENERATOR --out DIR
-  textebm residual matrix --config bench/residual/cpu.json --out runs/residual
-
-Residual EBMs for generation (Deng et al. 2020): the joint model P_LM(x) exp(-E(x)).
+"""residual: residual EBMs for generation (Deng et al. 2020), the joint model P_LM(x) exp(-E(x)).
 
   textebm residual generate --base LM --energy RUN --data DIR --split test --n 100 --top-k 10 --out GEN
   textebm residual ppl --base LM --energy RUN [RUN ...] --data DIR --split test --samples 1000 --out PPL
 
-Negatives files come from `textebm negatives generate`. A detector (RUN of `residual train`, or
-DET of `residual fit` for a zero-shot one) carries its decision rule in detector.json: the
-threshold and the temperature fitted on validation windows, never on test.
+The energy E is a run of `textebm detect train` (conditional NCE against the base LM's samples).
+Paper c's detector commands (`residual train / fit / eval / score / threshold / analyze / matrix`)
+moved to `textebm detect`; the old names still run, for this release, and say where they went.
 """
 
-from textebm.detection.commands import AnalyzeConfig, DetectEvalConfig, FitConfig, DetectScoreConfig, ThresholdConfig
-from textebm.detection.matrix import MatrixConfig
-from textebm.detection.train import ResidualTrainConfig
+import functools
+import logging
+
+from textebm.cli import detect
 from textebm.residual.commands import ResidualGenerateConfig, ResidualPPLConfig
 
-
-def train(cfg: ResidualTrainConfig) -> None:
-    """Train a sequence energy (linear, BiLSTM, UniTransf, BiTransf, lmstats) against generated negatives."""
-    from textebm.detection.train import residual_train
-
-    m = residual_train(cfg)
-    print(f"{cfg.out}: validation " + ", ".join(f"{k}={v:.4g}" for k, v in m["rule"]["val"].items()))
-
-
-def fit(cfg: FitConfig) -> None:
-    """Fit a zero-shot detector's decision rule (loglik, Fast-DetectGPT, Binoculars) on validation windows."""
-    from textebm.detection.commands import fit_zeroshot
-
-    rule = fit_zeroshot(cfg)
-    print(f"{cfg.out}: validation " + ", ".join(f"{k}={v:.4g}" for k, v in rule["val"].items()))
-
-
-def evaluate(cfg: DetectEvalConfig) -> None:
-    """Test metrics of a detector: class-balanced accuracy, AUROC, TPR at 1 % FPR, P@1."""
-    from textebm.detection.commands import evaluate_detector
-
-    m = evaluate_detector(cfg)
-    print(", ".join(f"{k}={v:.4g}" for k, v in m.items() if k != "by_length"))
-    b = m["by_length"]
-    print(f"by length (text tokens), TPR and FPR at threshold {b['threshold']:.4g} from {b['from']}:")
-    for x in b["buckets"]:
-        print(f"  {x['bucket']:>7}: AUROC {x['auroc']:.4f}, TPR {x['tpr']:.4f}, FPR {x['fpr']:.4f}, "
-              f"balanced accuracy {x['accuracy']:.4f} ({x['n_real']} real, {x['n_generated']} generated windows)")
-
-
-def score(cfg: DetectScoreConfig) -> None:
-    """Energy and calibrated P(machine-generated) of each text of a file."""
-    from textebm.detection.commands import score_texts
-
-    score_texts(cfg)
-
-
-def threshold(cfg: ThresholdConfig) -> None:
-    """Re-fit the threshold on your own human texts for a false-positive rate; report it held out."""
-    from textebm.detection.commands import refit_threshold
-
-    r = refit_threshold(cfg)
-    print(f"threshold {r['threshold']:.6g} for FPR {r['target_fpr']:g} (was {r['previous_threshold']:.6g}): "
-          f"{r['fpr_fit']:.4f} on the {r['n_fit']} texts it was fitted on (the smallest FPR they can show: "
-          f"{r['smallest_reachable_fpr']:.4g}), {r['fpr_held_out']:.4f} on {r['n_held_out']} held-out texts")
-    if r["val_tpr_before"] is not None:
-        print(f"detection on the detector's {r['val_negatives']} generated validation windows: TPR "
-              f"{r['val_tpr_before']:.4f} before, {r['val_tpr_after']:.4f} after (FPR on its {r['val_windows']} real "
-              f"ones {r['val_fpr_before']:.4f} -> {r['val_fpr_after']:.4f})")
-    warned = f" ({len(r['warnings'])} warnings, logged and in the file)" if r["warnings"] else ""
-    print(f"written to {cfg.out}{warned}")
-
-
-def analyze(cfg: AnalyzeConfig) -> None:
-    """Accuracy against context length (fig. 1); energy and LM NLL against a perturbation's position (fig. 2)."""
-    from textebm.detection.commands import analyze as run
-
-    r = run(cfg)
-    print("context length -> accuracy: " + ", ".join(f"{p['context_len']}: {p['accuracy']:.3f}" for p in r["context"]))
-
-
-def matrix(cfg: MatrixConfig) -> None:
-    """The generalisation tables as a config: every cell cached; results.json, tables.md, heatmaps."""
-    from textebm.detection.matrix import run_matrix
-
-    summary = run_matrix(cfg)
-    if summary:
-        print(f"{len(summary['cells'])} cells; tables in {cfg.out}/tables.md")
+log = logging.getLogger(__name__)
 
 
 def generate(cfg: ResidualGenerateConfig) -> None:
@@ -117,14 +41,21 @@ def ppl(cfg: ResidualPPLConfig) -> None:
     print(f"{cfg.out}: perplexity over {m['tokens']} tokens: " + "; ".join(parts))
 
 
+def _moved(name: str, fn):
+    """`textebm residual NAME`, kept for one release: says where the command went, then runs it."""
+
+    @functools.wraps(fn)
+    def run(cfg) -> None:
+        log.warning("`textebm residual %s` moved to `textebm detect %s`; the old name goes in the next release",
+                    name, name)
+        fn(cfg)
+
+    run.__doc__ = f"moved to `textebm detect {name}` (this name still runs, for this release)"
+    return run
+
+
 COMMANDS: dict = {
-    "train": (ResidualTrainConfig, train),
-    "fit": (FitConfig, fit),
-    "eval": (DetectEvalConfig, evaluate),
-    "score": (DetectScoreConfig, score),
-    "threshold": (ThresholdConfig, threshold),
-    "matrix": (MatrixConfig, matrix),
-    "analyze": (AnalyzeConfig, analyze),
     "generate": (ResidualGenerateConfig, generate),
     "ppl": (ResidualPPLConfig, ppl),
+    **{name: (cls, _moved(name, fn)) for name, (cls, fn) in detect.COMMANDS.items()},
 }

@@ -45,10 +45,10 @@ class FitConfig:
 
 @dataclass(kw_only=True)
 class DetectEvalConfig:
-    model: str = field(metadata={"help": "detector folder (RUN of `residual train`, or of `residual fit`)"})
+    model: str = field(metadata={"help": "detector folder (RUN of `detect train`, or of `detect fit`)"})
     test: list[str] = field(metadata={"help": "negatives files of test windows (another generator's)"})
     out: str = field(default="", metadata={"help": "write the metrics to this JSON file (default: print only)"})
-    threshold: str = field(default="", metadata={"help": "a threshold file of `residual threshold` for this detector: "
+    threshold: str = field(default="", metadata={"help": "a threshold file of `detect threshold` for this detector: "
                                                          "the length buckets' decisions, TPR and FPR at it (default: "
                                                          "the detector's 1 % FPR threshold on validation)"})
     buckets: list[str] = field(default_factory=list, metadata={
@@ -62,10 +62,10 @@ class DetectEvalConfig:
 
 @dataclass(kw_only=True)
 class DetectScoreConfig:
-    model: str = field(metadata={"help": "detector folder (RUN of `residual train`, or of `residual fit`)"})
+    model: str = field(metadata={"help": "detector folder (RUN of `detect train`, or of `detect fit`)"})
     input: str = field(metadata={"help": "texts: JSONL (`text`), CSV/TSV or plain text (one per line)"})
     out: str = field(metadata={"help": "output JSONL: energy / score, P(machine-generated), decision"})
-    threshold: str = field(default="", metadata={"help": "a threshold file of `residual threshold` for this "
+    threshold: str = field(default="", metadata={"help": "a threshold file of `detect threshold` for this "
                                                          "detector to decide with, p_generated shifted to 1/2 at it "
                                                          "(default: the detector's own)"})
     force_threshold: bool = field(default=False, metadata={"help": "decide with --threshold even though it was "
@@ -83,7 +83,7 @@ class DetectScoreConfig:
 class ThresholdConfig:
     model: str = field(metadata={"help": "detector folder"})
     human: str = field(metadata={"help": "your human-written texts (JSONL / CSV / text, one per line)"})
-    out: str = field(metadata={"help": "threshold JSON to write (use with `residual score --threshold`)"})
+    out: str = field(metadata={"help": "threshold JSON to write (use with `detect score --threshold`)"})
     fpr: float = field(default=0.01, metadata={"help": "false-positive rate to aim for", "gt": 0, "lt": 1})
     held_out: float = field(default=0.5, metadata={"help": "fraction of the human texts kept to check the "
                                                            "rate reached", "gt": 0, "lt": 1})
@@ -95,7 +95,7 @@ class ThresholdConfig:
 
 @dataclass(kw_only=True)
 class AnalyzeConfig:
-    model: str = field(metadata={"help": "detector folder (a `residual train` run for the perturbations)"})
+    model: str = field(metadata={"help": "detector folder (a `detect train` run for the perturbations)"})
     test: list[str] = field(metadata={"help": "negatives files of test windows (for the context analysis, "
                                               "generated with several --contexts)"})
     out: str = field(metadata={"help": "folder for analysis.json, context.png and (with --lm) perturbations.png"})
@@ -115,7 +115,7 @@ def fit_zeroshot(cfg: FitConfig) -> dict:
 
     check_config(cfg)
     set_threads(cfg.threads)
-    check_output_dir(cfg.out, "residual fit", cfg.overwrite)
+    check_output_dir(cfg.out, "detect fit", cfg.overwrite)
     vocab = load_tokenizer(cfg.vocab, "--vocab")
     rows = read_window_files(cfg.val, "--val", vocab_size=len(vocab), vocab_of=f"--vocab {cfg.vocab}")
     model = str(find_model(cfg.model, CAUSAL_LM).path.resolve())
@@ -123,7 +123,7 @@ def fit_zeroshot(cfg: FitConfig) -> dict:
     scorer = detect.ZeroShotScorer(cfg.zeroshot, model, vocab, observer or None)
     real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
     rule = detect.fit_rule(real, fake.ravel(), fit_sign=cfg.zeroshot == "loglik")
-    with output_dir(cfg.out, "residual fit", cfg.overwrite) as tmp:
+    with output_dir(cfg.out, "detect fit", cfg.overwrite) as tmp:
         detect.write_rule(tmp / detect.RULE_FILE, {
             "detector": cfg.zeroshot, "model": model, "observer": observer, "vocab": str(Path(cfg.vocab).resolve()),
             "length": len(rows[0]["positive"]), "val": [str(Path(v).resolve()) for v in cfg.val]}, rule)
@@ -140,7 +140,7 @@ def evaluate_detector(cfg: DetectEvalConfig) -> dict:
     check_config(cfg)
     set_threads(cfg.threads)
     if cfg.out:
-        check_output_file(cfg.out, cfg.overwrite, kind="residual eval",
+        check_output_file(cfg.out, cfg.overwrite, kind="detect eval",
                           inputs=[*(("--test", t) for t in cfg.test), ("--threshold", cfg.threshold)])
     scorer, rule, info = detect.load_detector(cfg.model)
     length = detect.scorer_length(scorer, info)
@@ -167,7 +167,7 @@ def evaluate_detector(cfg: DetectEvalConfig) -> dict:
                                                           op["threshold"], cfg.batch_size)}
     if cfg.out:
         write_json(cfg.out, out)
-        mark_file(cfg.out, "residual eval")
+        mark_file(cfg.out, "detect eval")
     return out
 
 
@@ -190,7 +190,7 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
 
     check_config(cfg)
     set_threads(cfg.threads)
-    check_output_file(cfg.out, cfg.overwrite, kind="residual score",
+    check_output_file(cfg.out, cfg.overwrite, kind="detect score",
                       inputs=[("--input", cfg.input), ("--threshold", cfg.threshold)])
     scorer, rule, info = detect.load_detector(cfg.model)
     ids, texts = _texts(cfg.input)
@@ -202,7 +202,7 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
     scores, tokens = detect.text_scores(scorer, texts, length, cfg.batch_size)
     probs, decisions = rule.prob_generated(scores), rule.generated(scores)  # (N,), (N,)
     name = "energy" if info.get("detector") == "energy" else "score"
-    with output_file(cfg.out, "residual score") as f:
+    with output_file(cfg.out, "detect score") as f:
         for i, s, p, g, n in zip(ids, scores, probs, decisions, tokens):
             f.write(json.dumps({"id": i, name: float(s), "p_generated": float(p), "generated": bool(g),
                                 "tokens": int(n), "windows": -(-int(n) // length)}) + "\n")
@@ -210,7 +210,7 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
     if short and not cfg.threshold:
         log.warning("%d of %d texts have fewer than %d tokens, half the %d-token windows the detector was fitted "
                     "on: their energies and probabilities are on another scale (re-fit the threshold on such "
-                    "texts with `residual threshold`)", short, len(texts), length // 2, length)
+                    "texts with `detect threshold`)", short, len(texts), length // 2, length)
     ece = rule.val.get("ece", math.nan)
     how = (f"P(generated) the detector's logistic shifted to 1/2 at it (temperature {rule.temperature:.4g} kept)"
            if cfg.threshold else f"P(generated) calibrated on validation windows (ECE {ece:.4f})")
@@ -220,7 +220,7 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
 
 def read_threshold_file(path: str, info: dict, model: str, force: bool = False,
                         forceable: bool = True) -> tuple[float, dict]:
-    """(the threshold, the file's contents) of a `residual threshold` file for the detector `info`
+    """(the threshold, the file's contents) of a `detect threshold` file for the detector `info`
     (its detector.json): a file fitted for another detector, or naming none, is a TextebmError unless
     `force` (then a warning; `forceable`: the command has --force-threshold), as is one without a
     finite numeric `threshold`."""
@@ -231,13 +231,13 @@ def read_threshold_file(path: str, info: dict, model: str, force: bool = False,
         if not force:
             why = (f"was fitted for another detector ({raw.get('model', 'unnamed')}), not for --model {model}"
                    if raw.get("detector_sha256") else "does not name the detector it was fitted for (a file of "
-                   "`residual threshold` does)")
+                   "`detect threshold` does)")
             hint = ", or pass --force-threshold to decide with it anyway" if forceable else ""
-            raise TextebmError(f"--threshold {path}: {why}; refit it with `residual threshold --model {model}`{hint}")
+            raise TextebmError(f"--threshold {path}: {why}; refit it with `detect threshold --model {model}`{hint}")
         log.warning("--threshold %s was fitted for another detector than %s; deciding with it "
                     "(--force-threshold)", path, model)
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
-        raise TextebmError(f"--threshold {path}: no finite numeric `threshold`; write one with `residual threshold`")
+        raise TextebmError(f"--threshold {path}: no finite numeric `threshold`; write one with `detect threshold`")
     return float(t), raw
 
 
@@ -247,7 +247,7 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
 
     check_config(cfg)
     set_threads(cfg.threads)
-    check_output_file(cfg.out, cfg.overwrite, kind="residual threshold", inputs=[("--human", cfg.human)])
+    check_output_file(cfg.out, cfg.overwrite, kind="detect threshold", inputs=[("--human", cfg.human)])
     _, texts = _texts(cfg.human)
     detect.split_sizes(len(texts), cfg.held_out)  # a --held-out that leaves nothing to fit fails before any work
     scorer, rule, info = detect.load_detector(cfg.model)
@@ -268,7 +268,7 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     out.update(model=str(Path(cfg.model).resolve()), detector_sha256=detect.detector_id(info),
                human=str(Path(cfg.human).resolve()))
     write_json(cfg.out, out)
-    mark_file(cfg.out, "residual threshold")
+    mark_file(cfg.out, "detect threshold")
     return out
 
 
@@ -296,11 +296,11 @@ def analyze(cfg: AnalyzeConfig) -> dict:
 
     check_config(cfg)
     set_threads(cfg.threads)
-    check_output_dir(cfg.out, "residual analyze", cfg.overwrite)
+    check_output_dir(cfg.out, "detect analyze", cfg.overwrite)
     scorer, rule, info = detect.load_detector(cfg.model)
     if cfg.lm and info.get("detector") != "energy":
         raise TextebmError(f"--lm with --model {cfg.model}: the perturbation analysis needs a trained energy "
-                           "(a run of `residual train`), not a zero-shot detector")
+                           "(a run of `detect train`), not a zero-shot detector")
     rows = read_detector_windows(cfg.test, cfg.model, scorer, info)
     real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
     result = {"context": analysis.by_context(rule, rows, real, fake)}
@@ -309,7 +309,7 @@ def analyze(cfg: AnalyzeConfig) -> dict:
         result["perturbations"] = analysis.perturbations(
             [r["positive"] for r in rows[:cfg.windows]], scorer.vocab, lambda s: scorer.score_ids(s, cfg.batch_size),
             lambda s: -lm.score_ids(s, cfg.batch_size), cfg.bins, cfg.positions)
-    with output_dir(cfg.out, "residual analyze", cfg.overwrite) as tmp:
+    with output_dir(cfg.out, "detect analyze", cfg.overwrite) as tmp:
         write_json(tmp / "analysis.json", result)
         analysis.plot_context(result["context"], tmp / "context.png")
         if "perturbations" in result:

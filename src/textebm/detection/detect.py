@@ -2,7 +2,7 @@
 
 A score is "higher = more likely machine-generated" (`textebm.detection.metrics`):
 
-- a trained energy (`residual train`): the score is E(x) itself;
+- a trained energy (`detect train`): the score is E(x) itself;
 - a zero-shot detector from causal LM folders (`textebm.detection.zeroshot`): `loglik` (the
   log-likelihood baseline; its sign is fitted on validation), `fastdetectgpt`, `binoculars`
   (observer and performer must share a tokenizer).
@@ -17,9 +17,9 @@ P(generated | s) = σ(sign·(s − threshold) / T) is calibrated at even odds (t
 fitted on test windows.
 
 One decision rule per detector: `Rule.threshold` (best class-balanced accuracy on validation, where
-the calibrated P(generated) is 1/2 at even odds) is the threshold that `residual score`, the
+the calibrated P(generated) is 1/2 at even odds) is the threshold that `detect score`, the
 `Detector` of `textebm.api` and the judge of `residual generate` decide with, and the one a
-threshold file of `residual threshold` reports as `previous_threshold`. `threshold_fpr` is an
+threshold file of `detect threshold` reports as `previous_threshold`. `threshold_fpr` is an
 operating point of the paper's metric (the TPR at 1 % FPR of `evaluate`), never a decision. A
 threshold re-fitted on a user's texts replaces `threshold` (`Rule.with_threshold`): the logistic is
 shifted so that P = 1/2 at the new threshold, its temperature kept, so `p_generated > 0.5` exactly
@@ -63,7 +63,7 @@ RULE_FILE = "detector.json"
 
 
 class EnergyScorer:
-    """E(x) of windows (shared-vocabulary ids) or texts, from a `residual train` model folder."""
+    """E(x) of windows (shared-vocabulary ids) or texts, from a `detect train` model folder."""
 
     def __init__(self, path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
         self.model, self.spec, self.tokenizer, self.vocab = load_energy(path, dtype=dtype, device=device)
@@ -277,7 +277,7 @@ def detector_id(info: dict) -> str:
 def refit_threshold(human_scores, rule: Rule, fpr: float, seed: int = 0, held_out: float = 0.5) -> dict:
     """A threshold for `fpr` fitted on part of a user's human-written texts, and the false-positive
     rate it reaches on the held-out rest (seeded split). `previous_threshold` is the rule's decision
-    threshold (the one `residual score` applies without a threshold file); `smallest_reachable_fpr`
+    threshold (the one `detect score` applies without a threshold file); `smallest_reachable_fpr`
     is 1 / n_fit, the smallest rate the fitted texts can show (below it the threshold is their
     highest score), `smallest_held_out_fpr` 1 / n_held_out, the resolution of the held-out check.
     `warnings` says when `fpr` is below 1 / n_fit."""
@@ -417,17 +417,17 @@ def read_rule(path) -> tuple[dict, Rule]:
 
 
 def load_detector(path, device="cpu", dtype: torch.dtype = torch.float32, option: str = "--model"):
-    """(scorer, Rule, detector.json contents) of a detector folder: a `residual train` run or a
-    `residual fit` folder of a zero-shot detector."""
+    """(scorer, Rule, detector.json contents) of a detector folder: a `detect train` run or a
+    `detect fit` folder of a zero-shot detector."""
     from pathlib import Path
 
     folder = Path(path)
     if not (folder / RULE_FILE).is_file() and folder.name == "model" and (folder.parent / RULE_FILE).is_file():
-        folder = folder.parent  # RUN/model of a `residual train` run: its rule lives in RUN
+        folder = folder.parent  # RUN/model of a `detect train` run: its rule lives in RUN
     rule_file = folder / RULE_FILE
     if not rule_file.is_file():
-        raise TextebmError(f"{option} {folder}: no {RULE_FILE}; expected a detector (a run of `residual train`, "
-                           "or a folder written by `residual fit`)")
+        raise TextebmError(f"{option} {folder}: no {RULE_FILE}; expected a detector (a run of `detect train`, "
+                           "or a folder written by `detect fit`)")
     info, rule = read_rule(rule_file)
     if info.get("detector") == "energy":
         return EnergyScorer(folder / info.get("model", "model"), device, dtype), rule, info

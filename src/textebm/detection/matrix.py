@@ -1,8 +1,8 @@
-"""`textebm residual matrix --config FILE --out DIR`: the generalisation tables of Bakhtin et al.
+"""`textebm detect matrix --config FILE --out DIR`: the generalisation tables of Bakhtin et al.
 (2019) as a config, every artifact cached so an interrupted matrix continues and a larger config
 reuses a smaller one's work.
 
-What the config names (see bench/residual/*.json and docs/detection.md):
+What the config names (see bench/detection/*.json and docs/detection.md):
 
 - `corpora`: dataset names of `textebm data prepare` (or {"name": "folder"} for your own);
   `vocab_corpora` (default: the same) train the one shared BPE vocabulary (`vocab_size`).
@@ -11,7 +11,7 @@ What the config names (see bench/residual/*.json and docs/detection.md):
   generator (suffix only); `lm` holds the settings they share (context, chunk, batch size,
   learning rate).
 - `windows`: length, contexts, stride, k, top_k, max_windows per split.
-- `energies`: name -> `residual train` settings (`energy`, `init`, `steps` or `epochs` [+
+- `energies`: name -> `detect train` settings (`energy`, `init`, `steps` or `epochs` [+
   `max_steps`], ...). `init: "generator"` starts a UniTransf from the transformer generator "tf"
   (seed 0, l2r) of its first training corpus.
 - `steps` N means N optimiser steps (passes over the data repeat as needed); `epochs` E means E
@@ -51,7 +51,7 @@ from textebm.detection.detect import ZEROSHOT
 from textebm.detection.negatives import NegativesConfig, generate_negatives
 from textebm.detection.report import plan_report, write_report
 from textebm.detection.steps import train_length
-from textebm.detection.train import ResidualTrainConfig, residual_train
+from textebm.detection.train import DetectTrainConfig, detect_train
 from textebm.detection.windows import read_window_files
 from textebm.errors import InputError, TextebmError
 from textebm.fingerprint import folder_sha256
@@ -75,7 +75,7 @@ from textebm.tokenizer import train_jsonl
 
 log = logging.getLogger(__name__)
 
-# paper d's control (lmstats) needs a base LM (`residual train --base`): not a matrix energy
+# paper d's control (lmstats) needs a base LM (`detect train --base`): not a matrix energy
 ENERGIES = tuple(k for k in ENERGY_KINDS if k != "lmstats")
 KINDS = ("in-domain", "cross-arch", "cross-corpus", "unseen", "negatives", "zeroshot")
 REQUIRED = {"in-domain": ("energies", "corpora", "generators"), "zeroshot": ("detectors", "corpora", "generators"),
@@ -87,7 +87,7 @@ DEFAULT_WINDOWS = {"length": 64, "contexts": [48, 56], "stride": 16, "k": 3, "to
                    "max_windows": {"train": 2000, "dev": 500, "test": 500}}
 DEFAULT_ENERGY = {"batch_size": 16, "lr": 1e-3}
 # The settings each section of the config may hold: key -> the option of `lm train` (generators,
-# lm), `negatives generate` (windows) or `residual train` (energies) it sets, whose type and bounds
+# lm), `negatives generate` (windows) or `detect train` (energies) it sets, whose type and bounds
 # it takes (None: not an option).
 GENERATOR_KEYS = {"arch": "arch", "pretrained": None, "layers": "layers", "width": "width", "heads": "heads",
                   "kernel": "kernel", "steps": "max_steps", "epochs": "epochs", "max_steps": "max_steps"}
@@ -100,14 +100,14 @@ ENERGY_KEYS = {"energy": "energy", "init": None, "loss": "loss", "margin": "marg
 TEST_SEED = 1  # the test negatives' generator: another seed of the training one's architecture
 
 
-KIND = "residual matrix"  # the kind in the marker of an --out folder the matrix wrote
+KIND = "detect matrix"  # the kind in the marker of an --out folder the matrix wrote
 # The entries of --out that the matrix writes (and `--overwrite` removes), besides its heatmaps.
 ENTRIES = ("data", "vocab", "gen", "neg", "energy", "zeroshot", "cells", "results.json", "tables.md", "inputs.json")
 
 
 @dataclass(kw_only=True)
 class MatrixConfig(grid.GridOptions):
-    config: str = field(metadata={"help": "matrix config JSON (see bench/residual/ and docs/detection.md)"})
+    config: str = field(metadata={"help": "matrix config JSON (see bench/detection/ and docs/detection.md)"})
     out: str = field(metadata={"help": "folder of every cached artifact and the results; a folder the matrix "
                                        "wrote continues where it stopped (it is a cache)"})
     overwrite: bool = field(default=False, metadata={
@@ -197,7 +197,7 @@ def generator_options(spec: dict, lm: dict) -> dict:
 
 
 def energy_options(spec: dict) -> dict:
-    """The `residual train` options of an energy's settings (everything but the files and `init`)."""
+    """The `detect train` options of an energy's settings (everything but the files and `init`)."""
     spec = {**DEFAULT_ENERGY, **spec}
     opts = {k: spec[k] for k in ("layers", "width", "heads", "max_tokens", "margin", "loss") if k in spec}
     return {"energy": spec["energy"], **train_length(spec), "batch_size": spec["batch_size"], "lr": spec["lr"],
@@ -256,7 +256,7 @@ def _check_settings(path, cfg: dict) -> None:
     for name, e in cfg["energies"].items():
         if isinstance(e, dict) and "energy" in e:
             init = "generator" if e.get("init") else ""
-            _check_section(path, f"energies.{name}", e, ResidualTrainConfig, ENERGY_KEYS,
+            _check_section(path, f"energies.{name}", e, DetectTrainConfig, ENERGY_KEYS,
                            lambda e=e, init=init: {"train": [], "val": [], "vocab": "", "out": "",
                                                    "init": init, **energy_options(e)})
 
@@ -450,7 +450,7 @@ class Matrix:
             if init == "generator":  # the transformer LM of its first training corpus, in the shared vocabulary
                 init = str(self.ensure_generator(side.corpora[0], "tf", "l2r", 0))
             log.info("training energy %s", path.name)
-            residual_train(ResidualTrainConfig(
+            detect_train(DetectTrainConfig(
                 train=train, val=val, vocab=str(self.vocab()), init=init, negatives=neg, out=str(path), seed=0,
                 progress=self.progress, threads=self.threads, resume=(path / "config.json").is_file(),
                 **energy_options(spec)))
@@ -493,7 +493,7 @@ class Matrix:
 
 def check_out(out: Path, overwrite: bool, plan: bool = False) -> None:
     """The output rule for a folder that is a cache: a new or empty folder is written; a folder the
-    matrix wrote (its marker says `residual matrix`) continues where it stopped, or with
+    matrix wrote (its marker says `detect matrix`) continues where it stopped, or with
     `overwrite` starts again (only the entries the marker lists are removed: a user's notes stay);
     anything else (a folder textebm did not write, another command's output) is refused, with or
     without `overwrite`. Then --out is created and marked, so an interrupted matrix is recognised."""

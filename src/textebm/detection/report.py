@@ -1,5 +1,5 @@
 """The matrix's report: Markdown tables per slice, heatmaps, and the plan with its estimated CPU
-time (from per-unit rates measured by bench/bench_residual.py, or the config's `rates`)."""
+time (from per-unit rates measured by bench/bench_detection.py, or the config's `rates`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from textebm.markdown import table
 from textebm.runfolder import run_completed
 
 # Seconds per unit on one CPU thread (AVX512 + avx512_bf16 EPYC, fp32 inference / bf16 training),
-# measured by bench/bench_residual.py (bench/results/residual/bench_residual.json); generator steps
+# measured by bench/bench_detection.py (bench/results/detection/bench_detection.json); generator steps
 # (113 s per 300-step generator) and foreign (SmolLM2) negatives from the matrix run. A config's
 # "rates" overrides them.
 DEFAULT_RATES = {"generator_step": 0.38, "negative_window": 0.008, "foreign_negative_window": 0.25,
@@ -187,5 +187,5 @@ def plan_report(matrix, cells, left) -> str:
         f"  energies to train:   {len(energies):3d}   ~{t_en / 60:6.1f} min",
         f"  zero-shot fits:      {len(zs):3d}",
         f"  cell evaluations:    {len(left):3d}   ~{t_eval / 60:6.1f} min",
-        f"estimated CPU time: {total / 3600:.2f} h on one thread (rates: bench/bench_residual.py; "
+        f"estimated CPU time: {total / 3600:.2f} h on one thread (rates: bench/bench_detection.py; "
         "override with the config's \"rates\")"])

@@ -1,4 +1,4 @@
-"""`textebm residual train`: a sequence energy against LM-generated negatives (Bakhtin et al.
+"""`textebm detect train`: a sequence energy against LM-generated negatives (Bakhtin et al.
 2019, sec. 3-4), on the one training loop (checkpoints, resume, NaN stop).
 
 Data: files of `textebm negatives generate` (several --train files: their union, e.g. all
@@ -56,8 +56,8 @@ LOSSES = ("bce", "ranking")
 
 
 @dataclass(kw_only=True)
-class ResidualTrainConfig(TrainOptions):
-    COMMAND: ClassVar[str] = "residual train"
+class DetectTrainConfig(TrainOptions):
+    COMMAND: ClassVar[str] = "detect train"
     train: list[str] = field(metadata={"help": "negatives files of the training windows (several: their union)"})
     val: list[str] = field(metadata={"help": "negatives files of held-out windows: evaluation and the "
                                              "decision rule"})
@@ -296,7 +296,7 @@ def residual_step(model, batch: WindowBatch, loss: str, negatives: str, margin: 
     return value, logs
 
 
-def residual_train(cfg: ResidualTrainConfig) -> dict:
+def detect_train(cfg: DetectTrainConfig) -> dict:
     """Train the energy, then fit and write its decision rule on the validation windows."""
 
     check_config(cfg)
@@ -329,7 +329,7 @@ def residual_train(cfg: ResidualTrainConfig) -> dict:
     # The prefixes it learnt from (paper d's p): recorded in energy.json for the joint model's
     # checks, not in config.json's spec, which is the architecture (the --train files are there).
     spec.contexts = sorted({int(r["context_len"]) for r in train_rows})
-    recipe = ResidualRecipe(model=model, spec=spec, tokenizer=tokenizer, vocab=vocab, dataset=list(enumerate(train_rows)),
+    recipe = DetectorRecipe(model=model, spec=spec, tokenizer=tokenizer, vocab=vocab, dataset=list(enumerate(train_rows)),
                             lengths=[len(r["positive"]) for r in train_rows], collate=batcher, loss_kind=cfg.loss,
                             negatives=cfg.negatives, margin=cfg.margin, val_rows=val_rows,
                             eval_batch_size=cfg.eval_batch_size, keep_best=cfg.keep_best,
@@ -365,8 +365,8 @@ def rule_of(score_ids, val_rows: list[dict], batch_size: int):
 
 
 @dataclass(kw_only=True)
-class ResidualRecipe(Recipe):
-    """`residual train` on the loop: the energy's loss on windows and their negatives; the final
+class DetectorRecipe(Recipe):
+    """`detect train` on the loop: the energy's loss on windows and their negatives; the final
     evaluation fits the decision rule on the validation windows (kept in `rule`)."""
 
     model: torch.nn.Module

@@ -455,7 +455,7 @@ def load_cloze(name_or_path: str | Path, dtype: torch.dtype | None = None,
 def load_energy(name_or_path: str | Path, dtype: torch.dtype | None = None,
                 device: str | torch.device | None = None, option: str = "--model"):
     """(energy module, EnergySpec, input tokenizer, shared vocabulary) in eval mode from a folder
-    written by `residual train` (RUN or RUN/model). The vocabulary is the input tokenizer itself
+    written by `detect train` (RUN or RUN/model). The vocabulary is the input tokenizer itself
     unless the energy re-tokenises (then vocab/). An lmstats energy's base LM is rebuilt from its
     config.json and stays fp32 whatever `dtype` (`LMStatsEnergy.FP32_MODULES`)."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM

@@ -204,12 +204,12 @@ class LMStatsEnergy(nn.Module):
 
 SPEC_FILE = "energy.json"
 KIND = ModelKind("energy", SPEC_FILE, "a textebm sequence energy",
-                 "a sequence energy trained with `textebm residual train` (RUN or RUN/model)")
+                 "a sequence energy trained with `textebm detect train` (RUN or RUN/model)")
 
 
 @dataclass
 class EnergySpec:
-    """What `energy.json` records of a trained sequence energy (`residual train`)."""
+    """What `energy.json` records of a trained sequence energy (`detect train`)."""
 
     kind: str  # linear | bilstm | unitransf | bitransf | lmstats
     vocab_size: int  # of the inputs the energy reads

@@ -76,14 +76,14 @@ class _JointOptions:
 @dataclass(kw_only=True)
 class ResidualGenerateConfig(_JointOptions):
     COMMAND: ClassVar[str] = GENERATE_KIND
-    energy: str = field(metadata={"help": "the residual energy E (RUN of `residual train`)"})
+    energy: str = field(metadata={"help": "the residual energy E (RUN of `detect train`)"})
     prefixes: str = field(default="", metadata={"help": "instead of --data: prefixes to continue (JSONL `text`, "
                                                         "CSV/TSV or one per line); each keeps its last p tokens"})
     n: int = field(default=100, metadata={"help": "candidates per prefix drawn from the base LM (paper: 10,000)",
                                           "min": 1})
     top_k: int = field(default=10, metadata={"help": "the base LM samples its candidates from the k most likely "
                                                      "tokens (paper: 10; 0: untruncated)", "min": 0})
-    judge: str = field(default="", metadata={"help": "a detector (RUN of `residual train`, trained on negatives "
+    judge: str = field(default="", metadata={"help": "a detector (RUN of `detect train`, trained on negatives "
                                                      "of ANOTHER base LM) that scores the joint and the base "
                                                      "continuations: less detectable is better"})
 
@@ -97,7 +97,7 @@ class ResidualGenerateConfig(_JointOptions):
 @dataclass(kw_only=True)
 class ResidualPPLConfig(_JointOptions):
     COMMAND: ClassVar[str] = PPL_KIND
-    energy: list[str] = field(metadata={"help": "residual energies E (RUNs of `residual train`); the base LM's "
+    energy: list[str] = field(metadata={"help": "residual energies E (RUNs of `detect train`); the base LM's "
                                                 "samples are drawn once and scored by each"})
     samples: int = field(default=1000, metadata={"help": "base-LM samples per prefix behind log Z (n >= 2; "
                                                          "paper: 100,000)", "min": 2})

@@ -11,7 +11,7 @@ samples come from textebm's one sampler (`textebm.lm.generate.generate`), each s
 generator, so a sample never depends on the batch it was drawn in.
 
 `JointEnergy` is E(x_{1..T}) over whole windows (prefix and continuation together, as
-`residual train` scored them). For a causal energy (UniT) the prefix's states are the same for
+`detect train` scored them). For a causal energy (UniT) the prefix's states are the same for
 every continuation of a prefix: `continuation_energies` runs the prefix once and only the
 continuations after it (the key-value cache), which is what makes joint sampling cheap. Its
 equivalence to the full pass is tested.
@@ -117,7 +117,7 @@ class BaseLM:
 
 @dataclass
 class JointEnergy:
-    """E(x_{1..T}) of whole windows in the shared vocabulary (a `residual train` energy)."""
+    """E(x_{1..T}) of whole windows in the shared vocabulary (a `detect train` energy)."""
 
     model: torch.nn.Module
     spec: object  # EnergySpec

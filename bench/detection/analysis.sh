@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Paper c's figures 1 and 2 on sotu, after `residual matrix --config bench/residual/cpu.json --out OUT`
+# Paper c's figures 1 and 2 on sotu, after `detect matrix --config bench/detection/cpu.json --out OUT`
 # (it reuses OUT's vocabulary and generators): negatives whose contexts vary from 16 to 56 of 64
 # tokens, a UniTransf energy trained on them for one epoch (3,000 windows: 188 steps of 16; the
-# recorded figures' run said --max-steps 400, which one epoch never reached), then `residual
+# recorded figures' run said --max-steps 400, which one epoch never reached), then `detect
 # analyze`. Every step is cached / resumable.
-#   bash bench/residual/analysis.sh [OUT]        (default runs/residual)
+#   bash bench/detection/analysis.sh [OUT]        (default runs/residual)
 set -euo pipefail
 OUT=${1:-runs/residual}
 A=$OUT/analysis
@@ -30,8 +30,8 @@ neg dev "$G0" 600
 neg test "$G1" 1200
 RUN=$A/unitransf
 R=""; [ -f "$RUN/config.json" ] && R=--resume
-[ -f "$RUN/detector.json" ] || $X residual train --train "$A/sotu-train.jsonl" --val "$A/sotu-dev.jsonl" \
+[ -f "$RUN/detector.json" ] || $X detect train --train "$A/sotu-train.jsonl" --val "$A/sotu-dev.jsonl" \
     --vocab "$OUT/vocab" --energy unitransf --init "$G0" --epochs 1 --lr 1e-3 \
     --batch-size 16 --out "$RUN" --no-progress $R
-[ -f "$A/figures/analysis.json" ] || $X residual analyze --model "$RUN" --test "$A/sotu-test.jsonl" \
+[ -f "$A/figures/analysis.json" ] || $X detect analyze --model "$RUN" --test "$A/sotu-test.jsonl" \
     --lm "$G0" --windows 150 --positions 12 --out "$A/figures"

@@ -1,5 +1,5 @@
 """Real-vs-generated detection (Bakhtin et al. 2019) end to end on a tiny corpus: the gated
-convolutional LM, windows, negatives, `residual train | fit | eval | score | threshold`, the
+convolutional LM, windows, negatives, `detect train | fit | eval | score | threshold`, the
 matrix and its cache, and their errors (exit 2)."""
 
 from __future__ import annotations
@@ -229,16 +229,16 @@ def test_negatives_windows_and_rows_in_memory_equal_the_command(corpus, tmp_path
 
 
 def test_detector_outputs_replace_only_their_own_files(corpus, trained, tmp_path, capsys):
-    """--overwrite on a file output of `residual eval / score / threshold` replaces only what the same
+    """--overwrite on a file output of `detect eval / score / threshold` replaces only what the same
     command wrote (its marker beside it): never an input, a run's metrics.json or another command's file."""
     texts = tmp_path / "t.txt"
     texts.write_text("".join(json.loads(x)["text"] + "\n" for x in (corpus["data"] / "test.jsonl").read_text().splitlines()))
     metrics = trained["run"] / "metrics.json"
     before = metrics.read_bytes()
     base = ["--model", str(trained["run"])]
-    cmds = {"eval": ["residual", "eval", *base, "--test", str(trained["test"])],
-            "score": ["residual", "score", *base, "--input", str(texts)],
-            "threshold": ["residual", "threshold", *base, "--human", str(texts), "--fpr", "0.2"]}
+    cmds = {"eval": ["detect", "eval", *base, "--test", str(trained["test"])],
+            "score": ["detect", "score", *base, "--input", str(texts)],
+            "threshold": ["detect", "threshold", *base, "--human", str(texts), "--fpr", "0.2"]}
     for name, argv in cmds.items():
         assert main([*argv, "--out", str(metrics), "--overwrite"]) == 2, name
         assert "not written by textebm" in capsys.readouterr().err
@@ -247,7 +247,7 @@ def test_detector_outputs_replace_only_their_own_files(corpus, trained, tmp_path
         assert main([*argv, "--out", str(own), "--overwrite"]) == 0  # its own output: replaced
     assert metrics.read_bytes() == before
     assert main([*cmds["score"], "--out", str(tmp_path / "eval.out"), "--overwrite"]) == 2  # another command's
-    assert "holds the output of `residual eval`" in capsys.readouterr().err
+    assert "holds the output of `detect eval`" in capsys.readouterr().err
     assert main([*cmds["score"], "--out", str(texts), "--overwrite"]) == 2  # its own input
     assert "is the input of --input" in capsys.readouterr().err
     assert texts.read_text().count("\n") > 4
@@ -282,7 +282,7 @@ def trained(corpus, tmp_path_factory):
         _negatives(corpus, s, gen, f)
     _negatives(corpus, "test", gen, root / "test.jsonl")  # held-out windows, the training generator's
     run = root / "linear"
-    assert main(["residual", "train", "--train", str(files["train"]), "--val", str(files["dev"]), "--vocab",
+    assert main(["detect", "train", "--train", str(files["train"]), "--val", str(files["dev"]), "--vocab",
                  str(corpus["vocab"]), "--energy", "linear", "--max-steps", "40", "--batch-size", "8", "--lr", "0.05",
                  "--out", str(run), "--no-progress"]) == 0
     return {"root": root, "run": run, **files, "test": root / "test.jsonl"}
@@ -292,10 +292,34 @@ def test_residual_train_learns_to_tell_real_from_generated(trained, capsys):
     rule = json.loads((trained["run"] / "detector.json").read_text())
     # an almost untrained generator writes near-random tokens: a trained energy separates them
     assert rule["rule"]["val"]["balanced_accuracy"] > 0.8 and rule["detector"] == "energy"
-    assert main(["residual", "eval", "--model", str(trained["run"]), "--test", str(trained["test"]),
+    assert main(["detect", "eval", "--model", str(trained["run"]), "--test", str(trained["test"]),
                  "--out", str(trained["root"] / "eval.json")]) == 0
     m = json.loads((trained["root"] / "eval.json").read_text())
     assert m["accuracy"] > 0.8 and m["auroc"] > 0.85 and m["p_at_1"] > 0.8
+
+
+def test_the_old_residual_names_still_run_and_say_where_the_command_moved(corpus, trained, tmp_path, caplog):
+    """Issue 36: paper c's commands moved from `textebm residual` to `textebm detect`; the old names
+    run the same command for one release with a warning, give the same figures, and a folder an
+    older textebm wrote (marker kind `residual train`) is the same command's: --overwrite replaces
+    it, another command's folder is still refused."""
+    from textebm.outputs import MARKER, read_marker
+
+    args = ["--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab", str(corpus["vocab"]),
+            "--energy", "linear", "--max-steps", "6", "--batch-size", "8", "--lr", "0.05", "--no-progress"]
+    old, new = tmp_path / "old", tmp_path / "new"
+    with caplog.at_level("WARNING"):
+        assert main(["residual", "train", *args, "--out", str(old)]) == 0
+    assert "`textebm residual train` moved to `textebm detect train`" in caplog.text
+    assert main(["detect", "train", *args, "--out", str(new)]) == 0
+    assert json.loads((old / "detector.json").read_text())["rule"] == json.loads((new / "detector.json").read_text())["rule"]
+    # a marker an older textebm wrote
+    m = json.loads((old / MARKER).read_text())
+    (old / MARKER).write_text(json.dumps({**m, "kind": "residual train"}))
+    assert read_marker(old)["kind"] == "detect train"
+    assert main(["detect", "train", *args, "--out", str(old)]) == 2  # earlier output: needs --overwrite
+    assert main(["detect", "train", *args, "--out", str(old), "--overwrite"]) == 0
+    assert main(["detect", "eval", "--model", str(new), "--test", str(trained["test"]), "--out", str(old)]) == 2
 
 
 @pytest.mark.parametrize("energy,extra", [("bilstm", ["--width", "16"]),
@@ -305,7 +329,7 @@ def test_every_energy_trains_saves_and_loads_back(corpus, trained, tmp_path, ene
     from textebm.detection.detect import EnergyScorer
 
     run = tmp_path / energy
-    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+    assert main(["detect", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
                  str(corpus["vocab"]), "--energy", energy, *extra, "--max-steps", "2", "--batch-size", "4",
                  "--out", str(run), "--no-progress"]) == 0
     rows = [json.loads(x) for x in trained["dev"].read_text().splitlines()][:3]
@@ -325,7 +349,7 @@ def test_continuation_pooling_trains_on_one_prefix_and_refuses_several(corpus, t
     for s, f in files.items():
         _negatives(corpus, s, gen, f, "--contexts", "16")
     run = tmp_path / "unit-cont"
-    args = ["residual", "train", "--train", str(files["train"]), "--val", str(files["dev"]), "--vocab",
+    args = ["detect", "train", "--train", str(files["train"]), "--val", str(files["dev"]), "--vocab",
             str(corpus["vocab"]), "--energy", "unitransf", "--layers", "1", "--width", "32", "--heads", "2",
             "--pool", "continuation", "--dropout", "0.1", "--max-steps", "3", "--batch-size", "4",
             "--negatives", "random", "--no-progress"]
@@ -341,10 +365,10 @@ def test_continuation_pooling_trains_on_one_prefix_and_refuses_several(corpus, t
     err = capsys.readouterr().err
     assert "--pool continuation" in err and "16, 20" in err and not (tmp_path / "two").exists()
     # windows cut shorter than its prefix are not what it scores: eval has no length buckets, --buckets is refused
-    assert main(["residual", "eval", "--model", str(run), "--test", str(files["dev"]), "--out",
+    assert main(["detect", "eval", "--model", str(run), "--test", str(files["dev"]), "--out",
                  str(tmp_path / "e.json")]) == 0
     assert [b["bucket"] for b in json.loads((tmp_path / "e.json").read_text())["by_length"]["buckets"]] == ["whole"]
-    assert main(["residual", "eval", "--model", str(run), "--test", str(files["dev"]), "--buckets", "8-16"]) == 2
+    assert main(["detect", "eval", "--model", str(run), "--test", str(files["dev"]), "--buckets", "8-16"]) == 2
     assert "--buckets" in capsys.readouterr().err
 
 
@@ -401,7 +425,7 @@ def test_bitransf_mean_pooled_trains_saves_and_loads_back(corpus, trained, tmp_p
 
     rows = [json.loads(x) for x in trained["dev"].read_text().splitlines()][:3]
     run = tmp_path / "bit-mean"
-    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+    assert main(["detect", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
                  str(corpus["vocab"]), "--energy", "bitransf", "--pool", "mean", "--layers", "1", "--width", "32",
                  "--heads", "2", "--max-steps", "2", "--batch-size", "4", "--out", str(run), "--no-progress"]) == 0
     assert json.loads((run / "model" / "energy.json").read_text())["pool"] == "mean"
@@ -436,7 +460,7 @@ def test_unitransf_starts_from_the_lm_and_bitransf_from_an_encoder(corpus, train
     from textebm.detection.detect import EnergyScorer
 
     run = tmp_path / "uni"
-    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+    assert main(["detect", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
                  str(corpus["vocab"]), "--energy", "unitransf", "--init", str(corpus["gens"][("transformer", "l2r", 0)]),
                  "--max-steps", "1", "--lr", "1e-9", "--out", str(run), "--no-progress"]) == 0
     from textebm.models.load import load_lm
@@ -447,7 +471,7 @@ def test_unitransf_starts_from_the_lm_and_bitransf_from_an_encoder(corpus, train
     assert torch.allclose(scorer.model.body.embed_tokens.weight, w, atol=1e-4)
     # an encoder with its own (WordPiece) vocabulary: windows are decoded and re-tokenised
     enc = tmp_path / "enc"
-    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+    assert main(["detect", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
                  str(corpus["vocab"]), "--energy", "bitransf", "--init", str(classify_fixture / "encoder"),
                  "--max-tokens", "40", "--max-steps", "1", "--out", str(enc), "--no-progress"]) == 0
     spec = json.loads((enc / "model" / "energy.json").read_text())
@@ -474,7 +498,7 @@ def test_bitransf_starts_from_a_masked_lm_trained_here_in_the_shared_vocabulary(
                  "mlm", "--layers", "1", "--width", "32", "--heads", "2", "--max-steps", "2", "--batch-size", "4",
                  "--max-len", "40", "--out", str(mlm), "--no-progress", "--eval-split", ""]) == 0
     run = tmp_path / "bit"
-    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+    assert main(["detect", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
                  str(corpus["vocab"]), "--energy", "bitransf", "--pool", "mean", "--init", str(mlm),
                  "--max-steps", "1", "--lr", "1e-9", "--out", str(run), "--no-progress"]) == 0
     spec = json.loads((run / "model" / "energy.json").read_text())
@@ -488,7 +512,7 @@ def test_bitransf_starts_from_a_masked_lm_trained_here_in_the_shared_vocabulary(
                  "twotower", "--layers", "1", "--width", "32", "--heads", "2", "--max-steps", "1", "--batch-size",
                  "4", "--max-len", "40", "--out", str(tt), "--no-progress", "--eval-split", ""]) == 0
     out = tmp_path / "refused"
-    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+    assert main(["detect", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
                  str(corpus["vocab"]), "--energy", "bitransf", "--init", str(tt), "--max-steps", "1",
                  "--out", str(out), "--no-progress"]) == 2
     assert not out.exists()
@@ -497,7 +521,7 @@ def test_bitransf_starts_from_a_masked_lm_trained_here_in_the_shared_vocabulary(
 def test_zeroshot_fit_and_score_with_a_calibrated_probability(corpus, trained, tmp_path):
     det = tmp_path / "fd"
     gen = corpus["gens"][("transformer", "l2r", 0)]
-    assert main(["residual", "fit", "--zeroshot", "fastdetectgpt", "--model", str(gen), "--val", str(trained["dev"]),
+    assert main(["detect", "fit", "--zeroshot", "fastdetectgpt", "--model", str(gen), "--val", str(trained["dev"]),
                  "--vocab", str(corpus["vocab"]), "--out", str(det)]) == 0
     info = json.loads((det / "detector.json").read_text())
     assert info["rule"]["sign"] == 1 and info["rule"]["temperature"] > 0
@@ -505,7 +529,7 @@ def test_zeroshot_fit_and_score_with_a_calibrated_probability(corpus, trained, t
     texts.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["the nation shall build roads.", "x y z q"]))
     for model in (det, trained["run"]):
         out = tmp_path / f"{model.name}.jsonl"
-        assert main(["residual", "score", "--model", str(model), "--input", str(texts), "--out", str(out)]) == 0
+        assert main(["detect", "score", "--model", str(model), "--input", str(texts), "--out", str(out)]) == 0
         rows = [json.loads(x) for x in out.read_text().splitlines()]
         assert len(rows) == 2 and all(0 <= r["p_generated"] <= 1 for r in rows)
         assert rows[0]["tokens"] == len(corpus_vocab(corpus)("the nation shall build roads.")["input_ids"])
@@ -514,10 +538,10 @@ def test_zeroshot_fit_and_score_with_a_calibrated_probability(corpus, trained, t
 
 def test_binoculars_needs_an_observer_with_the_same_tokenizer(corpus, trained, tmp_path):
     gens = corpus["gens"]
-    assert main(["residual", "fit", "--zeroshot", "binoculars", "--model", str(gens[("gcnn", "l2r", 0)]),
+    assert main(["detect", "fit", "--zeroshot", "binoculars", "--model", str(gens[("gcnn", "l2r", 0)]),
                  "--observer", str(gens[("transformer", "l2r", 0)]), "--val", str(trained["dev"]),
                  "--vocab", str(corpus["vocab"]), "--out", str(tmp_path / "b")]) == 0
-    assert main(["residual", "fit", "--zeroshot", "binoculars", "--model", str(gens[("gcnn", "l2r", 0)]),
+    assert main(["detect", "fit", "--zeroshot", "binoculars", "--model", str(gens[("gcnn", "l2r", 0)]),
                  "--val", str(trained["dev"]), "--vocab", str(corpus["vocab"]), "--out", str(tmp_path / "c")]) == 2
     assert not (tmp_path / "c").exists()
 
@@ -532,12 +556,12 @@ def test_refitted_threshold_reaches_its_false_positive_rate_on_held_out_human_te
     texts = tmp_path / "human.txt"  # the held-out human sentences of the fixture
     texts.write_text("".join(json.loads(x)["text"] + "\n" for x in (corpus["data"] / "test.jsonl").read_text().splitlines()))
     out = tmp_path / "thr.json"
-    assert main(["residual", "threshold", "--model", str(trained["run"]), "--human", str(texts), "--fpr", "0.1",
+    assert main(["detect", "threshold", "--model", str(trained["run"]), "--human", str(texts), "--fpr", "0.1",
                  "--out", str(out)]) == 0
     got = json.loads(out.read_text())
     assert got["fpr_fit"] <= 0.1 and got["n_fit"] + got["n_held_out"] == len(texts.read_text().splitlines())
     scored = tmp_path / "s.jsonl"
-    assert main(["residual", "score", "--model", str(trained["run"]), "--input", str(texts), "--threshold", str(out),
+    assert main(["detect", "score", "--model", str(trained["run"]), "--input", str(texts), "--threshold", str(out),
                  "--out", str(scored)]) == 0
     flagged = np.mean([json.loads(x)["generated"] for x in scored.read_text().splitlines()])
     assert flagged <= 0.25  # about the rate asked for (0.1 on the fitted half, near it held out)
@@ -574,7 +598,7 @@ def test_a_rules_probability_is_above_one_half_exactly_where_it_decides_generate
 
 def test_score_with_a_refitted_threshold_takes_p_generated_and_the_decision_from_it(corpus, trained, tmp_path,
                                                                                      caplog):
-    """Issue 37: after `residual score --threshold`, p_generated > 0.5 exactly on the rows called
+    """Issue 37: after `detect score --threshold`, p_generated > 0.5 exactly on the rows called
     generated (p the detector's logistic shifted to 1/2 at the re-fitted threshold), and no
     warning asks to re-fit the threshold; without one, both come from the detector's own rule."""
     import logging
@@ -582,7 +606,7 @@ def test_score_with_a_refitted_threshold_takes_p_generated_and_the_decision_from
     texts = _human_texts(corpus, tmp_path)
     info = json.loads((trained["run"] / "detector.json").read_text())["rule"]
     thr = tmp_path / "thr.json"
-    assert main(["residual", "threshold", "--model", str(trained["run"]), "--human", str(texts), "--fpr", "0.1",
+    assert main(["detect", "threshold", "--model", str(trained["run"]), "--human", str(texts), "--fpr", "0.1",
                  "--out", str(thr)]) == 0
     t = json.loads(thr.read_text())["threshold"]
     assert abs(t - info["threshold"]) > 1e-6  # the re-fit moved it
@@ -590,7 +614,7 @@ def test_score_with_a_refitted_threshold_takes_p_generated_and_the_decision_from
         out = tmp_path / f"s{len(threshold)}.jsonl"
         caplog.clear()
         with caplog.at_level(logging.WARNING):
-            assert main(["residual", "score", "--model", str(trained["run"]), "--input", str(texts), *threshold,
+            assert main(["detect", "score", "--model", str(trained["run"]), "--input", str(texts), *threshold,
                          "--out", str(out)]) == 0
         rows = [json.loads(x) for x in out.read_text().splitlines()]
         assert len(rows) == len(texts.read_text().splitlines())
@@ -633,7 +657,7 @@ def test_threshold_reports_its_tpr_cost_on_the_validation_windows_and_what_its_t
         out = tmp_path / f"{texts.stem}.json"
         caplog.clear()
         with caplog.at_level(logging.WARNING):
-            assert main(["residual", "threshold", "--model", str(trained["run"]), "--human", str(texts), "--fpr", fpr,
+            assert main(["detect", "threshold", "--model", str(trained["run"]), "--human", str(texts), "--fpr", fpr,
                          "--out", str(out)]) == 0
         got = json.loads(out.read_text())
         n = len(texts.read_text().splitlines())
@@ -655,7 +679,7 @@ def test_threshold_reports_its_tpr_cost_on_the_validation_windows_and_what_its_t
 
 
 def test_eval_by_length_bucket_equals_a_hand_computation_with_sklearn(corpus, trained, tmp_path):
-    """`residual eval --threshold --buckets`: per bucket of text tokens, the test windows cut to
+    """`detect eval --threshold --buckets`: per bucket of text tokens, the test windows cut to
     lo, lo + 1, ..., hi - 1, lo, ... tokens (row order; an l2r window keeps its last n tokens, its
     generated end), AUROC (sklearn) and TPR / FPR at the threshold file's threshold; the whole
     windows last; without --buckets the default ones below the window length (24: 8-16, 16-24)."""
@@ -665,11 +689,11 @@ def test_eval_by_length_bucket_equals_a_hand_computation_with_sklearn(corpus, tr
 
     thr = tmp_path / "thr.json"
     human = _human_texts(corpus, tmp_path)
-    assert main(["residual", "threshold", "--model", str(trained["run"]), "--human", str(human), "--fpr", "0.1",
+    assert main(["detect", "threshold", "--model", str(trained["run"]), "--human", str(human), "--fpr", "0.1",
                  "--out", str(thr)]) == 0
     t = json.loads(thr.read_text())["threshold"]
     out = tmp_path / "eval.json"
-    assert main(["residual", "eval", "--model", str(trained["run"]), "--test", str(trained["test"]), "--threshold",
+    assert main(["detect", "eval", "--model", str(trained["run"]), "--test", str(trained["test"]), "--threshold",
                  str(thr), "--buckets", "2-6", "6-24", "--out", str(out)]) == 0
     got = json.loads(out.read_text())
     assert got["by_length"]["threshold"] == t and got["by_length"]["fpr_target"] == 0.1
@@ -690,7 +714,7 @@ def test_eval_by_length_bucket_equals_a_hand_computation_with_sklearn(corpus, tr
         assert (b["n_real"], b["n_generated"]) == (len(rows), fake.size)
     whole = got["by_length"]["buckets"][-1]
     assert whole["auroc"] == pytest.approx(got["auroc"]) and len(got["by_length"]["buckets"]) == 3
-    assert main(["residual", "eval", "--model", str(trained["run"]), "--test", str(trained["test"]),
+    assert main(["detect", "eval", "--model", str(trained["run"]), "--test", str(trained["test"]),
                  "--out", str(tmp_path / "default.json")]) == 0
     d = json.loads((tmp_path / "default.json").read_text())["by_length"]
     rule = json.loads((trained["run"] / "detector.json").read_text())["rule"]
@@ -754,7 +778,7 @@ def test_tiny_matrix_end_to_end_and_a_resumed_one_recomputes_nothing(corpus, tmp
     import textebm.lm.train
 
     cfg, out = _matrix_config(corpus, tmp_path), tmp_path / "m"
-    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    assert main(["detect", "matrix", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert len(res["cells"]) == 2 + 1 + 4 + 2 + 2
     tables = (out / "tables.md").read_text()
@@ -771,11 +795,11 @@ def test_tiny_matrix_end_to_end_and_a_resumed_one_recomputes_nothing(corpus, tmp
 
     import textebm.detection.matrix as matrix
 
-    for name in ("lm_train", "residual_train", "generate_negatives", "fit_zeroshot"):  # where the matrix calls them
+    for name in ("lm_train", "detect_train", "generate_negatives", "fit_zeroshot"):  # where the matrix calls them
         assert callable(getattr(matrix, name))
         monkeypatch.setattr(matrix, name, boom)
     (out / "heatmap-my-own.png").write_bytes(b"mine")  # a user's file in the folder
-    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    assert main(["detect", "matrix", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
     assert "heatmap-my-own.png" not in json.loads((out / ".textebm-output.json").read_text())["entries"]
     after = {p: p.stat().st_mtime_ns for p in before}
     changed = [p.name for p in before if after[p] != before[p] and p.name not in ("results.json", "tables.md")
@@ -785,7 +809,7 @@ def test_tiny_matrix_end_to_end_and_a_resumed_one_recomputes_nothing(corpus, tmp
 
 def test_matrix_plan_prints_the_estimate_and_runs_nothing(corpus, tmp_path, capsys):
     cfg = _matrix_config(corpus, tmp_path)
-    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "p"), "--plan"]) == 0
+    assert main(["detect", "matrix", "--config", str(cfg), "--out", str(tmp_path / "p"), "--plan"]) == 0
     out = capsys.readouterr().out
     assert "estimated CPU time" in out and "generators to train:   6" in out  # tf l2r/r2l and gcnn l2r, seeds 0 and 1
     assert not (tmp_path / "p").exists()
@@ -811,7 +835,7 @@ def test_matrix_steps_are_optimiser_steps_and_the_dask_backend_gives_the_same_ce
     from textebm.outputs import remove
 
     cfg = _small_matrix(corpus, tmp_path)
-    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m"), "--no-progress"]) == 0
+    assert main(["detect", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m"), "--no-progress"]) == 0
     steps = lambda run: json.loads((run / "metrics.json").read_text())["train"]["steps"]
     runs = lambda d: [p for p in (tmp_path / "m" / d).iterdir() if p.is_dir()]
     (energy,), gens = runs("energy"), runs("gen")
@@ -822,7 +846,7 @@ def test_matrix_steps_are_optimiser_steps_and_the_dask_backend_gives_the_same_ce
     shutil.copytree(tmp_path / "m", tmp_path / "d")
     for name in ("cells", "energy", "results.json"):
         remove(tmp_path / "d" / name)
-    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "d"), "--backend", "dask",
+    assert main(["detect", "matrix", "--config", str(cfg), "--out", str(tmp_path / "d"), "--backend", "dask",
                  "--workers", "1"]) == 0
     assert [p for p in (tmp_path / "d" / "energy").iterdir() if p.is_dir()]
     local, dask = (json.loads((tmp_path / d / "results.json").read_text())["cells"] for d in ("m", "d"))
@@ -849,7 +873,7 @@ def test_matrix_out_follows_the_output_rule(corpus, tmp_path, capsys):
                             (run, [], "cloze train"), (run, ["--overwrite"], "cloze train"),
                             (tmp_path / "small.json" / "x", [], "is a file"), (Path("/proc/textebm-matrix"), [], "")):
         capsys.readouterr()
-        assert main(["residual", "matrix", "--config", str(cfg), "--out", str(out), *extra]) == 2, out
+        assert main(["detect", "matrix", "--config", str(cfg), "--out", str(out), *extra]) == 2, out
         err = capsys.readouterr().err
         assert str(out) in err and why in err and "Traceback" not in err
     assert {p: p.read_bytes() for d in (mine, run) for p in d.iterdir()} == before
@@ -899,7 +923,7 @@ def test_matrix_config_settings_are_checked_naming_the_file_and_key(corpus, tmp_
     change(cfg)
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(cfg))
-    assert main(["residual", "matrix", "--config", str(path), "--out", str(tmp_path / "m")]) == 2
+    assert main(["detect", "matrix", "--config", str(path), "--out", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err
     assert f"{path}: " in err and names in err and "--" not in err.split(str(path))[1], err
     assert not (tmp_path / "m").exists()
@@ -910,7 +934,7 @@ def test_matrix_plan_takes_its_shard_from_a_slurm_array(corpus, tmp_path, capsys
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
     monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "3")
     monkeypatch.setenv("SLURM_ARRAY_TASK_MIN", "1")
-    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "p"), "--plan"]) == 0
+    assert main(["detect", "matrix", "--config", str(cfg), "--out", str(tmp_path / "p"), "--plan"]) == 0
     out = capsys.readouterr().out
     assert "7 cells (11 entries, some the same cell), 0 cached; shard 2/3 holds 2, 2 to run here" in out
     assert "estimated CPU time" in out
@@ -922,11 +946,11 @@ def test_matrix_plan_takes_its_shard_from_a_slurm_array(corpus, tmp_path, capsys
 def test_bad_inputs_exit_2_naming_the_file(corpus, trained, tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"positive": [1, 2], "negatives": [[1]], "direction": "l2r", "context_len": 1}) + "\n")
-    assert main(["residual", "train", "--train", str(bad), "--val", str(trained["dev"]), "--vocab", str(corpus["vocab"]),
+    assert main(["detect", "train", "--train", str(bad), "--val", str(trained["dev"]), "--vocab", str(corpus["vocab"]),
                  "--energy", "linear", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:1" in err and "negatives" in err and not (tmp_path / "r").exists()
-    assert main(["residual", "score", "--model", str(corpus["gens"][("gcnn", "l2r", 0)]), "--input", str(bad),
+    assert main(["detect", "score", "--model", str(corpus["gens"][("gcnn", "l2r", 0)]), "--input", str(bad),
                  "--out", str(tmp_path / "s.jsonl")]) == 2
     assert "detector.json" in capsys.readouterr().err and not (tmp_path / "s.jsonl").exists()
     assert main(["negatives", "generate", "--data", str(corpus["data"]), "--generator", str(trained["run"]),
@@ -938,9 +962,9 @@ def test_bad_inputs_exit_2_naming_the_file(corpus, trained, tmp_path, capsys):
     assert "--contexts" in capsys.readouterr().err
     cfg = tmp_path / "m.json"
     cfg.write_text(json.dumps({"corpora": ["x"], "generators": {}, "tables": [{"kind": "nope"}]}))
-    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m")]) == 2
+    assert main(["detect", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m")]) == 2
     assert f"{cfg}" in capsys.readouterr().err
-    assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m"), "--shard", "3/2"]) == 2
+    assert main(["detect", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m"), "--shard", "3/2"]) == 2
     good = json.loads(_matrix_config(corpus, tmp_path).read_text())
     for table, why in (({"kind": "cross-arch", "energy": "linear", "generators": ["tf"]}, "missing corpus"),
                        ({"kind": "zeroshot", "detectors": ["gptzero"], "corpora": ["a"], "generators": ["tf"]},
@@ -949,7 +973,7 @@ def test_bad_inputs_exit_2_naming_the_file(corpus, trained, tmp_path, capsys):
                          "test": ["a"]}, "a+z")):
         cfg.write_text(json.dumps({**good, "tables": [table]}))
         capsys.readouterr()
-        assert main(["residual", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m")]) == 2
+        assert main(["detect", "matrix", "--config", str(cfg), "--out", str(tmp_path / "m")]) == 2
         err = capsys.readouterr().err
         assert str(cfg) in err and why in err and "Traceback" not in err
     assert main(["lm", "train", "--data", str(corpus["data"]), "--arch", "gcnn", "--heads", "2",
@@ -979,7 +1003,7 @@ def test_analyze_per_context_length_and_perturbation(corpus, trained, tmp_path):
     got = by_context(Rule(threshold=0.5), rows, real, fake)
     assert [(g["context_len"], g["generated_tokens"], g["accuracy"]) for g in got] == [(16, 8, 1.0), (20, 4, 0.75)]
     out = tmp_path / "an"
-    assert main(["residual", "analyze", "--model", str(trained["run"]), "--test", str(trained["test"]),
+    assert main(["detect", "analyze", "--model", str(trained["run"]), "--test", str(trained["test"]),
                  "--lm", str(corpus["gens"][("transformer", "l2r", 0)]), "--windows", "5", "--positions", "3",
                  "--bins", "4", "--out", str(out)]) == 0
     res = json.loads((out / "analysis.json").read_text())
@@ -1058,7 +1082,7 @@ def test_overwrite_replaces_the_decision_rule_with_the_run(corpus, trained, tmp_
     run = tmp_path / "run"
     shutil.copytree(trained["run"], run)
     old_rule = (run / "detector.json").read_text()
-    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+    assert main(["detect", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
                  str(corpus["vocab"]), "--energy", "linear", "--max-steps", "3", "--batch-size", "8", "--lr", "0.01",
                  "--out", str(run), "--no-progress", "--overwrite"]) == 0
     assert (run / "detector.json").read_text() != old_rule
@@ -1080,7 +1104,7 @@ def test_matrix_out_continues_only_from_the_same_vocabulary_and_corpora(corpus, 
     write_marker(out, KIND, list(ENTRIES))
     inputs = matrix_inputs(read_config(cfg_path))
     (out / "inputs.json").write_text(json.dumps(inputs))
-    args = ["residual", "matrix", "--config", str(cfg_path), "--out", str(out), "--plan"]
+    args = ["detect", "matrix", "--config", str(cfg_path), "--out", str(out), "--plan"]
     assert main(args) == 0  # the same inputs: the plan continues
     for change in ({"vocab_size": inputs["vocab_size"] + 1}, {"corpora": {"a": {"folder_sha256": "0" * 64}}}):
         (out / "inputs.json").write_text(json.dumps({**inputs, **change}))
@@ -1095,7 +1119,7 @@ def test_keep_best_validates_by_eq1_on_the_val_windows_and_saves_the_kept_weight
     from textebm.detection.detect import EnergyScorer
 
     run = tmp_path / "best"
-    assert main(["residual", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
+    assert main(["detect", "train", "--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab",
                  str(corpus["vocab"]), "--energy", "linear", "--epochs", "3", "--batch-size", "8", "--lr", "0.05",
                  "--keep-best", "--out", str(run), "--no-progress"]) == 0
     m = json.loads((run / "metrics.json").read_text())["train"]

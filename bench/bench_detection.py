@@ -4,13 +4,13 @@
    generator, prompts and settings (top-k 10, exactly L − c new tokens), batched, for suffix
    completion (an l2r generator) and prefix completion (an r2l one);
 2. windows/s of training (forward + backward, B windows with k negatives) and of scoring each
-   energy type at the sizes of bench/residual/cpu.json;
+   energy type at the sizes of bench/detection/cpu.json;
 3. windows/s of the zero-shot detectors with SmolLM2-135M (loglik, Fast-DetectGPT; Binoculars
    with SmolLM2 as both observer and performer: the registry offers one size) on 64-token windows;
-4. the per-unit rates the matrix's --plan uses, and the estimate of bench/residual/cpu.json from them.
+4. the per-unit rates the matrix's --plan uses, and the estimate of bench/detection/cpu.json from them.
 
-    python bench/bench_residual.py --gen runs/res/gen --vocab runs/res/vocab --data runs/res/data/sotu \
-        [--windows 64] [--threads 2] [--out bench/results/residual]
+    python bench/bench_detection.py --gen runs/res/gen --vocab runs/res/vocab --data runs/res/data/sotu \
+        [--windows 64] [--threads 2] [--out bench/results/detection]
 
 Every figure is printed with the CPU capability and the precision it ran in.
 """
@@ -178,7 +178,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--train-bf16", action=argparse.BooleanOptionalAction, default=True,
                     help="train steps under bf16 autocast (as `auto` picks on a CPU with native bf16)")
-    ap.add_argument("--out", default="bench/results/residual")
+    ap.add_argument("--out", default="bench/results/detection")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -193,7 +193,7 @@ def main() -> None:
     res["rates"] = rates(res)
     res["estimate"] = estimate(args.config, res["rates"])
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "bench_residual.json").write_text(json.dumps(res, indent=2) + "\n")
+    (Path(args.out) / "bench_detection.json").write_text(json.dumps(res, indent=2) + "\n")
     print(f"CPU {res['cpu']}, {args.threads} threads; sampling and scoring fp32, training {res['precision']['training']}")
     for mode, r in res["sampler"].items():
         print(f"  negatives, {mode}: textebm {r['textebm_windows_per_s']:.1f} windows/s, "
