@@ -14,11 +14,11 @@
 # can be stopped and started again, and a later session continues it.
 #
 #   bash bench/generation/pipeline-v2.sh WORK [STAGE...]
-#   stages: base negatives mlm energies baselines ppl      (default: all, in order)
+#   stages: base negatives probe mlm energies baselines ppl      (default: all, in order)
 #   CORPORA="news" CURVE="6000 25000 0" ... override the settings below
 set -euo pipefail
 W=${1:?usage: pipeline-v2.sh WORK [STAGE...]}; shift || true
-STAGES=${*:-base negatives mlm energies baselines ppl}
+STAGES=${*:-base negatives probe mlm energies baselines ppl}
 T=${TEXTEBM:-textebm}
 CORPORA=${CORPORA:-news brown}
 CURVE=${CURVE:-6000 25000 0}       # training windows of the learning curve (0: all)
@@ -51,6 +51,16 @@ if has negatives; then  # untruncated (top-k 0): eq. 3 and Theorem 1 need P_LM's
       --split train $WIN --k $K --top-k 0 --max-windows 0 --out neg/$c-train.jsonl $Q
     [ -f neg/$c-dev.jsonl ] || $T negatives generate --data data/$c --generator base/$c --vocab vocab \
       --split dev $WIN --k $K --top-k 0 --max-windows 1000 --out neg/$c-dev.jsonl $Q
+  done
+fi
+
+if has probe; then  # how much signal exists: zero-shot detectors from the base LM on the same untruncated negatives
+  mkdir -p probe
+  for c in $CORPORA; do
+    for z in loglik fastdetectgpt; do
+      [ -f probe/$c-$z/detector.json ] || $T detect fit --zeroshot $z --model base/$c --val neg/$c-dev.jsonl \
+        --vocab vocab --out probe/$c-$z
+    done
   done
 fi
 
