@@ -1132,3 +1132,76 @@ def test_keep_best_validates_by_eq1_on_the_val_windows_and_saves_the_kept_weight
     e = np.asarray(e, dtype=np.float64).reshape(len(rows), -1)
     softplus = lambda x: np.logaddexp(0.0, x)
     assert np.isclose(softplus(e[:, 0]).mean() + softplus(-e[:, 1:]).mean(), m["kept"]["loss"], rtol=1e-5)
+
+
+# ---------------------------------------------------------------- lengths (issue 37)
+
+
+def test_text_windows_by_hand():
+    """A text longer than a window is scored by full windows, the last one ending at its end."""
+    from textebm.detection.detect import text_windows
+
+    ids = list(range(10))
+    assert text_windows(ids, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [6, 7, 8, 9]]
+    assert text_windows(ids[:8], 4) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert text_windows(ids[:3], 4) == [[0, 1, 2]] and text_windows(ids[:4], 4) == [[0, 1, 2, 3]]
+
+
+def test_cut_rows_cut_a_window_and_its_negatives_alike():
+    """--min-length: each row cut to n in [MIN, L], the end holding the continuation kept (the last n
+    of an l2r window, the first n of an r2l one), its negatives alike, the context shrinking first;
+    the same key gives the same cuts."""
+    from textebm.detection.train import cut_rows
+
+    L = 12
+    rows = [{"positive": list(range(L)), "negatives": [list(range(100, 100 + L)), list(range(200, 200 + L))],
+             "context_len": 8, "direction": d} for d in ("l2r", "r2l") * 50]
+    cut = cut_rows(rows, 3, L, [0, "length", 0])
+    ns = [len(r["positive"]) for r in cut]
+    assert min(ns) == 3 and max(ns) == L and len(set(ns)) > 5  # uniform over [3, 12]
+    for r, c in zip(rows, cut):
+        n = len(c["positive"])
+        assert all(len(x) == n for x in c["negatives"])
+        if r["direction"] == "l2r":
+            assert c["positive"] == list(range(L - n, L)) and c["negatives"][0] == list(range(100 + L - n, 100 + L))
+        else:
+            assert c["positive"] == list(range(n)) and c["negatives"][1] == list(range(200, 200 + n))
+        assert c["context_len"] == max(0, n - 4)  # the 4 generated tokens are kept while n >= 4
+    assert cut == cut_rows(rows, 3, L, [0, "length", 0]) and cut != cut_rows(rows, 3, L, [0, "length", 1])
+
+
+def test_min_length_trains_on_cut_windows_records_it_and_score_warns_or_refuses_shorter_texts(
+        corpus, trained, tmp_path, caplog):
+    """`detect train --min-length`: the windows of a batch have varied lengths, detector.json
+    records MIN; `detect score` warns with the count of texts under it, and --strict refuses them
+    (exit 2, nothing written). A MIN past the window, or with a one-prefix energy, is exit 2."""
+    import logging
+
+    from textebm.detection.train import WindowBatcher
+
+    args = ["--train", str(trained["train"]), "--val", str(trained["dev"]), "--vocab", str(corpus["vocab"]),
+            "--energy", "bilstm", "--width", "16", "--max-steps", "6", "--batch-size", "8", "--no-progress"]
+    run = tmp_path / "varied"
+    assert main(["detect", "train", *args, "--min-length", "4", "--out", str(run)]) == 0
+    info = json.loads((run / "detector.json").read_text())
+    assert info["min_length"] == 4 and info["length"] == 24
+    rows = [json.loads(x) for x in trained["train"].read_text().splitlines()][:16]
+    b = WindowBatcher(None, None, None, min_length=4, seed=0)  # rows() cuts; it encodes nothing
+    lengths = {len(r["positive"]) for r in b.rows(list(enumerate(rows)))}
+    assert len(lengths) > 3 and min(lengths) >= 4
+    texts = tmp_path / "t.txt"
+    texts.write_text("a\n" + "the quick brown fox jumps over the lazy dog " * 4 + "\n")
+    out = tmp_path / "s.jsonl"
+    with caplog.at_level(logging.WARNING):
+        assert main(["detect", "score", "--model", str(run), "--input", str(texts), "--out", str(out)]) == 0
+    tokens = [json.loads(x)["tokens"] for x in out.read_text().splitlines()]
+    assert tokens[0] < 4 <= tokens[1]
+    assert "1 of 2 texts have fewer than 4 tokens" in caplog.text
+    out2 = tmp_path / "s2.jsonl"
+    assert main(["detect", "score", "--model", str(run), "--input", str(texts), "--strict", "--out", str(out2)]) == 2
+    assert not out2.exists()
+    for bad, name in ((["--min-length", "25"], "--min-length 25"),
+                      (["--min-length", "4", "--energy", "unitransf", "--layers", "1", "--heads", "2",
+                        "--pool", "continuation"], "--pool continuation")):
+        assert main(["detect", "train", *args, *bad, "--out", str(tmp_path / "bad")]) == 2
+        assert not (tmp_path / "bad").exists()

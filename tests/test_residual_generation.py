@@ -132,6 +132,26 @@ def test_a_base_lm_of_another_vocabulary_is_refused(world, tmp_path, capsys):
     assert "vocabulary" in capsys.readouterr().err and not out.exists()
 
 
+def test_an_energy_of_another_lms_negatives_or_precision_is_refused(world, tmp_path, capsys):
+    """One P_LM (issue 35): the energy's training negatives must come from --base (by content: the
+    same vocabulary, other weights is refused) and from the precision the joint model runs in."""
+    other = tmp_path / "other"
+    assert main(["lm", "train", "--data", str(world["data"]), "--tokenizer", str(world["vocab"]), "--layers", "1",
+                 "--width", "32", "--heads", "2", "--context", "48", "--chunk", "32", "--max-steps", "2",
+                 "--batch-size", "8", "--seed", "1", "--out", str(other), "--no-progress", "--eval-split", ""]) == 0
+    out = tmp_path / "o"
+    assert main(["residual", "ppl", "--base", str(other), "--energy", str(world["energy"]), "--data",
+                 str(world["data"]), "--samples", "2", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "another LM than --base" in err and "train.jsonl" in err and not out.exists()
+    assert _ppl(world, out, "--precision", "bf16") == 2
+    err = capsys.readouterr().err
+    assert "--precision bf16" in err and "drew in fp32" in err and not out.exists()
+    assert main(["residual", "generate", "--base", str(other), "--energy", str(world["energy"]), "--data",
+                 str(world["data"]), "--n", "2", "--out", str(out), "--no-progress"]) == 2
+    assert "another LM than --base" in capsys.readouterr().err and not out.exists()
+
+
 def test_nan_energies_stop_with_exit_2_and_nothing_written(world, tmp_path, capsys, monkeypatch):
     from textebm.residual.joint import JointEnergy
 

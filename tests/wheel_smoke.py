@@ -8,7 +8,7 @@ then compares OUT.json with `numbers(RUNS)` computed in-process from the source 
 
 RUNS holds tiny folders of every kind under the names docs/api.md uses (the `runs` fixture of
 tests/test_api.py): runs/electric, runs/mlm, runs/ptb-lm (Scorer), runs/ebm (Classifier), runs/pos,
-runs/ner (Tagger), runs/det, runs/loglik (Detector).
+runs/ner (Tagger), runs/det, runs/loglik (Detector), runs/unit over runs/base (JointModel).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 TEXTS = ["w1 w7 w2", "the nation shall build roads", "w5"]
 SENTENCES = [["The", "dog", "sees", "a", "cat", "."], "A cat hears the dog"]
+PREFIX = "the nation shall build roads and schools for every citizen while congress votes"
 
 
 def numbers(runs: Path) -> dict:
@@ -36,6 +37,8 @@ def numbers(runs: Path) -> dict:
         out[name] = [t.tags for t in textebm.load(r / name, device="cpu").tag(SENTENCES)]
     for name in ("det", "loglik"):
         out[name] = textebm.load(r / name, device="cpu", precision="fp32").predict_proba(TEXTS).tolist()
+    joint = textebm.JointModel(r / "unit", base=r / "base", device="cpu")
+    out["unit"] = [g.energy_joint for g in joint.generate([PREFIX], n=3, top_k=5)]
     return out
 
 

@@ -8,8 +8,11 @@
 Each class calls the library functions its command calls, so it gives the command's numbers on
 the same inputs: `Scorer` those of `textebm score` (`textebm.scoring`), `Classifier` those of
 `classify eval` (`textebm.classify.predict`), `Tagger` those of `tag predict`
-(`textebm.tagging.folder`), `Detector` those of `detect score` (`textebm.detection.detect`).
-Texts are batched and length-sorted inside; results come back in input order.
+(`textebm.tagging.folder`), `Detector` those of `detect score` and `detect threshold`
+(`textebm.detection.detect`), `JointModel` those of `residual generate` and `residual ppl`
+(`textebm.residual`); `Scorer.rerank` chooses as `textebm rerank` (`textebm.scoring.rerank`) and
+`Scorer.sample` draws as `lm sample --mode free` (`textebm.lm.generate`). Texts are batched and
+length-sorted inside; results come back in input order.
 
 Every loader takes `device` (None: the GPU when there is one, else the CPU), `precision` (as the
 commands' --precision: auto, fp32, bf16, fp16) and `threads` (torch's CPU threads, a setting of
@@ -22,6 +25,9 @@ model takes `TextTooLong`; all are `TextebmError`s. Nothing is printed: warnings
 
 from __future__ import annotations
 
+import copy
+import logging
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,30 +40,44 @@ from textebm.calibration.calibrators import CALIBRATORS, ScalingBinning, Tempera
 from textebm.classify.data import encode_examples
 from textebm.classify.predict import predict as classifier_predict
 from textebm.data.normalize import normalizer
-from textebm.detection.detect import RULE_FILE, load_detector, scorer_length, text_scores
+from textebm.data.streams import doc_streams
+from textebm.detection.detect import RULE_FILE, fit_threshold, load_detector, scorer_length, split_sizes, text_scores
+from textebm.detection.windows import make_windows
 from textebm.energy import hidden_energy
 from textebm.errors import ArgumentError, InputError, TextebmError, TextTooLong
 from textebm.inference import inference_setup, set_threads
+from textebm.lm.generate import Sampling, banned_ids, generate_groups
+from textebm.lm.sample_command import JobSpec, job_text_ids, make_job
+from textebm.models.lm import special_ids
 from textebm.models.load import (
     CAUSAL_LM,
     CLASSIFIER,
     CLOZE,
     ENERGY,
     TAGGER,
+    find_model,
     inspect_folder,
     load_classifier,
     refuse_unfinished,
 )
 from textebm.precision import CHOICES as PRECISIONS
 from textebm.precision import PrecisionChoice, inference_device
+from textebm.residual import bounds
+from textebm.residual.generate import joint_sample
+from textebm.residual.joint import Names, load_joint
 from textebm.scoring.pll import METHODS
+from textebm.scoring.rerank import rerank_index
 from textebm.scoring.score_command import load_scoring_model, score_model_kind, warn_mismatch
 from textebm.scoring.words import word_scores
+from textebm.seeds import derive_seed
 from textebm.tagging.folder import load_tagging_model, tag_sentences
 from textebm.tagging.metrics import is_bio, spans
 
-__all__ = ["load", "Scorer", "ScoredText", "Classifier", "Tagger", "TaggedSentence", "Detector",
-           "TextebmError", "InputError", "ArgumentError", "TextTooLong"]
+__all__ = ["load", "Scorer", "ScoredText", "Reranked", "Sample", "Classifier", "Tagger", "TaggedSentence",
+           "Detector", "JointModel", "JointGeneration", "JointPerplexity", "TextebmError", "InputError",
+           "ArgumentError", "TextTooLong"]
+
+log = logging.getLogger(__name__)
 
 OPTION = "path"  # how messages about the model folder name it
 EXPECTED = ("a folder textebm wrote: a cloze model (`cloze train`) or a causal LM (`lm train`, `smollm2-135m`) "
@@ -133,10 +153,27 @@ def _texts(texts: Iterable[str], name: str = "texts") -> list[str]:
     return out
 
 
-def _folder(path: str | Path) -> Path:
+def _folder(path: str | Path, name: str = OPTION) -> Path:
     if not isinstance(path, (str, Path)):
-        raise ArgumentError(OPTION, f"must be a folder path (str or pathlib.Path), got {type(path).__name__}")
+        raise ArgumentError(name, f"must be a folder path (str or pathlib.Path), got {type(path).__name__}")
     return Path(path).expanduser()
+
+
+def _whole(value: int, name: str, least: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ArgumentError(name, f"must be a whole number >= {least}, got {value!r}")
+    return value
+
+
+def _number(value: float, name: str, low: float, high: float = math.inf, low_open: bool = False) -> float:
+    """`value` as a float, checked to be a finite number in [low, high) ((low, high) with `low_open`)."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if not ok or value < low or (low_open and value == low) or value >= high:
+        where = f"{'(' if low_open else '['}{low:g}, {high:g})" if math.isfinite(high) else \
+            (f"> {low:g}" if low_open else f">= {low:g}")
+        raise ArgumentError(name, f"must be a finite number {'in ' if math.isfinite(high) else ''}{where}, "
+                                  f"got {value!r}")
+    return float(value)
 
 
 # ---------------------------------------------------------------- scorers
@@ -159,6 +196,26 @@ class ScoredText:
     def words(self) -> list[tuple[str, float, tuple[int, int]]]:
         """(word, summed score, character span) of each whitespace word (`--per-word`)."""
         return list(zip(*word_scores(self.text, self.offsets, self.token_scores)))
+
+
+@dataclass(frozen=True)
+class Reranked:
+    """One n-best list reranked: what a row of `textebm rerank`'s chosen.jsonl holds."""
+
+    index: int  # the chosen hypothesis's place in its list, from 0 (chosen.jsonl's rank - 1)
+    text: str  # its text, as given
+    asr_score: float  # its speech score f(x|s), as given
+    text_score: float  # its text score: the scorer's total log-score of the text (nats)
+    total: float  # asr_score + lam * text_score, the largest of the list
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One text sampled from a causal LM: what a row of `lm sample --mode free` holds."""
+
+    text: str  # the sampled tokens decoded, in reading order, without [eos]
+    logprob: float  # log q of the tokens drawn, q the top-k tempered distribution sampled from (gen_logprob)
+    n_tokens: int  # tokens drawn, [eos] included where the model ended the text itself (gen_tokens)
 
 
 class Scorer:
@@ -207,6 +264,79 @@ class Scorer:
         for i, ids in enumerate(encoded):
             if len(ids) > self._model.limit:
                 raise TextTooLong(i, len(ids), self._model.limit)
+
+    def rerank(self, nbest: Iterable[Sequence[tuple[str, float]]], lam: float, *, batch_size: int = 16,
+               token_budget: int = 4096, normalize: str = "none") -> list[Reranked]:
+        """The hypothesis of each n-best list that `textebm rerank` chooses at weight `lam`: the
+        argmax of asr_score + lam * text_score over the list, ties to the earlier hypothesis
+        (`textebm.scoring.rerank.rerank_index`), the text score this scorer's total for the
+        hypothesis's text (scored in the form `normalize` gives it, as `rerank --normalize` looks
+        it up). `nbest`: one list a speech utterance of (text, asr_score) pairs, asr_score the
+        recogniser's log score (higher is better). Each distinct text is scored once."""
+        lam = _number(lam, "lam", 0.0)
+        lists = [_hypotheses(hyps, i) for i, hyps in enumerate(_items(nbest, "nbest"))]
+        texts = list(dict.fromkeys(t for hyps in lists for t, _ in hyps))
+        totals = {t: s.score for t, s in zip(texts, self.score(texts, batch_size=batch_size,
+                                                                token_budget=token_budget, normalize=normalize))}
+        out = []
+        for hyps in lists:
+            asr = np.array([a for _, a in hyps], dtype=np.float64)  # (n,)
+            text = np.array([totals[t] for t, _ in hyps], dtype=np.float64)  # (n,)
+            i = rerank_index(asr, text, lam)
+            out.append(Reranked(i, hyps[i][0], float(asr[i]), float(text[i]), float(asr[i] + lam * text[i])))
+        return out
+
+    def sample(self, n: int, *, max_new_tokens: int | None = None, top_k: int = 20, temperature: float = 1.0,
+               seed: int = 0, batch_size: int = 32) -> list[Sample]:
+        """`n` texts sampled from a causal LM, each from [bos] until [eos] or `max_new_tokens`
+        (None: as many as the model's positions leave after [bos]) by textebm's one sampler (top-k
+        at `temperature`; `top_k` 1: greedy): `lm sample --mode free --per-example n` on one
+        example (sample j seeded by (seed, 0, j, 0), as the command seeds it), so the same seed
+        gives the same texts whatever `batch_size`. An r2l LM's texts come back in reading order."""
+        if self._model.lm is None:
+            raise TextebmError(f"{OPTION} {self.path}: a cloze model scores texts but does not write them; sample "
+                               "from a causal LM (`lm train`)")
+        model, tokenizer, meta = self._model.lm
+        positions = getattr(model.config, "max_position_embeddings", None)
+        room = positions - 1 if positions else None  # [bos] takes one position
+        if max_new_tokens is None:
+            max_new_tokens = room or 256
+        elif _whole(max_new_tokens, "max_new_tokens", 1) > (room or math.inf):
+            raise ArgumentError("max_new_tokens", f"{max_new_tokens}: the model has {positions} positions, [bos] takes "
+                                                  f"one; ask for at most {room}")
+        _number(temperature, "temperature", 0.0, low_open=True)
+        sp = special_ids(tokenizer, meta)
+        spec = JobSpec(mode="free", seed=_whole(seed, "seed"), max_new_tokens=max_new_tokens)
+        jobs = [make_job(spec, [], (0, j, 0), sp, meta, tokenizer) for j in range(_positive(n, "n"))]
+        sampling = Sampling(_positive(top_k, "top_k"), float(temperature), sp.eos, sp.pad, tuple(banned_ids(sp)))
+        out: dict[int, Sample] = {}
+        for _, finished in generate_groups(model, jobs, _positive(batch_size, "batch_size"), sampling, lambda _: 1):
+            for (_, j), parts in finished:
+                job, gen = parts[0]
+                text = tokenizer.decode(job_text_ids(job, gen, sp.eos), skip_special_tokens=False)
+                out[j] = Sample(text, gen.logprob, len(gen.tokens))
+        return [out[j] for j in range(n)]
+
+
+def _hypotheses(hyps: Sequence[tuple[str, float]], index: int) -> list[tuple[str, float]]:
+    """One n-best list checked: (text, asr_score) pairs, a non-blank text and a finite score each;
+    ArgumentError naming `nbest[index]` otherwise."""
+    if isinstance(hyps, (str, bytes)) or not isinstance(hyps, Iterable):
+        raise ArgumentError("nbest", f"not a list of (text, asr_score) pairs ({type(hyps).__name__})", index)
+    out = []
+    for j, h in enumerate(hyps):
+        ok = isinstance(h, Sequence) and not isinstance(h, (str, bytes)) and len(h) == 2
+        text, score = h if ok else (None, None)
+        if not (ok and isinstance(text, str) and text.strip()):
+            raise ArgumentError("nbest", f"hypothesis {j} is not a (text, asr_score) pair with a non-blank text: "
+                                         f"{h!r}", index)
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise ArgumentError("nbest", f"hypothesis {j}: the asr_score must be a finite number, got {score!r}",
+                                index)
+        out.append((text, float(score)))
+    if not out:
+        raise ArgumentError("nbest", "an empty n-best list; give each utterance at least one hypothesis", index)
+    return out
 
 
 # ---------------------------------------------------------------- classifiers
@@ -350,10 +480,12 @@ class Detector:
     def __init__(self, path: str | Path, *, device: str | torch.device | None = None, precision: str = "auto",
                  threads: int = 0):
         self.device, self.precision_ = _setup(device, precision, threads)
-        self.scorer_, self.rule_, self.info_ = load_detector(_folder(path), self.device, self.precision_.dtype,
+        self.path = _folder(path)
+        self.scorer_, self.rule_, self.info_ = load_detector(self.path, self.device, self.precision_.dtype,
                                                              option=OPTION)
         self.length = scorer_length(self.scorer_, self.info_)  # tokens a window
         self.threshold_ = self.rule_.threshold  # on sign * score: best class-balanced accuracy on validation
+        self.threshold_report_: dict | None = None  # set by refit_threshold on the detector it returns
 
     def __repr__(self) -> str:
         return (f"Detector({self.info_.get('detector')!r}, threshold={self.threshold_:.4g}, length={self.length}, "
@@ -372,6 +504,160 @@ class Detector:
     def predict(self, texts: Iterable[str], *, batch_size: int = 64) -> np.ndarray:
         """True where a text is called generated (N,) bool, at `threshold_`."""
         return self.rule_.oriented(self.scores(texts, batch_size=batch_size)) > self.threshold_
+
+    def refit_threshold(self, human_texts: Iterable[str], fpr: float = 0.01, *, held_out: float = 0.5,
+                        seed: int = 0, batch_size: int = 64) -> Detector:
+        """A new Detector that decides at the threshold `detect threshold` fits on the same
+        human-written texts (`textebm.detection.detect.fit_threshold`: the threshold for a
+        false-positive rate `fpr` on part of them, the rate it reaches on the `held_out` rest,
+        split by `seed`); its `predict_proba` is the logistic shifted to 1/2 there, the temperature
+        kept, as `detect score --threshold` gives it. This detector is left as it was.
+        `threshold_report_` of the new one: what the command writes to its threshold file (the
+        paths aside), its `warnings` also logged."""
+        texts = _texts(human_texts, "human_texts")
+        fpr = _number(fpr, "fpr", 0.0, 1.0, low_open=True)
+        held_out = _number(held_out, "held_out", 0.0, 1.0, low_open=True)
+        try:
+            split_sizes(len(texts), held_out, "held_out")
+        except TextebmError as e:
+            raise ArgumentError("human_texts", str(e)) from None
+        report = fit_threshold(self.scorer_, self.rule_, self.info_, texts, fpr, _whole(seed, "seed"), held_out,
+                               _positive(batch_size, "batch_size"), f"{OPTION} {self.path}")
+        for w in report["warnings"]:
+            log.warning("%s", w)
+        new = copy.copy(self)  # shares the loaded model; the rule is a new one
+        new.rule_ = self.rule_.with_threshold(report["threshold"])
+        new.threshold_ = new.rule_.threshold
+        new.threshold_report_ = report
+        return new
+
+
+# ---------------------------------------------------------------- the joint model
+
+
+NAMES = Names(base="base", energy="energy", prefix_len="prefix_len", length="length", precision="precision")  # messages name arguments
+PPL_CORPUS, PPL_SPLIT = "texts", "test"  # `perplexity`'s window keys: texts/test/{i}/{start}
+
+
+@dataclass(frozen=True)
+class JointGeneration:
+    """One prefix continued by the joint model: what a row of `residual generate` holds."""
+
+    prefix: str  # the prefix's last prefix_len tokens (the ones continued), decoded
+    joint: str  # the joint model's continuation: the candidate resampled in proportion to exp(-E)
+    base: str  # candidate 0, a plain top-k sample of the base LM, for comparison
+    ess: float  # the effective sample size of the resampling weights, in [1, n]
+    energy_joint: float  # E(prefix + joint)
+    energy_base: float  # E(prefix + base)
+
+
+@dataclass(frozen=True)
+class JointPerplexity:
+    """The joint model's token perplexity on the continuations of test windows, bounded: what
+    `residual ppl` writes to metrics.json for one energy."""
+
+    windows: int
+    tokens: int  # continuation tokens scored (windows x length)
+    samples: int  # base-LM samples a window behind log Z
+    base_ppl: float  # the base LM's perplexity on the same tokens
+    joint_ppl_lower: float  # from T_n: below the true perplexity for large n
+    joint_ppl_upper: float  # from U_n: above it
+    gap_by_samples: list[dict]  # lower, upper and their gap at 2, 4, 8, ... samples
+    vs_base: dict  # joint minus base perplexity, with upper and lower: each a paired bootstrap interval
+
+
+class JointModel:
+    """The joint model of Deng et al. (2020), P_LM(x) exp(-E(x)) / Z, of a residual energy
+    (`energy`: a run of `detect train` trained on the base LM's negatives) over its base LM
+    (`base`: a causal LM of `lm train` in the energy's vocabulary): `generate` as `residual
+    generate` continues prefixes, `perplexity` as `residual ppl` bounds the perplexity. A window is
+    `prefix_len` + `length` tokens (0: the energy's own). `precision` defaults to fp32, as the
+    commands'."""
+
+    def __init__(self, energy: str | Path, base: str | Path, *, prefix_len: int = 0, length: int = 0,
+                 device: str | torch.device | None = None, precision: str = "fp32", threads: int = 0):
+        self.device, self.precision_ = _setup(device, precision, threads)
+        e_arg, b_arg = str(_folder(energy, "energy")), str(_folder(base, "base"))
+        self.energy_path = find_model(e_arg, ENERGY, "energy", ids=False).path.resolve()
+        self.base_path = find_model(b_arg, CAUSAL_LM, "base").path.resolve()
+        self.base_, energies, self.prefix_len, self.length = load_joint(
+            (b_arg, self.base_path), [(e_arg, self.energy_path)], _whole(prefix_len, "prefix_len"),
+            _whole(length, "length"), self.precision_.dtype, self.device, NAMES, precision=self.precision_.precision)
+        self.energy_ = energies[0]
+        self.vocab = self.energy_.vocab
+
+    def __repr__(self) -> str:
+        return (f"JointModel({str(self.energy_path)!r}, base={str(self.base_path)!r}, prefix_len={self.prefix_len}, "
+                f"length={self.length}, device={str(self.device)!r}, precision={self.precision_.precision!r})")
+
+    def generate(self, prefixes: Iterable[str], n: int = 100, top_k: int = 10, *, seed: int = 0,
+                 batch_size: int = 64) -> list[JointGeneration]:
+        """Algorithm 1 for each prefix (its last `prefix_len` tokens): `n` candidates of `length`
+        tokens from the base LM's top-k (`top_k` 0: untruncated), one resampled in proportion to
+        exp(-E), as `residual generate --prefixes FILE` continues the texts of FILE (prefix i
+        seeded by (seed, "i"), so its continuation depends neither on the batch nor on the others)."""
+        texts = _texts(prefixes, "prefixes")
+        _positive(n, "n")
+        _whole(top_k, "top_k")
+        _whole(seed, "seed")
+        _positive(batch_size, "batch_size")
+        ids = self.vocab(texts, add_special_tokens=False)["input_ids"]
+        for i, t in enumerate(ids):
+            if len(t) < self.prefix_len:
+                raise ArgumentError("prefixes", f"{len(t)} tokens, where the joint model continues the last "
+                                                f"prefix_len = {self.prefix_len}", i)
+        out = []
+        for i, t in enumerate(ids):
+            prefix = t[len(t) - self.prefix_len:]
+            try:
+                js = joint_sample(self.base_, self.energy_, prefix, self.length, n, top_k, derive_seed(seed, str(i)),
+                                  batch_size)
+            except ValueError as e:  # resampling refuses NaN or infinite energies
+                raise TextebmError(f"energy {self.energy_path}: {e} (prefixes[{i}])") from None
+            out.append(JointGeneration(self.vocab.decode(prefix), self.vocab.decode(js.tokens),
+                                       self.vocab.decode(js.candidates[0]), float(js.ess),
+                                       float(js.energies[js.index]), float(js.energies[0])))
+        return out
+
+    def perplexity(self, texts: Iterable[str], samples: int = 1000, *, seed: int = 0, bootstrap: int = 1000,
+                   chunk: int = 256, batch_size: int = 64) -> JointPerplexity:
+        """Bounds of the joint model's perplexity on the continuation tokens of the texts' windows
+        (eq. 4: log Z of each window's prefix estimated from `samples` untruncated base-LM samples,
+        T_n and U_n), the base LM's on the same tokens, and the difference with its paired
+        bootstrap intervals over the windows (`bootstrap` resamples; 0: none), as `residual ppl`
+        computes them. Each text is a document cut into non-overlapping windows of prefix_len +
+        length tokens; the windows' keys, which seed their samples, are `texts/test/{i}/{start}`,
+        so the numbers are those of `residual ppl --data DIR --split test --windows 0` for a
+        dataset folder DIR named `texts` whose test.jsonl holds the texts, one a line, without ids."""
+        texts = _texts(texts)
+        _whole(samples, "samples", 2)
+        _whole(seed, "seed")
+        _whole(bootstrap, "bootstrap")
+        _positive(chunk, "chunk")
+        _positive(batch_size, "batch_size")
+        size = self.prefix_len + self.length
+        streams = doc_streams([{"text": t} for t in texts], self.vocab)  # (doc: "i", ids) in input order
+        for i, (_, ids) in enumerate(streams):
+            if len(ids) < size:
+                raise ArgumentError("texts", f"{len(ids)} tokens, fewer than one window of prefix_len + length = "
+                                             f"{size}", i)
+        wins = make_windows(streams, PPL_CORPUS, PPL_SPLIT, size, size, [self.prefix_len], seed)
+        banned = set(self.base_.banned)
+        for w in wins:
+            bad = [t for t in w.ids[self.prefix_len:] if t in banned]
+            if bad:
+                raise ArgumentError("texts", f"a window continues with {self.vocab.convert_ids_to_tokens(bad[0])!r}, "
+                                             "a token the base LM never writes ([eos] or a layout symbol)", int(w.doc))
+        try:
+            rows = [bounds.window_bounds(self.base_, self.energy_, w.key, w.ids, self.prefix_len, samples, seed, chunk,
+                                         batch_size) for w in wins]
+        except FloatingPointError as e:
+            raise TextebmError(f"energy {self.energy_path}: {e}") from None
+        ppl = bounds.perplexities(rows)
+        nll = bounds.window_nll(rows, ppl["samples"])
+        diff, = bounds.perplexity_differences([("joint", nll)], [("base LM", nll["base"])], bootstrap,
+                                              derive_seed(seed, "bootstrap"))
+        return JointPerplexity(**ppl, gap_by_samples=bounds.gap_by_size(rows), vs_base=diff)
 
 
 # ---------------------------------------------------------------- load

@@ -26,6 +26,10 @@ from textebm.outputs import (
     output_file,
 )
 
+__all__ = ["FitConfig", "DetectEvalConfig", "DetectScoreConfig", "ThresholdConfig", "AnalyzeConfig", "fit_zeroshot",
+           "evaluate_detector", "read_detector_windows", "score_texts", "read_threshold_file", "refit_threshold",
+           "analyze"]
+
 log = logging.getLogger(__name__)
 
 
@@ -70,6 +74,9 @@ class DetectScoreConfig:
                                                          "(default: the detector's own)"})
     force_threshold: bool = field(default=False, metadata={"help": "decide with --threshold even though it was "
                                                                    "fitted for another detector (or names none)"})
+    strict: bool = field(default=False, metadata={
+        "help": "refuse (exit 2, nothing written) texts shorter than the shortest windows the detector was trained "
+                "on, instead of scoring them with a warning"})
     batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
     threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
@@ -199,6 +206,14 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
         t, _ = read_threshold_file(cfg.threshold, info, cfg.model, cfg.force_threshold)
         rule, source = rule.with_threshold(t), f"{cfg.threshold}"  # p_generated and the decision both from it
     length = detect.scorer_length(scorer, info)
+    trained_min = detect.trained_min_length(info, length)
+    if cfg.strict:
+        short = [i for i, n in enumerate(detect.text_lengths(scorer, texts)) if n < trained_min]
+        if short:
+            raise TextebmError(f"--input {cfg.input}: {len(short)} of {len(texts)} texts have fewer than "
+                               f"{trained_min} tokens, the shortest windows --model {cfg.model} was trained on "
+                               f"(the first: text {short[0] + 1}); --strict refuses them (drop --strict to score "
+                               "them with a warning, or train a detector with `detect train --min-length`)")
     scores, tokens = detect.text_scores(scorer, texts, length, cfg.batch_size)
     probs, decisions = rule.prob_generated(scores), rule.generated(scores)  # (N,), (N,)
     name = "energy" if info.get("detector") == "energy" else "score"
@@ -206,11 +221,12 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
         for i, s, p, g, n in zip(ids, scores, probs, decisions, tokens):
             f.write(json.dumps({"id": i, name: float(s), "p_generated": float(p), "generated": bool(g),
                                 "tokens": int(n), "windows": -(-int(n) // length)}) + "\n")
-    short = int((tokens < length // 2).sum())
-    if short and not cfg.threshold:
-        log.warning("%d of %d texts have fewer than %d tokens, half the %d-token windows the detector was fitted "
-                    "on: their energies and probabilities are on another scale (re-fit the threshold on such "
-                    "texts with `detect threshold`)", short, len(texts), length // 2, length)
+    short = int((tokens < trained_min).sum())
+    if short:
+        log.warning("%d of %d texts have fewer than %d tokens, the shortest windows the detector was trained on: "
+                    "their energies and probabilities may be on another scale (%s)", short, len(texts), trained_min,
+                    "`detect train --min-length` trains on shorter ones" if cfg.threshold else
+                    "re-fit the threshold on such texts with `detect threshold`, or train with `--min-length`")
     ece = rule.val.get("ece", math.nan)
     how = (f"P(generated) the detector's logistic shifted to 1/2 at it (temperature {rule.temperature:.4g} kept)"
            if cfg.threshold else f"P(generated) calibrated on validation windows (ECE {ece:.4f})")
@@ -251,18 +267,8 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     _, texts = _texts(cfg.human)
     detect.split_sizes(len(texts), cfg.held_out)  # a --held-out that leaves nothing to fit fails before any work
     scorer, rule, info = detect.load_detector(cfg.model)
-    scores, _ = detect.text_scores(scorer, texts, detect.scorer_length(scorer, info), cfg.batch_size)
-    out = detect.refit_threshold(scores, rule, cfg.fpr, cfg.seed, cfg.held_out)
-    cost, problem = _validation_cost(scorer, rule, info, cfg.model, out["threshold"], cfg.batch_size)
-    out.update(cost)
-    if problem:
-        out["warnings"].append(f"the new threshold's cost in detection is unknown: {problem}")
-    if out["tpr_lost_over_half"]:
-        out["warnings"].append(
-            f"the new threshold {out['threshold']:.4g} (was {rule.threshold:.4g}) flags {out['val_tpr_after']:.1%} of "
-            f"the detector's generated validation windows, down from {out['val_tpr_before']:.1%}: it loses more than "
-            "half of the detection; the detector does not separate your texts from generated ones well (texts "
-            "much shorter than its windows, or another domain)")
+    out = detect.fit_threshold(scorer, rule, info, texts, cfg.fpr, cfg.seed, cfg.held_out, cfg.batch_size,
+                               f"--model {cfg.model}")
     for w in out["warnings"]:
         log.warning("%s", w)
     out.update(model=str(Path(cfg.model).resolve()), detector_sha256=detect.detector_id(info),
@@ -270,24 +276,6 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     write_json(cfg.out, out)
     mark_file(cfg.out, "detect threshold")
     return out
-
-
-def _validation_cost(scorer, rule, info: dict, model: str, threshold: float,
-                     batch_size: int) -> tuple[dict, str]:
-    """(`detect.threshold_cost` on the validation windows detector.json records (`val`), ''); where
-    they cannot be read, (its fields None and `tpr_lost_over_half` False, why)."""
-
-    fields = ("val_tpr_before", "val_tpr_after", "val_fpr_before", "val_fpr_after", "val_windows", "val_negatives")
-    try:
-        if not info.get("val"):
-            raise TextebmError(f"{model}: detector.json records no validation windows (`val`)")
-        rows = read_window_files(info["val"], "detector.json `val`", detect.scorer_length(scorer, info),
-                                 len(scorer.vocab), length_of=f"the detector --model {model} was fitted on windows "
-                                 "that long", vocab_of=f"the vocabulary of the detector --model {model}")
-    except TextebmError as e:
-        return {**dict.fromkeys(fields), "tpr_lost_over_half": False}, f"its validation windows cannot be read ({e})"
-    real, fake = detect.window_scores(scorer.score_ids, rows, batch_size)  # (N,), (N, k)
-    return detect.threshold_cost(rule, real, fake.ravel(), threshold), ""
 
 
 def analyze(cfg: AnalyzeConfig) -> dict:

@@ -43,9 +43,8 @@ import torch
 from textebm.calibration.calibrators import TemperatureScaling
 from textebm.calibration.metrics import ece_toplabel
 from textebm.data.batching import right_pad
-from textebm.data.streams import chunks
 from textebm.detection import metrics, zeroshot
-from textebm.detection.windows import window_seqs
+from textebm.detection.windows import read_window_files, window_seqs
 from textebm.errors import InputError, TextebmError
 from textebm.inference import batched
 from textebm.io import read_json_object, write_json
@@ -54,6 +53,12 @@ from textebm.models.lm import special_ids
 from textebm.models.load import load_energy, load_lm, load_tokenizer
 from textebm.models.seq_energy import encode_windows
 from textebm.tokenizer import same_vocab
+
+__all__ = ["ZEROSHOT", "RULE_FILE", "EnergyScorer", "energies", "ZeroShotScorer", "window_scores", "text_lengths",
+           "text_windows", "text_scores", "Rule", "fit_rule", "evaluate", "split_sizes", "detector_id",
+           "refit_threshold", "threshold_cost", "validation_cost", "fit_threshold", "length_buckets", "cut",
+           "cut_lengths", "bucket_metrics", "by_length", "reads_prefix", "write_rule", "read_rule", "load_detector",
+           "trained_min_length", "scorer_length"]
 
 ZEROSHOT = ("loglik", "fastdetectgpt", "binoculars")
 RULE_FILE = "detector.json"
@@ -149,16 +154,34 @@ def window_scores(score_ids, rows: list[dict], batch_size: int) -> tuple[np.ndar
     return s[:, 0], s[:, 1:]
 
 
+def text_lengths(scorer, texts: Sequence[str]) -> list[int]:
+    """Each text's number of tokens in the detector's shared vocabulary."""
+    return [len(s) for s in scorer.vocab(list(texts), add_special_tokens=False)["input_ids"]] if texts else []
+
+
+def text_windows(ids: Sequence[int], length: int) -> list[list[int]]:
+    """The windows a text of token `ids` is scored by: itself when it has at most `length` tokens;
+    else consecutive windows of `length` tokens from its start, the last one ending at its end
+    (overlapping the one before it), so that every window is as long as the detector's."""
+    if len(ids) <= length:
+        return [list(ids)]
+    starts = list(range(0, len(ids) - length + 1, length))
+    if starts[-1] != len(ids) - length:
+        starts.append(len(ids) - length)
+    return [list(ids[s:s + length]) for s in starts]
+
+
 def text_scores(scorer, texts: Sequence[str], length: int, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """(the mean window score of each text (N,), its number of shared-vocabulary tokens (N,)): each
-    text cut into consecutive windows of at most `length` tokens (the last one possibly shorter),
-    all windows scored by `scorer` in one batched pass. An empty text is an error."""
+    """(the score of each text (N,), its number of shared-vocabulary tokens (N,)): the mean score of
+    its windows (`text_windows`: full windows of `length` tokens, the last one ending at the text's
+    end; a text no longer than a window is one window), all scored by `scorer` in one batched pass.
+    An empty text is an error."""
     ids = scorer.vocab(list(texts), add_special_tokens=False)["input_ids"] if texts else []
     wins, owner = [], []
     for i, s in enumerate(ids):
         if not s:
             raise TextebmError(f"text {i + 1} is empty")
-        pieces = chunks([(str(i), s)], length)
+        pieces = text_windows(s, length)
         wins += pieces
         owner += [i] * len(pieces)
     scores = np.asarray(scorer.score_ids(wins, batch_size), dtype=np.float64) if wins else np.zeros(0)
@@ -253,15 +276,16 @@ def evaluate(rule: Rule, real, fake, fake_by_window: np.ndarray | None = None) -
     return out
 
 
-def split_sizes(n: int, held_out: float) -> tuple[int, int]:
+def split_sizes(n: int, held_out: float, option: str = "--held-out") -> tuple[int, int]:
     """(texts to fit a threshold on, texts held out to check it) of `n` human texts, a fraction
-    `held_out` held out; a TextebmError when either part would be empty."""
+    `held_out` held out; a TextebmError when either part would be empty (`option`: how it names
+    `held_out`)."""
     if n < 4:
         raise TextebmError(f"need at least 4 human texts to fit and check a threshold, got {n}")
     n_hold = max(1, int(round(held_out * n)))
     if n_hold >= n:
-        raise TextebmError(f"--held-out {held_out:g} of {n} human texts holds out all {n}, leaving none to fit "
-                           "the threshold on; lower --held-out or add texts")
+        raise TextebmError(f"{option} {held_out:g} of {n} human texts holds out all {n}, leaving none to fit "
+                           f"the threshold on; lower {option} or add texts")
     return n - n_hold, n_hold
 
 
@@ -311,6 +335,49 @@ def threshold_cost(rule: Rule, real_val, fake_val, threshold: float) -> dict:
     return {"val_tpr_before": before, "val_tpr_after": after,
             "val_fpr_before": float((r > rule.threshold).mean()), "val_fpr_after": float((r > threshold).mean()),
             "val_windows": int(r.size), "val_negatives": int(f.size), "tpr_lost_over_half": bool(after < before / 2)}
+
+
+def validation_cost(scorer, rule: Rule, info: dict, name: str, threshold: float,
+                    batch_size: int = 64) -> tuple[dict, str]:
+    """(`threshold_cost` on the validation windows detector.json records (`val`), ''); where they
+    cannot be read, (its fields None and `tpr_lost_over_half` False, why). `name`: how messages
+    call the detector (`--model RUN`)."""
+
+    fields = ("val_tpr_before", "val_tpr_after", "val_fpr_before", "val_fpr_after", "val_windows", "val_negatives")
+    try:
+        if not info.get("val"):
+            raise TextebmError(f"{name}: detector.json records no validation windows (`val`)")
+        rows = read_window_files(info["val"], "detector.json `val`", scorer_length(scorer, info), len(scorer.vocab),
+                                 length_of=f"the detector {name} was fitted on windows that long",
+                                 vocab_of=f"the vocabulary of the detector {name}")
+    except TextebmError as e:
+        return {**dict.fromkeys(fields), "tpr_lost_over_half": False}, f"its validation windows cannot be read ({e})"
+    real, fake = window_scores(scorer.score_ids, rows, batch_size)  # (N,), (N, k)
+    return threshold_cost(rule, real, fake.ravel(), threshold), ""
+
+
+def fit_threshold(scorer, rule: Rule, info: dict, texts: Sequence[str], fpr: float, seed: int = 0,
+                  held_out: float = 0.5, batch_size: int = 64, name: str = "the detector") -> dict:
+    """What `detect threshold` reports for a user's human-written `texts` and the detector
+    (`load_detector`'s scorer, rule and detector.json): `refit_threshold` on the texts' scores
+    (`text_scores`, windows of the detector's length), what the new threshold costs on the
+    detector's validation windows (`validation_cost`), and `warnings` (a rate below what the texts
+    can show, an unknown cost, more than half the detection lost). `name`: how messages call the
+    detector. The command writes it to a file; `textebm.api.Detector.refit_threshold` keeps it."""
+
+    scores, _ = text_scores(scorer, texts, scorer_length(scorer, info), batch_size)  # (N,)
+    out = refit_threshold(scores, rule, fpr, seed, held_out)
+    cost, problem = validation_cost(scorer, rule, info, name, out["threshold"], batch_size)
+    out.update(cost)
+    if problem:
+        out["warnings"].append(f"the new threshold's cost in detection is unknown: {problem}")
+    if out["tpr_lost_over_half"]:
+        out["warnings"].append(
+            f"the new threshold {out['threshold']:.4g} (was {rule.threshold:.4g}) flags {out['val_tpr_after']:.1%} of "
+            f"the detector's generated validation windows, down from {out['val_tpr_before']:.1%}: it loses more than "
+            "half of the detection; the detector does not separate your texts from generated ones well (texts "
+            "much shorter than its windows, or another domain)")
+    return out
 
 
 # ---------------------------------------------------------------- evaluation by length
@@ -437,6 +504,12 @@ def load_detector(path, device="cpu", dtype: torch.dtype = torch.float32, option
                               dtype), rule, info
 
     raise InputError(rule_file, f"unknown detector {info.get('detector')!r}")
+
+
+def trained_min_length(info: dict, length: int) -> int:
+    """The fewest tokens of the windows a detector was trained on (or, zero-shot, its rule fitted
+    on): `detect train --min-length`'s MIN, else its whole windows' `length`."""
+    return int(info.get("min_length") or length)
 
 
 def scorer_length(scorer, info: dict) -> int:

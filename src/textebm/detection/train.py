@@ -98,6 +98,11 @@ class DetectTrainConfig(TrainOptions):
     max_windows: int = field(default=0, metadata={
         "help": "train on this many of the --train windows, a seeded subset (--seed) that a larger value contains "
                 "(a learning curve over the number of windows; 0: all)", "min": 0})
+    min_length: int = field(default=0, metadata={
+        "help": "train on windows of varied lengths: each epoch every window and its negatives are cut alike to "
+                "n tokens, n uniform in [MIN, L], keeping the end that holds the generated continuation (the "
+                "context goes first); the decision rule is fitted on the whole validation windows and one cut copy "
+                "of each (0: whole windows only, the paper's)", "min": 0})
     eval_batch_size: int = field(default=128, metadata={"help": "windows per evaluation batch", "min": 1})
     keep_best: bool = keep_best_field("the conditional NCE loss on the --val windows (eq. 1 over all their negatives)")
     patience: int = patience_field()
@@ -122,6 +127,10 @@ class DetectTrainConfig(TrainOptions):
             refuse_unused(self, ["max_tokens"], "unless --energy bitransf starts from an encoder (--init)")
         if self.energy not in ("unitransf", "bitransf"):
             refuse_unused(self, ["pool", "dropout"], f"with --energy {self.energy} (it pools as its kind does)")
+        if self.min_length and (self.energy == "lmstats" or self.pool == "continuation"):
+            who = "--energy lmstats" if self.energy == "lmstats" else "--pool continuation"
+            raise TextebmError(f"--min-length {self.min_length}: {who} reads the continuation after a prefix of one "
+                               "length, which a cut window no longer has; train it on whole windows")
         if self.energy in ("unitransf", "bitransf") and not self.init and self.width % self.heads:
             raise TextebmError(f"--width {self.width} must be divisible by --heads {self.heads}")
 
@@ -255,15 +264,35 @@ class WindowBatch(Batch):
     k: int  # negatives per window
 
 
+def cut_rows(rows: list[dict], min_length: int, length: int, key: list) -> list[dict]:
+    """Each row's window and negatives cut alike (`detect.cut`: the end holding the generated
+    continuation) to n tokens, n uniform in [min_length, length] drawn from (`key`, the row's
+    place): the same cut for the same key, whatever else is in the batch."""
+    out = []
+    for i, r in enumerate(rows):
+        n = int(np.random.default_rng([*_ints(key), i]).integers(min_length, length + 1))
+        out.append({**r, "positive": detect.cut(r["positive"], n, r["direction"]),
+                    "negatives": [detect.cut(x, n, r["direction"]) for x in r["negatives"]],
+                    "context_len": max(0, n - (length - int(r["context_len"])))})  # the context goes first
+    return out
+
+
+def _ints(key: list) -> list[int]:
+    """A seed key of ints and names as numpy's SeedSequence entropy (names by their derived seed)."""
+    return [k if isinstance(k, int) else derive_seed(0, k) for k in key]
+
+
 class WindowBatcher:
     """(index, row of a negatives file) items -> WindowBatch. With `pick_one` (--negatives
     random), each row keeps one of its k negatives, drawn from (seed, epoch, index): only the two
     windows the loss reads are encoded, and a row meets another of its negatives each epoch (the
-    rows' k negatives are a pool; resumable, since the draw depends on nothing else)."""
+    rows' k negatives are a pool; resumable, since the draw depends on nothing else). With
+    `min_length` (--min-length), each row is cut to a length drawn from (seed, epoch, index)
+    (`cut_rows`), its window and negatives alike."""
 
-    def __init__(self, spec, tokenizer, vocab, pick_one: bool = False, seed: int = 0):
+    def __init__(self, spec, tokenizer, vocab, pick_one: bool = False, seed: int = 0, min_length: int = 0):
         self.spec, self.tokenizer, self.vocab = spec, tokenizer, vocab
-        self.pick_one, self.seed, self.epoch = pick_one, seed, 0
+        self.pick_one, self.seed, self.epoch, self.min_length = pick_one, seed, 0, min_length
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -273,12 +302,22 @@ class WindowBatcher:
         return int(np.random.default_rng([self.seed, self.epoch, index]).integers(len(row["negatives"])))
 
     def __call__(self, items: list[tuple[int, dict]]) -> WindowBatch:
-        rows = [r for _, r in items]
-        if self.pick_one:
-            rows = [{**r, "negatives": [r["negatives"][self.picked(i, r)]]} for i, r in items]
+        rows = self.rows(items)
         batch = encode_windows(window_seqs(rows), self.spec, self.tokenizer, self.vocab)
         return WindowBatch(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                            k=len(rows[0]["negatives"]))
+
+    def rows(self, items: list[tuple[int, dict]]) -> list[dict]:
+        """The rows a batch of `items` encodes: this epoch's negative of each (`pick_one`), cut to
+        this epoch's length (`min_length`)."""
+        rows = [r for _, r in items]
+        if self.pick_one:
+            rows = [{**r, "negatives": [r["negatives"][self.picked(i, r)]]} for i, r in items]
+        if self.min_length:
+            length = len(rows[0]["positive"])
+            rows = [cut_rows([r], self.min_length, length, [self.seed, "length", self.epoch, i])[0]
+                    for (i, _), r in zip(items, rows)]
+        return rows
 
 
 def residual_step(model, batch: WindowBatch, loss: str, negatives: str, margin: float) -> tuple[torch.Tensor, dict]:
@@ -311,8 +350,13 @@ def detect_train(cfg: DetectTrainConfig) -> dict:
         prefix_len = one_prefix(train_rows, val_rows, "--energy lmstats")
     elif cfg.pool == "continuation":
         prefix_len = one_prefix(train_rows, val_rows, "--pool continuation")
+    if cfg.min_length > length:
+        raise TextebmError(f"--min-length {cfg.min_length}: the --train windows have {length} tokens; a cut window "
+                           f"cannot be longer (choose a MIN of at most {length})")
     if cfg.max_windows:
         train_rows = nested_subset(train_rows, cfg.max_windows, cfg.seed)
+    if cfg.min_length:  # the rule and the validation loss see every length the detector is trained on
+        val_rows = val_rows + cut_rows(val_rows, cfg.min_length, length, [cfg.seed, "val"])
     seed_everything(cfg.seed)
     model, spec, tokenizer = build_energy_model(EnergyBuildSpec(
         energy=cfg.energy, init=cfg.init, base=cfg.base, prefix_len=prefix_len, layers=cfg.layers,
@@ -320,7 +364,8 @@ def detect_train(cfg: DetectTrainConfig) -> dict:
         seed=cfg.seed), vocab, length)
     if cfg.energy == "lmstats":
         _check_lmstats_windows(spec, {"--train": train_rows, "--val": val_rows})
-    batcher = WindowBatcher(spec, tokenizer, vocab, pick_one=cfg.negatives == "random", seed=cfg.seed)
+    batcher = WindowBatcher(spec, tokenizer, vocab, pick_one=cfg.negatives == "random", seed=cfg.seed,
+                            min_length=cfg.min_length)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)  # lmstats: its 4, not the base LM's
     log.info("%s energy: %s trained parameters, %d training windows x (1 + %d negatives), %d validation windows",
              cfg.energy, f"{n_params:,}", len(train_rows), len(train_rows[0]["negatives"]), len(val_rows))
@@ -342,7 +387,8 @@ def detect_train(cfg: DetectTrainConfig) -> dict:
         rule = recipe.rule or rule_of(detect.EnergyScorer(Path(cfg.out) / "model").score_ids, val_rows,
                                       cfg.eval_batch_size)[0]
         detect.write_rule(rule_file, {"detector": "energy", "energy": cfg.energy, "model": "model",
-                                      "length": length, "val": [str(Path(v).resolve()) for v in cfg.val]}, rule)
+                                      "length": length, "min_length": cfg.min_length or length,
+                                      "val": [str(Path(v).resolve()) for v in cfg.val]}, rule)
         log.info("decision rule on validation: balanced accuracy %.3f, AUROC %.3f, ECE %.4f (T = %.3g)",
                  rule.val["balanced_accuracy"], rule.val["auroc"], rule.val["ece"], rule.temperature)
     return {**metrics_, "rule": read_json(rule_file)["rule"]}

@@ -28,7 +28,7 @@ from textebm.errors import InputError, TextebmError
 from textebm.fingerprint import folder_sha256, json_sha256
 from textebm.inference import inference_setup, set_threads
 from textebm.io import atomic_write, write_json
-from textebm.models.load import CAUSAL_LM, ENERGY, find_model, load_energy, load_lm
+from textebm.models.load import CAUSAL_LM, ENERGY, find_model, load_lm
 from textebm.options import check_config, refuse_unused, threads_field
 from textebm.outputs import check_output_dir, output_dir
 from textebm.precision import resolve_precision
@@ -36,10 +36,13 @@ from textebm.progress import progress_bar
 from textebm.residual import bounds, report
 from textebm.residual.diversity import ngram_ratios
 from textebm.residual.generate import joint_sample
-from textebm.residual.joint import BaseLM, JointEnergy
+from textebm.residual.joint import BaseLM, JointEnergy, load_joint
 from textebm.resumable import PartialFile
 from textebm.seeds import derive_seed
 from textebm.tokenizer import same_vocab
+
+__all__ = ["GENERATE_KIND", "PPL_KIND", "ResidualGenerateConfig", "ResidualPPLConfig", "residual_ppl",
+           "residual_generate"]
 
 log = logging.getLogger(__name__)
 
@@ -142,50 +145,15 @@ class _Setup:
     tolerance: dict  # a token score's stated largest difference from fp32's (textebm.precision)
 
 
-def _energy_shape(spec, energy_opt: str, prefix_len: int, length: int) -> tuple[int, int]:
-    """(p, m) from the options and what the energy was trained on; TextebmError naming the option
-    when they disagree."""
-    trained = list(spec.contexts or [])
-    if prefix_len == 0:
-        if len(trained) != 1:
-            raise TextebmError(f"--energy {energy_opt}: trained on prefixes of {trained or 'unrecorded'} tokens; "
-                               "give --prefix-len")
-        prefix_len = trained[0]
-    elif trained and prefix_len not in trained:
-        raise TextebmError(f"--prefix-len {prefix_len}: the energy {energy_opt} was trained on prefixes of "
-                           f"{', '.join(map(str, trained))} tokens")
-    if not length:
-        log.info("--length 0: the energy's own, %d generated tokens after a prefix of %d", spec.length - prefix_len,
-                 prefix_len)
-    length = length or spec.length - prefix_len
-    if prefix_len + length != spec.length:
-        raise TextebmError(f"--prefix-len {prefix_len} + --length {length} = {prefix_len + length} tokens, but the "
-                           f"energy {energy_opt} was trained on windows of {spec.length}")
-    if length < 1:
-        raise TextebmError(f"--prefix-len {prefix_len} leaves nothing to generate in the energy's windows of "
-                           f"{spec.length} tokens")
-    return prefix_len, length
-
-
 def _setup(cfg, energy_opts: list[str]) -> _Setup:
     set_threads(cfg.threads)
     base_path = find_model(cfg.base, CAUSAL_LM, "--base").path.resolve()
     energy_paths = [find_model(e, ENERGY, "--energy", ids=False).path.resolve() for e in energy_opts]
     device, choice = inference_setup(cfg.precision)
-    energies, shape = [], None
-    for opt, path in zip(energy_opts, energy_paths):
-        model, spec, tokenizer, vocab = load_energy(path, dtype=choice.dtype, device=device, option="--energy")
-        s = _energy_shape(spec, opt, cfg.prefix_len, cfg.length)
-        if shape is not None and s != shape:
-            raise TextebmError(f"--energy {opt}: windows of {s[0]} + {s[1]} tokens, the first energy's "
-                               f"{shape[0]} + {shape[1]}")
-        shape = s
-        energies.append(JointEnergy(model, spec, tokenizer, vocab))
-    lm, tok, meta = load_lm(base_path, dtype=choice.dtype, device=device, option="--base")
-    base = BaseLM(lm, tok, meta, energies[0].vocab, name=f"--base {cfg.base}")
-    base.check_length(*shape, "--prefix-len")
-    return _Setup(base, energies, energy_paths, base_path, shape[0], shape[1], choice.precision,
-                  choice.tolerance)
+    base, energies, prefix_len, length = load_joint((cfg.base, base_path), list(zip(energy_opts, energy_paths)),
+                                                    cfg.prefix_len, cfg.length, choice.dtype, device,
+                                                    precision=choice.precision)
+    return _Setup(base, energies, energy_paths, base_path, prefix_len, length, choice.precision, choice.tolerance)
 
 
 def _test_windows(cfg, vocab, length: int, prefix_len: int) -> list:

@@ -20,8 +20,10 @@ equivalence to the full pass is tested.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,10 +31,17 @@ import torch
 from textebm.detection.detect import energies as window_energies
 from textebm.energy import fp32_linear
 from textebm.errors import TextebmError
+from textebm.fingerprint import folder_sha256
+from textebm.io import iter_jsonl, read_json_object
 from textebm.lm.generate import Generation, fixed_length_banned, generate
 from textebm.models.lm import cache_arg, special_ids
+from textebm.models.load import load_energy, load_lm
 from textebm.precision import fp32_or_better
 from textebm.tokenizer import same_vocab
+
+__all__ = ["BaseLM", "JointEnergy", "Names", "check_negatives", "energy_shape", "load_joint"]
+
+log = logging.getLogger(__name__)
 
 
 class BaseLM:
@@ -140,6 +149,107 @@ class JointEnergy:
         if not (use_cache and self.cached) or not prefix:
             return self.energies([[*prefix, *c] for c in continuations], batch_size)
         return _unit_energies(self.model, list(prefix), [list(c) for c in continuations], batch_size)
+
+
+# ---------------------------------------------------------------- loading the joint model
+
+
+@dataclass(frozen=True)
+class Names:
+    """How messages name the joint model's settings: the commands' options (the defaults), or the
+    Python API's arguments."""
+
+    base: str = "--base"
+    energy: str = "--energy"
+    prefix_len: str = "--prefix-len"
+    length: str = "--length"
+    precision: str = "--precision"
+
+
+def energy_shape(spec, energy_arg: str, prefix_len: int, length: int, names: Names = Names()) -> tuple[int, int]:
+    """(p, m) from the settings (0: the energy's own) and what the energy was trained on;
+    TextebmError naming the setting when they disagree."""
+    trained = list(spec.contexts or [])
+    if prefix_len == 0:
+        if len(trained) != 1:
+            raise TextebmError(f"{names.energy} {energy_arg}: trained on prefixes of {trained or 'unrecorded'} "
+                               f"tokens; give {names.prefix_len}")
+        prefix_len = trained[0]
+    elif trained and prefix_len not in trained:
+        raise TextebmError(f"{names.prefix_len} {prefix_len}: the energy {energy_arg} was trained on prefixes of "
+                           f"{', '.join(map(str, trained))} tokens")
+    if not length:
+        log.info("%s 0: the energy's own, %d generated tokens after a prefix of %d", names.length,
+                 spec.length - prefix_len, prefix_len)
+    length = length or spec.length - prefix_len
+    if prefix_len + length != spec.length:
+        raise TextebmError(f"{names.prefix_len} {prefix_len} + {names.length} {length} = {prefix_len + length} "
+                           f"tokens, but the energy {energy_arg} was trained on windows of {spec.length}")
+    if length < 1:
+        raise TextebmError(f"{names.prefix_len} {prefix_len} leaves nothing to generate in the energy's windows of "
+                           f"{spec.length} tokens")
+    return prefix_len, length
+
+
+def check_negatives(base: tuple[str, Path], energies: Sequence[tuple[str, Path]], precision: str,
+                    names: Names = Names()) -> None:
+    """One P_LM (issue 35): each energy's training negatives (the --train files its `detect train`
+    run records) were drawn by the base LM, compared by content, in `precision`; TextebmError
+    naming what differs. An energy folder without its run's record, or negatives whose generator
+    folder is gone, is not checked (logged)."""
+    base_sha = None
+    for arg, path in energies:
+        run = path.parent if (path / "energy.json").is_file() else path
+        record = run / "config.json"
+        try:
+            train = read_json_object(record, "run config").get("train") if record.is_file() else None
+        except TextebmError:
+            train = None
+        if not train or not Path(train[0]).is_file():
+            log.info("%s %s: its training negatives are not at hand (no run record, or the file moved); not checked "
+                     "against %s", names.energy, arg, names.base)
+            continue
+        row = next((r for _, r in iter_jsonl(train[0])), {})
+        drew = row.get("precision")
+        if drew and drew != precision:
+            raise TextebmError(f"{names.precision} {precision}: the energy {arg} was trained on negatives the base LM "
+                               f"drew in {drew} ({train[0]}); use {names.precision} {drew}, so that the negatives, "
+                               "log Z's samples and the test log-probabilities come from one P_LM")
+        gen = row.get("generator")
+        if not gen or not Path(gen).is_dir():
+            log.info("%s %s: the generator of its negatives (%s) is not at hand; not checked against %s", names.energy,
+                     arg, gen, names.base)
+            continue
+        base_sha = base_sha or folder_sha256(base[1])
+        if folder_sha256(gen) != base_sha:
+            raise TextebmError(f"{names.energy} {arg}: trained on negatives of {gen} ({train[0]}), another LM than "
+                               f"{names.base} {base[0]} (their weights differ); the residual energy corrects the "
+                               "P_LM that drew its negatives: give that LM as the base")
+
+
+def load_joint(base: tuple[str, Path], energies: Sequence[tuple[str, Path]], prefix_len: int, length: int,
+               dtype: torch.dtype, device, names: Names = Names(),
+               precision: str | None = None) -> tuple[BaseLM, list[JointEnergy], int, int]:
+    """(base LM, energies, p, m) of the joint model: each energy (argument as given, folder found)
+    loaded and its windows checked against `prefix_len` and `length` (`energy_shape`; several
+    energies must share one shape), the base LM loaded in their vocabulary and checked to take
+    [bos] + p + m tokens; with `precision` (the run's), the energies' negatives checked to come
+    from this base LM in it (`check_negatives`). `names`: how messages name the settings."""
+    loaded, shape = [], None
+    for arg, path in energies:
+        model, spec, tokenizer, vocab = load_energy(path, dtype=dtype, device=device, option=names.energy)
+        s = energy_shape(spec, arg, prefix_len, length, names)
+        if shape is not None and s != shape:
+            raise TextebmError(f"{names.energy} {arg}: windows of {s[0]} + {s[1]} tokens, the first energy's "
+                               f"{shape[0]} + {shape[1]}")
+        shape = s
+        loaded.append(JointEnergy(model, spec, tokenizer, vocab))
+    lm, tok, meta = load_lm(base[1], dtype=dtype, device=device, option=names.base)
+    base_lm = BaseLM(lm, tok, meta, loaded[0].vocab, name=f"{names.base} {base[0]}")
+    base_lm.check_length(*shape, names.prefix_len)
+    if precision is not None:
+        check_negatives(base, energies, precision, names)
+    return base_lm, loaded, shape[0], shape[1]
 
 
 @torch.inference_mode()

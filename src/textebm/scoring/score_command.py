@@ -58,6 +58,9 @@ from textebm.scoring.pll import (
 from textebm.scoring.textcheck import check_texts
 from textebm.scoring.words import word_scores
 
+__all__ = ["ScoreTextsConfig", "score_model_kind", "ScoringModel", "load_scoring_model", "KIND", "score_command",
+           "warn_mismatch", "write_html"]
+
 log = logging.getLogger(__name__)
 
 
@@ -114,6 +117,7 @@ class ScoringModel:
     tokenizer: Any
     limit: int | None  # the most tokens of one text the model takes (None: no limit)
     scores: Callable[[list[str], int, int], list[TextScores]]  # (texts, batch_size, token_budget)
+    lm: tuple | None = None  # a causal LM's (model, tokenizer, meta), to sample from; None for a cloze model
 
 
 def load_scoring_model(kind: str, folder: Path, method: str, dtype, device) -> ScoringModel:
@@ -132,7 +136,7 @@ def load_scoring_model(kind: str, folder: Path, method: str, dtype, device) -> S
     positions = getattr(model.config, "max_position_embeddings", None)
     limit = positions - 2 if positions else None  # [bos] and [eos] take two
     return ScoringModel("causal", tokenizer, limit, lambda texts, batch_size, _budget: causal_scores(
-        model, tokenizer, meta, texts, batch_size))
+        model, tokenizer, meta, texts, batch_size), (model, tokenizer, meta))
 
 
 KIND = "score"
