@@ -396,6 +396,8 @@ def test_quickstart_presets_size_the_noise_lm_by_precision_and_fine_tune_a_pretr
         (1200, 2500)
     assert settle(QuickstartConfig(noise_lm="smollm2-135m"), "bf16").lm_epochs == 1.0
     assert settle(QuickstartConfig(noise_lm="smollm2-135m", lm_epochs=2.5), "bf16").lm_epochs == 2.5
+    mine = QuickstartConfig(full=True)
+    assert settle(mine, "bf16").noise_ratio == 8 and (mine.train_limit, mine.lm_epochs) == (None, None)  # a copy
 
 
 def test_sentence_pairs_use_the_encoders_pair_input(tmp_path):

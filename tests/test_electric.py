@@ -265,9 +265,20 @@ def test_mlm_keep_best_ends_with_the_epoch_of_lowest_masked_nll(corpus, tmp_path
 
 
 def test_flops_budget_sets_the_steps(corpus, tmp_path):
+    """--flops sets the steps of the run, not of the caller's config (a Python caller's is unchanged)."""
+    import dataclasses
+
+    from textebm.cli import build_parser
+    from textebm.cli.args import dataclass_from_namespace
+    from textebm.cloze.train import cloze_train
+
     out = tmp_path / "budget"
-    assert main(["cloze", "train", "--data", str(corpus), "--out", str(out), "--objective", "twotower",
-                 "--flops", "2e8", "--eval-split", "", *TINY]) == 0
+    ns = build_parser().parse_args(["cloze", "train", "--data", str(corpus), "--out", str(out), "--objective",
+                                    "twotower", "--flops", "2e8", "--eval-split", "", *TINY])
+    cfg = dataclass_from_namespace(ns._cls, ns)
+    before = dataclasses.asdict(cfg)
+    cloze_train(cfg)
+    assert dataclasses.asdict(cfg) == before
     c = json.loads((out / "config.json").read_text())["compute"]
     assert abs(c["train_flops"] - 2e8) < c["train_flops"] / c["steps"] + 1  # within one step of the budget
 

@@ -142,14 +142,15 @@ class QuickstartConfig(grid.GridOptions):
 
 def settle(cfg: QuickstartConfig, precision: str) -> QuickstartConfig:
     """Fill the settings left to the preset of `precision` (and --full's). A pretrained --noise-lm
-    is fine-tuned for one epoch: the preset's epochs are sized for a small LM learning from scratch."""
+    is fine-tuned for one epoch: the preset's epochs are sized for a small LM learning from scratch.
+    A new config: the caller's is left as it was."""
     preset = PRESETS["bf16" if precision in ("bf16", "fp16") else "fp32"]
     if cfg.full:
-        cfg.train_limit, cfg.noise_ratio = 0, 8
+        cfg = dataclasses.replace(cfg, train_limit=0, noise_ratio=8)
     if cfg.train_limit is None:
-        cfg.train_limit = preset["train_limit"]
+        cfg = dataclasses.replace(cfg, train_limit=preset["train_limit"])
     if cfg.lm_epochs is None:
-        cfg.lm_epochs = 1.0 if cfg.noise_lm else preset["lm_epochs"]
+        cfg = dataclasses.replace(cfg, lm_epochs=1.0 if cfg.noise_lm else preset["lm_epochs"])
     return cfg
 
 

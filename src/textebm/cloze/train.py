@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
@@ -426,8 +426,8 @@ def cloze_train(cfg: ClozeTrainConfig) -> dict:
     train_tokens = sum(len(x) - 2 for x in train_ids)
     steps_per_epoch = math.ceil(len(train_ids) / cfg.batch_size / cfg.grad_accum)
     if cfg.flops:
-        cfg.max_steps = max(1, int(cfg.flops / (flops_per_token * train_tokens / steps_per_epoch)))
-        cfg.epochs = max(cfg.epochs, math.ceil(cfg.max_steps / steps_per_epoch))
+        max_steps = max(1, int(cfg.flops / (flops_per_token * train_tokens / steps_per_epoch)))
+        cfg = replace(cfg, max_steps=max_steps, epochs=max(cfg.epochs, math.ceil(max_steps / steps_per_epoch)))
         log.info("--flops %.3g: %d steps at %.3g FLOPs per token", cfg.flops, cfg.max_steps, flops_per_token)
     steps = min(cfg.max_steps or 10**12, math.ceil(steps_per_epoch * cfg.epochs))
     compute = {"flops_per_token": flops_per_token, "steps": steps,
