@@ -324,6 +324,13 @@ def _jppl(w, *extra, base=None, energy=None, out=None):
             w["data"], "--windows", "2", "--samples", "2", "--out", out or w["root"] / "jp", "--no-progress", *extra]
 
 
+def _jrep(w, *extra, base=None, energy=None, out=None):
+    """The real continuations: words the tiny LM's vocabulary lacks, so every token is <unk>, a repetition."""
+    return ["residual", "repetitions", "--base", base or w["lm"], "--energy", energy or _det(w)["energy"], "--data",
+            w["data"], "--source", "real", "--windows", "4", "--examples", "1", "--candidates", "2", "--completions",
+            "2", "--out", out or w["root"] / "jr", "--no-progress", *extra]
+
+
 def _drop(argv: list, flag: str) -> list:
     """argv without `flag` and its value."""
     i = argv.index(flag)
@@ -396,6 +403,7 @@ OUTPUTS = [
     ("detect-eval", _res_eval, "--out"), ("detect-score", _res_score, "--out"),
     ("detect-threshold", _res_threshold, "--out"), ("detect-analyze", _analyze, "--out"),
     ("rerank", _rerank, "--out"), ("residual-generate", _jgen, "--out"), ("residual-ppl", _jppl, "--out"),
+    ("residual-repetitions", _jrep, "--out"),
     ("detect-matrix", lambda w: ["detect", "matrix", "--config", _res(w)["matrix-ok"]], "--out"),
     ("rerank", lambda w: ["rerank", "--dev", _nbest(w)["dev"], "--test", _nbest(w)["test"]], "--write-texts"),
     ("tokenizer-train", lambda w: ["tokenizer", "train", "--data", w["data"], "--vocab-size", "100"], "--out"),
@@ -699,6 +707,15 @@ CASES = [
     ("detect-train --dropout with a linear energy", lambda w: _res_train(w, "--energy", "linear", "--dropout", "0.1"),
      "--dropout"),
     ("detect-train --max-windows -1", lambda w: _res_train(w, "--max-windows", "-1"), "--max-windows"),
+    ("detect-train --min-length -1", lambda w: _res_train(w, "--min-length", "-1"), "--min-length"),
+    ("detect-train --cut-fraction 1.5", lambda w: _res_train(w, "--min-length", "2", "--cut-fraction", "1.5"),
+     "--cut-fraction"),
+    ("detect-train --cut-fraction without --min-length", lambda w: _res_train(w, "--cut-fraction", "0.3"),
+     "--cut-fraction"),
+    ("detect-train --min-length past the window", lambda w: _res_train(w, "--min-length", "5"),
+     "--min-length 5: the --train windows have 4 tokens"),
+    ("detect-train --min-length with --pool continuation",
+     lambda w: _res_train(w, "--energy", "unitransf", "--pool", "continuation", "--min-length", "2"), "--min-length 2"),
     ("detect-train --patience without --keep-best", lambda w: _res_train(w, "--patience", "2"),
      "patience (stopping when the validation loss stops improving) needs keep_best"),
     ("detect-train --init with a linear energy", lambda w: _res_train(w, "--energy", "linear", "--init",
@@ -889,7 +906,7 @@ CASES = [
                 "--overwrite"], "mine"),
     # residual generate / ppl (paper d): the same bad value on both where both take the option
     *[(f"residual-{cmd} {flag} {val}", lambda w, b=build, f=flag, v=val: _set(b(w), f, v), flag)
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))
       for flag, val in [("--windows", "-1"), ("--batch-size", "0"), ("--precision", "fp17"), ("--threads", "-1"),
                         ("--seed", "-1"), ("--length", "-1")]],
     *[(f"residual-{cmd} {flag} {val}", lambda w, b=build, f=flag, v=val: _set(b(w), f, v), flag)
@@ -899,45 +916,56 @@ CASES = [
                                     ("ppl", _jppl, "--bootstrap", "-1")]],
     *[(f"residual-{cmd} --prefix-len 1 where the energy was trained on prefixes of 2",
        lambda w, b=build: b(w, "--prefix-len", "1"), "--prefix-len 1: the energy")
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
     *[(f"residual-{cmd} --length 3 where the energy's windows are 2 + 2",
        lambda w, b=build: b(w, "--length", "3"), "--prefix-len 2 + --length 3 = 5 tokens")
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
     *[(f"residual-{cmd} --base of 3 positions, shorter than [bos] + prefix + continuation",
        lambda w, b=build: b(w, base=_joint(w)["short-lm"]), "--prefix-len 2 + 2 generated tokens (and [bos]) exceed the 3 positions of --base")
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
     *[(f"residual-{cmd} --base of another vocabulary than the energy's",
        lambda w, b=build: b(w, base=_joint(w)["other-vocab-lm"]), "vocabulary differs from the energy's")
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
     *[(f"residual-{cmd} --base {what}", lambda w, b=build, k=key: b(w, base=w[k] if k in w else _det(w)[k]),
        "expected a causal LM")
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))
       for what, key in (("an encoder", "encoder"), ("a classifier", "clf"), ("an energy", "energy"))],
     *[(f"residual-{cmd} --base an infill LM", lambda w, b=build: b(w, base=w["infill"]), "causal")
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
     *[(f"residual-{cmd} --energy {what}", lambda w, b=build, k=key: b(w, energy=w[k]), "--energy")
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))
       for what, key in (("an LM", "lm"), ("a classifier", "clf"))],
     *[(f"residual-{cmd} --data missing", lambda w, b=build: _set(b(w), "--data", w["root"] / "nope"), "nope")
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
     *[(f"residual-{cmd} --split unknown", lambda w, b=build: b(w, "--split", "holdout"), "holdout")
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
     *[(f"residual-{cmd} --out an existing file", lambda w, b=build: b(w, out=w["existing"]), "existing.jsonl")
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
     *[(f"residual-{cmd} --out a foreign folder", lambda w, b=build: b(w, out=w["foreign"]), "mine")
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
     *[(f"residual-{cmd} --overwrite a trained classifier run", lambda w, b=build: b(w, "--overwrite", out=w["clf"]),
-       "clf") for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+       "clf") for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
     ("residual-generate --overwrite the output of residual ppl",
      lambda w: _jgen(w, "--overwrite", out=_joint(w)["ppl-out"]), "ppl-out"),
     *[(f"residual-{cmd} --out whose OUT.partial {what}", lambda w, b=build, k=key: b(w, out=_joint(w)[k]), msg)
-      for cmd, build in (("generate", _jgen), ("ppl", _jppl))
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))
       for what, key, msg in (("holds rows of another run", "stale", "stale.partial: was written with other settings"),
                              ("is a folder", "dir", "dir.partial is a folder"))],
     *[(f"residual-{cmd} --data a window continuing with [eos]",
        lambda w, b=build: _set(_set(b(w), "--data", _joint(w)["eos-data"]), "--windows", "0"),
-       "test/d1/0 of split 'test' continues with '</s>'") for cmd, build in (("generate", _jgen), ("ppl", _jppl))],
+       "test/d1/0 of split 'test' continues with '</s>'")
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
     ("residual-ppl --data left out", lambda w: _drop(_jppl(w), "--data"), "--data is required"),
+    ("residual-repetitions --data left out", lambda w: _drop(_jrep(w), "--data"), "--data is required"),
+    *[(f"residual-repetitions {flag} {val}", lambda w, f=flag, v=val: _set(_jrep(w), f, v), flag)
+      for flag, val in [("--examples", "0"), ("--candidates", "0"), ("--completions", "1"), ("--chunk", "0"),
+                        ("--bootstrap", "-1"), ("--top-k", "-1"), ("--source", "mine")]],
+    ("residual-repetitions --candidates beyond the base LM's vocabulary",
+     lambda w: _set(_jrep(w), "--candidates", "100000"), "--candidates 100000: --base"),
+    ("residual-repetitions --top-k with --source real", lambda w: _jrep(w, "--top-k", "3"),
+     "--top-k has no effect with --source real"),
+    ("residual-repetitions --overwrite the output of residual ppl",
+     lambda w: _jrep(w, "--overwrite", out=_joint(w)["ppl-out"]), "ppl-out"),
     ("residual-generate --data and --prefixes both", lambda w: _jgen(w, "--prefixes", _joint(w)["prefixes"]),
      "--prefixes"),
     ("residual-generate --prefixes and --data both left out", lambda w: _drop(_jgen(w), "--data"), "--prefixes"),
@@ -953,7 +981,8 @@ CASES = [
     *[(f"residual-{cmd} --{opt} an LM that reads right to left", lambda w, b=build, o=opt: (
         b(w, base=_joint(w)["r2l-lm"]) if o == "base" else b(w, "--compare", _joint(w)["r2l-lm"])),
        "the base LM must read left to right")
-      for cmd, build, opt in (("generate", _jgen, "base"), ("ppl", _jppl, "base"), ("ppl", _jppl, "compare"))],
+      for cmd, build, opt in (("generate", _jgen, "base"), ("ppl", _jppl, "base"), ("ppl", _jppl, "compare"),
+                              ("repetitions", _jrep, "base"))],
     ("residual-generate --prefixes missing",
      lambda w: _drop(_drop(_jgen(w, "--prefixes", w["root"] / "none.txt"), "--data"), "--windows"), "none.txt"),
     ("residual-generate --judge an LM", lambda w: _jgen(w, "--judge", w["lm"]), "--judge"),
@@ -1267,7 +1296,7 @@ def test_the_table_covers_every_command():
 # is the word after the command in its id ("detect-eval --test windows of another length").
 PER_OPTION = ["score", "rerank", "negatives-generate", "detect-train", "detect-fit", "detect-eval",
               "detect-score", "detect-threshold", "detect-analyze", "detect-matrix", "cloze-train",
-              "tokenizer-train", "residual-generate", "residual-ppl", "tag-train", "tag-eval", "tag-predict",
+              "tokenizer-train", "residual-generate", "residual-ppl", "residual-repetitions", "tag-train", "tag-eval", "tag-predict",
               "ssl-images-train", "ssl-images-pretrain", "ssl-images-eval", "tag-grid", "quickstart", "lm-train"]
 # Options that cannot take a bad value: on/off switches whose either state is valid in any mode.
 NO_BAD_VALUE = {
@@ -1277,6 +1306,7 @@ NO_BAD_VALUE = {
     "--plan",  # detect matrix, tag grid: print the plan instead of running; valid with any config
     "--per-token", "--per-word",  # score: extra fields in each row, valid for every method
     "--corpus",  # negatives generate: a free-text name in the rows' provenance
+    "--strict",  # detect score: refuse short texts or not (its refusal: tests/test_detection.py)
     "--exact-last",  # residual ppl: the last position scored exactly or estimated like the others
     "--keep-best",  # detect train: any run may validate after each epoch (tag train's needs a dev split: a case)
 }

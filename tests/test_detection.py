@@ -1168,6 +1168,9 @@ def test_cut_rows_cut_a_window_and_its_negatives_alike():
             assert c["positive"] == list(range(n)) and c["negatives"][1] == list(range(200, 200 + n))
         assert c["context_len"] == max(0, n - 4)  # the 4 generated tokens are kept while n >= 4
     assert cut == cut_rows(rows, 3, L, [0, "length", 0]) and cut != cut_rows(rows, 3, L, [0, "length", 1])
+    half = cut_rows(rows, 3, L, [0, "length", 0], fraction=0.5)  # about half cut, the rest whole (the same rows)
+    whole = sum(h is r for h, r in zip(half, rows))
+    assert 30 <= whole <= 70 and all(h == c for h, c, r in zip(half, cut, rows) if h is not r)
 
 
 def test_min_length_trains_on_cut_windows_records_it_and_score_warns_or_refuses_shorter_texts(

@@ -1,6 +1,7 @@
 """The grid runner (textebm.grid): cells cached by a hash of their settings, computed once by
 processes sharing a folder (file locks), shards from --shard or a Slurm job array, the plan, and
-the Dask backend on a local two-worker cluster."""
+the Dask backend on a local two-worker cluster; and the shell of a grid command: a config checked
+against its dataclass schema, the --out rule for a cache."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import json
 import multiprocessing
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from textebm import grid
-from textebm.errors import TextebmError
+from textebm.errors import InputError, TextebmError
+from textebm.outputs import read_marker, write_marker
 
 
 def _cells(n: int = 4, seconds: float = 60.0) -> list[grid.Cell]:
@@ -263,3 +267,110 @@ def test_the_calibration_grid_runs_its_cells_on_the_runner(tmp_path, monkeypatch
     calls.clear()
     cg.main()
     assert calls == [("k4", f"{g}/default")]  # only the failed cell is tried again
+
+
+@dataclass(kw_only=True)
+class _Spec:
+    """A grid config's schema, as `tag grid` and `detect matrix` declare theirs."""
+
+    data: str
+    seeds: list[int] = field(default_factory=lambda: [0, 1], metadata={"min": 0, "distinct": True})
+    method: str = field(default="a", metadata={"choices": ("a", "b")})
+    rate: float = field(default=0.5, metadata={"gt": 0, "max": 1})
+    corpora: list[str] | dict[str, str | None] = field(default_factory=list)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def check(self, path) -> None:
+        if self.data == "missing":
+            raise InputError(path, "`data`: no such folder")
+        self.seeds = sorted(self.seeds)
+
+
+@pytest.mark.parametrize("raw, says", [
+    ({"data": "d", "sedes": [1]}, "`sedes` is not a setting of the toy config (known: corpora, data, method, "),
+    ({"seeds": [1]}, "missing `data`"),
+    ({"data": 3}, "`data` must be a string, got 3"),
+    ({"data": "d", "seeds": [1, 1]}, "`seeds` must be a non-empty list of distinct whole numbers >= 0, got [1, 1]"),
+    ({"data": "d", "seeds": []}, "`seeds` must be a non-empty list of distinct"),
+    ({"data": "d", "seeds": [0, -1]}, "`seeds` must be"),
+    ({"data": "d", "seeds": [0, True]}, "`seeds` must be"),  # a bool is no number
+    ({"data": "d", "method": "c"}, "`method` must be one of a, b, got 'c'"),
+    ({"data": "d", "rate": 0}, "`rate` must be a number > 0 and <= 1, got 0"),
+    ({"data": "d", "rate": "x"}, "`rate` must be a number > 0 and <= 1"),
+    ({"data": "d", "corpora": 5}, "`corpora` must be a list of strings or an object of strings, got 5"),
+    ({"data": "d", "options": {"all": 1}}, "`options` must be an object of objects"),
+    ({"data": None}, "`data` must be a string, got None"),
+    ({"data": "missing"}, "`data`: no such folder"),  # the schema's own check
+])
+def test_a_grid_config_is_checked_against_its_schema_naming_the_file_and_key(tmp_path, raw, says):
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(InputError) as e:
+        grid.read_config(path, _Spec, "toy config")
+    assert str(e.value).startswith(f"{path}: ") and says in str(e.value)
+
+
+def test_a_good_grid_config_comes_back_as_a_dict_with_its_defaults(tmp_path):
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({"data": "d", "seeds": [2, 0], "rate": 1, "corpora": {"a": None, "b": "f"}}))
+    assert grid.read_config(path, _Spec, "toy config") == {
+        "data": "d", "seeds": [0, 2], "method": "a", "rate": 1, "corpora": {"a": None, "b": "f"}, "options": {}}
+    path.write_text("[1]")
+    with pytest.raises(InputError, match="expected a JSON object"):
+        grid.read_config(path, _Spec, "toy config")
+
+
+def test_a_section_of_command_options_is_checked_against_the_command(tmp_path):
+    @dataclass(kw_only=True)
+    class Command:
+        steps: int = field(default=1, metadata={"min": 1})
+        lr: float = 0.1
+
+        def check(self) -> None:
+            if self.steps > 100:
+                raise TextebmError(f"--steps {self.steps}: too many")
+
+    keys = {"steps": "steps", "lr": "lr", "note": None}
+    grid.check_section("c.json", "gen.tf", {"steps": 2, "note": "x"}, Command, keys)
+    with pytest.raises(InputError, match=r"c.json: `gen.tf.stepz` is not a setting here"):
+        grid.check_section("c.json", "gen.tf", {"stepz": 2}, Command, keys)
+    with pytest.raises(InputError, match=r"c.json: `gen.tf.lr` must be a number, got 'fast'"):
+        grid.check_section("c.json", "gen.tf", {"lr": "fast"}, Command, keys)
+    with pytest.raises(InputError, match=r"c.json: `gen.tf.steps` 500: too many"):
+        grid.check_command("c.json", lambda: Command(steps=500), names=[("--steps", "`gen.tf.steps`")])
+    with pytest.raises(InputError, match=r"c.json: `options` of joint: --steps must be at least 1, got 0"):
+        grid.check_command("c.json", lambda: Command(steps=0), head="`options` of joint: ")
+
+
+def test_a_grid_out_is_a_cache_and_a_failed_set_up_leaves_no_new_folder(tmp_path):
+    """--out: new, or the grid's own (continued; --overwrite removes only what its marker lists),
+    never another command's or a user's folder; a set-up that fails removes a new --out whole and
+    leaves an existing one; --report needs cells already; --plan writes nothing."""
+    out = tmp_path / "g"
+    with grid.out_folder(out, "toy grid", ["cells"], plan=True):
+        pass
+    assert not out.exists()
+    with pytest.raises(RuntimeError):
+        with grid.out_folder(out, "toy grid", ["cells", "results.json"]):
+            assert read_marker(out)["kind"] == "toy grid"
+            raise RuntimeError("set-up failed")
+    assert not out.exists()
+    with pytest.raises(TextebmError, match="--report: .* holds no cell"):
+        with grid.out_folder(out, "toy grid", ["cells"], report=True):
+            pass
+    grid.check_out(out, "toy grid", ["cells"])
+    (out / "cells").mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(RuntimeError):
+        with grid.out_folder(out, "toy grid", ["cells"], report=True):
+            raise RuntimeError("set-up failed")
+    assert (out / "cells").is_dir()  # an existing --out stays
+    grid.mark(out, "toy grid", ["plot.png"])
+    assert read_marker(out)["entries"] == ["cells", "plot.png"]
+    grid.check_out(out, "toy grid", ["cells"], overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == [".textebm-output.json", "notes.txt"]
+    other = tmp_path / "other"
+    other.mkdir()
+    write_marker(other, "cloze train", ["model"])
+    with pytest.raises(TextebmError, match="cloze train"):
+        grid.check_out(other, "toy grid", ["cells"], overwrite=True)

@@ -12,7 +12,8 @@ from test_tagging import tagged  # noqa: F401  (the module fixture: a tiny tagge
 
 from textebm.cli import main
 from textebm.tagging import grid as tag_grid
-from textebm.tagging.grid import relative_error_reduction, summarise
+from textebm.tagging import grid_cost, grid_report
+from textebm.tagging.grid_report import relative_error_reduction, summarise
 
 
 def _config(tmp: Path, data: Path, **over) -> Path:
@@ -164,7 +165,7 @@ def test_relative_error_reduction_by_hand():
     red = summarise(cells, {0.1: [50]})["reductions"][(0.1, 50)]
     assert red["joint over sup."] == pytest.approx([50.0, 25.0])
     assert red["pretrain over sup."] == [] and red["joint over pre."] == []
-    assert tag_grid._mean_sd(red["joint over sup."], 1, 1) == "37.5 ± 17.7"
+    assert grid_report.mean_sd(red["joint over sup."], 1, 1) == "37.5 ± 17.7"
 
 
 def test_the_claims_are_counted_by_hand():
@@ -178,7 +179,7 @@ def test_the_claims_are_counted_by_hand():
              for (m, p, r), xs in acc.items() for s, a in enumerate(xs)]
     ratios = {0.02: [50, 250], 0.1: [50, 250]}
     cfg = {"proportions": [0.02, 0.1], "methods": ["supervised", "pretrain", "joint"]}
-    lines = tag_grid.claims(summarise(cells, ratios), cfg, ratios)
+    lines = grid_report.claims(summarise(cells, ratios), cfg, ratios)
     # joint means 0.72, 0.76, 0.82, 0.795 against supervised 0.71, 0.71, 0.81, 0.81: 3 of 4;
     # by seed: (0.74>0.70, 0.70<0.72), (0.76>0.70, 0.76>0.72), (0.83>0.80, 0.81<0.82), (0.79<0.80, 0.80<0.82)
     assert lines[0].startswith("joint beats supervised in 3 of 4 cells") and "in 4 of 8 (cell, seed)" in lines[0]
@@ -195,7 +196,7 @@ def test_the_claims_are_counted_by_hand():
     at10 = [100 * (a - s) / (1 - s) for a, s in ((0.83, 0.80), (0.81, 0.82), (0.79, 0.80), (0.80, 0.82))]
     assert f"2%: {sum(at2) / 4:.1f}, 10%: {sum(at10) / 4:.1f}; largest at 2%" in lines[5]
     one = [c for c in cells if c["proportion"] == 0.02]
-    last = tag_grid.claims(summarise(one, {0.02: [50, 250]}), {**cfg, "proportions": [0.02]}, {0.02: [50, 250]})[-1]
+    last = grid_report.claims(summarise(one, {0.02: [50, 250]}), {**cfg, "proportions": [0.02]}, {0.02: [50, 250]})[-1]
     assert last.endswith("(one labelled size so far: where the gain is largest cannot be told yet)")
 
 
@@ -204,7 +205,7 @@ def test_the_plot_joins_the_largest_ratio_to_its_replacement():
     the U/L=250 line stops at 10 %."""
     cfg = {"proportions": [0.02, 0.1, 1.0], "ratios": [50, 250, 500], "methods": ["supervised", "joint"]}
     ratios = {0.02: [50, 250, 500], 0.1: [50, 250, 500], 1.0: [50, 85]}
-    lines = tag_grid.plot_lines(cfg, ratios)
+    lines = grid_report.plot_lines(cfg, ratios)
     assert lines == [("supervised", "supervised", {0.02: 0, 0.1: 0, 1.0: 0}),
                      ("joint", "joint, U/L=50", {0.02: 50, 0.1: 50, 1.0: 50}),
                      ("joint", "joint, U/L=250", {0.02: 250, 0.1: 250}),
@@ -243,18 +244,18 @@ def test_the_plan_prices_dnce_by_the_vocabulary_it_will_have(tagged, tmp_path, m
     joint = tag_grid.Setting("joint", 1.0, 2, 0)
     base = tag_grid.TagGrid(cfg, tmp_path / "g")
     n_unl = 2 * 40
-    words = tag_grid.VOCAB_GROWTH[0] * n_unl ** tag_grid.VOCAB_GROWTH[1]
-    per = tag_grid.SECONDS["unlabelled"] + tag_grid.SECONDS["per_word"] * words
-    assert base._dnce_seconds(n_unl, {}) == pytest.approx(per)
+    words = grid_cost.VOCAB_GROWTH[0] * n_unl ** grid_cost.VOCAB_GROWTH[1]
+    per = grid_cost.SECONDS["unlabelled"] + grid_cost.SECONDS["per_word"] * words
+    assert grid_cost.dnce_seconds(n_unl, {}) == pytest.approx(per)
     capped = {**cfg, "options": {**cfg["options"], "joint": {**cfg["options"]["joint"], "max_words": 10}}}
     small = tag_grid.TagGrid(capped, tmp_path / "h")
-    per_capped = tag_grid.SECONDS["unlabelled"] + tag_grid.SECONDS["per_word"] * 10
+    per_capped = grid_cost.SECONDS["unlabelled"] + grid_cost.SECONDS["per_word"] * 10
     # max_steps 2 of batch 8: 16 unlabelled sentence passes either way
     assert base.seconds(joint) - small.seconds(joint) == pytest.approx(16 * (per - per_capped))
     assert words > 10
     # each joint step also runs a labelled batch of the same size through the CRF: 16 sentences
     with_labelled = base.seconds(joint)
-    monkeypatch.setitem(tag_grid.SECONDS, "labelled", 0.0)
+    monkeypatch.setitem(grid_cost.SECONDS, "labelled", 0.0)
     assert with_labelled - base.seconds(joint) == pytest.approx(16 * 0.0016)
 
 
@@ -338,8 +339,8 @@ def test_a_bio_grid_tables_span_f1_beside_accuracy():
     ratios = {0.1: [5]}
     cfg = {"data": "d", "labelled": 100, "proportions": [0.1], "methods": ["supervised", "joint"], "seeds": [0, 1],
            "ood": ""}
-    text = tag_grid.tables(summarise(cells, ratios), cfg, ratios, [])
+    text = grid_report.tables(summarise(cells, ratios), cfg, ratios, [])
     f1 = text[text.index("## Span F1"):]
     assert "25.00 ± 7.07" in f1 and "40.00 ± 0.00" in f1 and "10% (10)" in f1
-    assert "## Span F1" not in tag_grid.tables(summarise([{k: v for k, v in c.items() if k != "f1"} for c in cells],
+    assert "## Span F1" not in grid_report.tables(summarise([{k: v for k, v in c.items() if k != "f1"} for c in cells],
                                                          ratios), cfg, ratios, [])

@@ -1,4 +1,4 @@
-"""Experiment grids: one runner for every grid of textebm (the quickstart's seeds, the residual
+"""Experiment grids: one runner for every grid of textebm (the quickstart's seeds, the detection
 matrix, the tagging grid, the calibration grid).
 
 A grid is a list of `Cell`s: a readable name, the settings its result depends on, an estimate of
@@ -19,25 +19,36 @@ file per finished cell, FOLDER/NAME-KEY.json, where KEY is a hash of the cell's 
 Backends: `local` computes the cells one after another in this process; `dask` submits them as
 tasks to a Dask cluster (the optional extra `textebm[grid]`): a local one of `workers` processes,
 or an existing one given by its scheduler address. See docs/grids.md.
+
+The shell of a grid command (`tag grid`, `detect matrix`), which each grid fills with its own
+cells, their computation and its tables: its options (`GridOptions`); its config file read and
+checked against a dataclass schema (`read_config`, `check_section`, `check_command`), every error
+naming the file and the key; its --out, a cache (`check_out`, `out_folder`); and what it does
+with its cells: the plan, a report of those finished, or the run (`plan_or_run`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import time
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from textebm.errors import TextebmError
+from textebm.errors import InputError, TextebmError
 from textebm.inference import set_threads
-from textebm.io import read_json, write_json
-from textebm.options import refuse_unused, threads_field
+from textebm.io import read_json, read_json_object, write_json
+from textebm.options import check_config, refuse_unused, threads_field, type_problem
+from textebm.outputs import check_output_dir, own_entries, read_marker, remove, write_marker
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +57,7 @@ BACKENDS = ("local", "dask")
 
 @dataclass(kw_only=True)
 class GridOptions:
-    """How a grid command runs its cells: the options every grid command shares (the residual
+    """How a grid command runs its cells: the options every grid command shares (the detection
     matrix, the tagging grid), mixed into its config."""
 
     plan: bool = field(default=False, metadata={"help": "print the cells left and their estimated CPU time, "
@@ -320,3 +331,186 @@ def run_dask(grid: Grid, cells: list[Cell], workers: int = 2, address: str = "",
                 for other in futures:
                     other.cancel()
             yield (futures[fut], None, value) if status == "error" else (futures[fut], value, None)
+
+
+# ---------------------------------------------------------------- the shell of a grid command
+
+
+def _fits(tp: Any, v: Any) -> bool:
+    """Whether the JSON value `v` is of the annotation `tp` (a whole number is a float too, a bool
+    is no number, and None fits only an optional annotation)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(a, v) for a in args)
+    if tp is type(None):
+        return v is None
+    if origin is list or tp is list:
+        return isinstance(v, list) and all(_fits(args[0], x) for x in v) if args else isinstance(v, list)
+    if origin is dict or tp is dict:
+        return isinstance(v, dict) and all(_fits(args[1], x) for x in v.values()) if args else isinstance(v, dict)
+    if tp in (int, float):
+        number = isinstance(v, int if tp is int else (int, float)) and not isinstance(v, bool)
+        return number and math.isfinite(v)
+    return isinstance(v, tp)
+
+
+def _within(meta: Mapping, v: Any) -> bool:
+    """Whether `v` (a value or one item of a list) is among the field's `choices` and within its bounds."""
+    if "choices" in meta and v not in meta["choices"]:
+        return False
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return True
+    return (("min" not in meta or v >= meta["min"]) and ("max" not in meta or v <= meta["max"])
+            and ("gt" not in meta or v > meta["gt"]) and ("lt" not in meta or v < meta["lt"]))
+
+
+def _words(tp: Any, meta: Mapping, plural: bool = False) -> str:
+    """What a value of the annotation `tp` with the field's bounds and choices (`meta`) must be."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_words(a, meta, plural) for a in args if a is not type(None))
+    if origin is list:
+        items = _words(args[0] if args else Any, meta, plural=True)
+        return f"a non-empty list of distinct {items}" if meta.get("distinct") else f"a list of {items}"
+    if origin is dict:
+        values = args[1] if len(args) == 2 else Any
+        return ("objects" if plural else "an object") + (f" of {_words(values, {}, True)}" if values is not Any else "")
+    if "choices" in meta:
+        return ("values, each " if plural else "") + "one of " + ", ".join(map(str, meta["choices"]))
+    names = {bool: ("true or false", "true or false"), int: ("a whole number", "whole numbers"),
+             float: ("a number", "numbers"), str: ("a string", "strings")}
+    bounds = [f"{op} {meta[k]}" for k, op in (("gt", ">"), ("min", ">="), ("lt", "<"), ("max", "<=")) if k in meta]
+    return names.get(tp, ("a value", "values"))[plural] + (" " + " and ".join(bounds) if bounds else "")
+
+
+def read_config(path: str | Path, schema: type, what: str) -> dict:
+    """The JSON object in `path` checked against the dataclass `schema`, with its defaults, as a
+    plain dict (what a grid keys its cells by and records in results.json).
+
+    Each key must be a field of `schema`, each field without a default given, and each value of
+    its field's annotation (int, float, str, bool, list[...], dict[str, ...], unions) within the
+    field's metadata: `choices`, bounds `min` / `max` / `gt` / `lt` (for a list, of each item) and
+    `distinct` (a non-empty list without repeats); else an InputError naming the file and the key.
+    Then `schema.check(path)`, when it has one, checks what is the grid's own: the rules between
+    keys and the folders they name (and may normalise values, e.g. sort a list)."""
+    raw = read_json_object(path, what)
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    hints = typing.get_type_hints(schema)
+    for k in raw:
+        if k not in fields:
+            raise InputError(path, f"`{k}` is not a setting of the {what} (known: {', '.join(sorted(fields))})")
+    for k, f in fields.items():
+        if k not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise InputError(path, f"missing `{k}`")
+            continue
+        v, meta = raw[k], f.metadata
+        if not (_fits(hints[k], v) and all(_within(meta, x) for x in (v if isinstance(v, list) else [v]))
+                and (not meta.get("distinct") or (v and len(set(v)) == len(v)))):
+            raise InputError(path, f"`{k}` must be {_words(hints[k], meta)}, got {v!r}")
+    spec = schema(**raw)
+    if hasattr(spec, "check"):
+        spec.check(path)
+    return dataclasses.asdict(spec)
+
+
+def check_section(path: str | Path, where: str, spec: Mapping, command: type, keys: Mapping[str, str | None],
+                  unknown: str = "a setting here") -> None:
+    """Each key of the config section `where` (`spec`, an object of command options) is one of
+    `keys` and of the type and choices of the option of `command` (a command's config dataclass)
+    that it sets, keys[k] (None: no option of the command; the grid reads it itself); else an
+    InputError naming the file and `where.key` (an unknown one "is not `unknown`")."""
+    fields = {f.name: f for f in dataclasses.fields(command)}
+    for k, v in spec.items():
+        if k not in keys:
+            raise InputError(path, f"`{where}.{k}` is not {unknown}")
+        if keys[k] and (want := type_problem(fields[keys[k]], v)):
+            raise InputError(path, f"`{where}.{k}` must be {want}, got {v!r}")
+
+
+def check_command(path: str | Path, build: Callable[[], Any], head: str = "",
+                  names: Iterable[tuple[str, str]] = ()) -> None:
+    """The command's own bounds and rules (`check_config`) on the config `build()` makes of a grid
+    config's settings, before any work: a failure is an InputError naming the file, its message
+    headed `head` and each command flag of `names` (flag, config key; the first pair of a flag
+    wins) replaced by the config key that set it."""
+    try:
+        check_config(build())
+    except TextebmError as e:
+        msg = str(e)
+        for flag, key_ in names:
+            msg = msg.replace(flag, key_)
+        raise InputError(path, head + msg) from None
+
+
+def mark(out: Path, kind: str, names: Iterable[str]) -> None:
+    """Add `names` to the entries that the marker of --out lists (written only when they change)."""
+    marker = read_marker(out)
+    names, old = list(names), own_entries(marker)
+    if marker is None or not set(names) <= set(old):
+        write_marker(out, kind, [*old, *names])
+
+
+def check_out(out: Path, kind: str, entries: Sequence[str], *, plan: bool = False, overwrite: bool = False) -> None:
+    """The output rule for a grid's --out, a cache: a new or empty folder is written; a folder the
+    grid wrote (its marker's `kind`) continues where it stopped, or with `overwrite` starts again
+    (only the entries its marker lists are removed: a user's notes stay); anything else (a folder
+    textebm did not write, another command's output) is refused, with or without `overwrite`.
+    Then, unless `plan` (which writes nothing), --out is created and marked with `entries`, so an
+    interrupted grid is recognised."""
+    marker = read_marker(out) if out.is_dir() else None
+    if marker is None or marker["kind"] != kind:
+        check_output_dir(out, kind, False)  # refuses what the grid did not write, and a parent we cannot use
+        marker = None
+    if plan:
+        return
+    try:
+        if marker is not None and overwrite:
+            log.info("--overwrite: removing the earlier work of %s in %s", kind, out)
+            for name in own_entries(marker):
+                remove(out / name)
+        out.mkdir(parents=True, exist_ok=True)
+        mark(out, kind, entries)
+    except OSError as e:
+        raise TextebmError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+
+
+@contextlib.contextmanager
+def out_folder(out: Path, kind: str, entries: Sequence[str], *, plan: bool = False, overwrite: bool = False,
+               report: bool = False) -> Iterator[None]:
+    """--out by the output rule for a grid (`check_out`), then the grid's set-up inside the block:
+    a failure there leaves no half-made --out behind (a new one is removed whole). With `report`
+    (tables of the cells finished so far), --out must hold cells already."""
+    if report and not (out / "cells").is_dir():
+        raise TextebmError(f"--report: {out} holds no cell of a grid yet (run the grid first; --plan lists the "
+                           "cells)")
+    fresh = not out.exists()
+    check_out(out, kind, entries, plan=plan, overwrite=overwrite)
+    try:
+        yield
+    except BaseException:
+        if fresh and out.exists():
+            remove(out)
+        raise
+
+
+def plan_or_run(opts: GridOptions, runner: Grid, cells: list[Cell], shard: tuple[int, int], plan: str, *,
+                report: bool = False, on_result: Callable[[Cell, dict], None] | None = None
+                ) -> tuple[list[dict | None], int] | None:
+    """What a grid command does with its cells once set up. With --plan: print `plan` (`Grid.plan`'s
+    text and the grid's notes) and return None. With `report`: the results of the cells finished so
+    far, and how many distinct cells are not. Else: this shard's cells computed on the options'
+    backend (`Grid.run`: then the other shards' read, waited for or computed) and every cell's
+    result, 0 missing."""
+    if opts.plan:
+        print(plan)
+        return None
+    if report:
+        results = [runner.result(c) for c in cells if runner.done(c)]
+        missing = len(runner.left(cells))  # distinct cells not finished
+        log.info("report of %d finished cells, %d not finished", len(results), missing)
+        return results, missing
+    log.info("before it starts:\n%s", plan)
+    return runner.run(cells, shard, opts.backend, opts.workers, opts.address, on_result), 0

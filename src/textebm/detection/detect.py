@@ -422,12 +422,14 @@ def cut_lengths(n_rows: int, lo: int, hi: int) -> np.ndarray:
 
 
 def bucket_metrics(rule: Rule, real, fake, threshold: float) -> dict:
-    """AUROC, class-balanced accuracy at the rule's decision threshold, and the true- and
-    false-positive rates at `threshold` (the operating point), of real (N,) and generated (M,)
+    """AUROC, class-balanced accuracy at the rule's decision threshold, the true- and
+    false-positive rates at `threshold` (the operating point) and at the decision threshold (what
+    `detect score` decides with: `tpr_decision`, `fpr_decision`), of real (N,) and generated (M,)
     scores."""
     r, f = rule.oriented(real), rule.oriented(fake)  # (N,), (M,)
     return {"auroc": metrics.auroc(r, f), "accuracy": metrics.balanced_accuracy(r, f, rule.threshold),
             "tpr": float((f > threshold).mean()), "fpr": float((r > threshold).mean()),
+            "tpr_decision": float((f > rule.threshold).mean()), "fpr_decision": float((r > rule.threshold).mean()),
             "n_real": int(r.size), "n_generated": int(f.size)}
 
 

@@ -31,17 +31,21 @@ What the config names (see bench/detection/*.json and docs/detection.md):
 Artifacts under DIR: data/, vocab/, gen/{corpus}-{gen}-{dir}-s{seed}-{key}, neg/*.jsonl,
 energy/*, zeroshot/*, cells/*.json (one per evaluated cell, named with a hash of everything it
 depends on), then results.json, tables.md and heatmaps (*.png). The cells run on the grid runner
-(`textebm.grid`: cache, locks, --shard or a Slurm array, --plan, --backend dask); DIR follows the
-output rule for a cache (`check_out`).
+(`textebm.grid`: cache, locks, --shard or a Slurm array, --plan, --backend dask) in the shell of a
+grid command: the config's top level read and checked from its schema (`MatrixSpec`), each
+section against the command whose options it sets; DIR follows the output rule for a cache
+(`grid.check_out`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from textebm import grid
 from textebm.data.recipes import RECIPES, prepare
@@ -55,20 +59,13 @@ from textebm.detection.train import DetectTrainConfig, detect_train
 from textebm.detection.windows import read_window_files
 from textebm.errors import InputError, TextebmError
 from textebm.fingerprint import folder_sha256
-from textebm.io import read_json, read_json_object, write_json
+from textebm.io import read_json, write_json
 from textebm.lm.train import LMTrainConfig, lm_train
 from textebm.losses.residual import NEGATIVES
 from textebm.models.seq_energy import KINDS as ENERGY_KINDS
 from textebm.options import check_config, flag_of
-from textebm.options import type_problem as _typed
-from textebm.outputs import (
-    check_output_dir,
-    output_dir,
-    own_entries,
-    read_marker,
-    remove,
-    write_marker,
-)
+from textebm.outputs import output_dir
+from textebm.precision import CHOICES as PRECISIONS
 from textebm.resumable import differences
 from textebm.runfolder import run_completed
 from textebm.tokenizer import train_jsonl
@@ -118,31 +115,54 @@ class MatrixConfig(grid.GridOptions):
 # ---------------------------------------------------------------- config
 
 
+@dataclass(kw_only=True)
+class MatrixSpec:
+    """The matrix config (JSON): its top-level keys with their types and defaults, which
+    `read_config` checks (`grid.read_config`); `check` then the corpora, each section against the
+    command whose options it sets, and the tables."""
+
+    name: str = ""  # a title, for the reader
+    corpora: list[str] | dict[str, str | None]  # named datasets, or {name: your own folder}
+    vocab_corpora: list[str] | None = None  # the shared vocabulary's corpora (default: `corpora`)
+    vocab_size: int = 8000
+    generators: dict[str, dict[str, Any]]  # name -> `lm train` settings, or {"pretrained": id}
+    lm: dict[str, Any] = field(default_factory=dict)  # the generators' shared settings (DEFAULT_LM)
+    windows: dict[str, Any] = field(default_factory=dict)  # `negatives generate` settings (DEFAULT_WINDOWS)
+    energies: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> `detect train` settings
+    tables: list[dict[str, Any]]  # the slices (KINDS, REQUIRED)
+    precision: str = field(default="fp32", metadata={"choices": PRECISIONS})  # of the negatives' generation
+    rates: dict[str, Any] = field(default_factory=dict)  # the plan's seconds per unit (detection/report.py)
+
+    def check(self, path: str | Path) -> None:
+        if isinstance(self.corpora, list):
+            self.corpora = {c: None for c in self.corpora}
+        if self.vocab_corpora is None:
+            self.vocab_corpora = list(self.corpora)
+        self.lm = {**DEFAULT_LM, **self.lm}
+        self.windows = {**DEFAULT_WINDOWS, **self.windows}
+        _check_matrix(path, dataclasses.asdict(self))
+
+
 def read_config(path: str | Path) -> dict:
-    cfg = read_json_object(path, "matrix config")
-    for key in ("corpora", "generators", "tables"):
-        if key not in cfg:
-            raise InputError(path, f"missing {key!r}")
-    corpora = cfg["corpora"]
-    if isinstance(corpora, list):
-        cfg["corpora"] = {c: None for c in corpora}
-    elif not isinstance(corpora, dict):
-        raise InputError(path, "`corpora` must be a list of dataset names or {name: folder}")
-    for name, folder in cfg["corpora"].items():  # before --out is made: a missing corpus leaves nothing behind
+    """The checked config with its defaults (`MatrixSpec`), as a dict; a bad key or value is an
+    InputError naming the file and the key."""
+    return grid.read_config(path, MatrixSpec, "matrix config")
+
+
+def _check_matrix(path, cfg: dict) -> None:
+    """The corpora (before --out is made: a missing one leaves nothing behind), every section's
+    settings, the generators and energies, and each table's fields and the names it uses."""
+    for name, folder in cfg["corpora"].items():
         if folder is None:
             if name not in RECIPES:
                 raise InputError(path, f"corpus {name!r} is no named dataset ({', '.join(sorted(RECIPES))}); give "
                                        "your own as {\"name\": \"folder\"}")
-        elif not isinstance(folder, str) or not (Path(folder) / "train.jsonl").is_file():
+        elif not (Path(folder) / "train.jsonl").is_file():
             raise InputError(path, f"corpus {name!r}: {folder} is no dataset folder (no train.jsonl)")
-    cfg.setdefault("vocab_corpora", list(cfg["corpora"]))
-    cfg.setdefault("vocab_size", 8000)
-    for section in ("generators", "energies", "lm", "windows"):
-        if not isinstance(cfg.get(section, {}), dict):
-            raise InputError(path, f"`{section}` must be an object, got {cfg[section]!r}")
-    cfg["lm"] = {**DEFAULT_LM, **cfg.get("lm", {})}
-    cfg["windows"] = {**DEFAULT_WINDOWS, **cfg.get("windows", {})}
-    cfg.setdefault("energies", {})
+    for name in cfg["vocab_corpora"]:
+        if name not in cfg["corpora"] and name not in RECIPES:
+            raise InputError(path, f"`vocab_corpora`: {name!r} is neither in `corpora` nor a named dataset "
+                                   f"({', '.join(sorted(RECIPES))})")
     _check_settings(path, cfg)
     for name, g in cfg["generators"].items():
         if not isinstance(g, dict) or not ("pretrained" in g or g.get("arch") in ("transformer", "gcnn")):
@@ -182,7 +202,6 @@ def read_config(path: str | Path) -> dict:
         for c in [*t.get("corpora", []), *t.get("test", []), t.get("corpus")]:
             if c is not None and c not in cfg["corpora"]:
                 raise InputError(path, f"table {i + 1}: corpus {c!r} is not in `corpora`")
-    return cfg
 
 
 def generator_options(spec: dict, lm: dict) -> dict:
@@ -205,17 +224,11 @@ def energy_options(spec: dict) -> dict:
 
 
 def _check_section(path, where: str, spec: dict, cls, allowed: dict, probe) -> None:
-    """Each key of `spec` (config section `where`) is one of `allowed` and of its option's type;
-    then, with `probe()` (the command's options built from `spec`), the command's own bounds and
-    rules, their messages naming the config's keys instead of the command's flags."""
-    import dataclasses
-
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for k, v in spec.items():
-        if k not in allowed:
-            raise InputError(path, f"`{where}.{k}` is not a setting here (known: {', '.join(allowed)})")
-        if allowed[k] and (want := _typed(fields[allowed[k]], v)):
-            raise InputError(path, f"`{where}.{k}` must be {want}, got {v!r}")
+    """Each key of `spec` (config section `where`) is one of `allowed` and of its option's type
+    (`grid.check_section`), with `steps` or `epochs` as `train_length` reads them; then, with
+    `probe()` (the command's options built from `spec`), the command's own bounds and rules, their
+    messages naming the config's keys instead of the command's flags (`grid.check_command`)."""
+    grid.check_section(path, where, spec, cls, allowed, unknown=f"a setting here (known: {', '.join(allowed)})")
     if "steps" in spec and ("epochs" in spec or "max_steps" in spec):
         raise InputError(path, f"`{where}`: give `steps` (exactly this many optimiser steps) or `epochs` "
                                "(passes over the data, with an optional cap `max_steps`), not both")
@@ -226,14 +239,10 @@ def _check_section(path, where: str, spec: dict, cls, allowed: dict, probe) -> N
         raise InputError(path, f"`{where}.steps` must be at least 1, got {spec['steps']}")
     if probe is None:
         return
-    try:
-        check_config(cls(**probe()))
-    except TextebmError as e:
-        msg = str(e)
-        for k, name in sorted(allowed.items(), key=lambda kv: kv[0] not in spec):  # keys the config uses first
-            if name and flag_of(fields[name]) in msg:
-                msg = msg.replace(flag_of(fields[name]), f"`{where}.{k}`")
-        raise InputError(path, msg) from None
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    used_first = sorted(allowed.items(), key=lambda kv: kv[0] not in spec)  # a flag names the key the config uses
+    grid.check_command(path, lambda: cls(**probe()),
+                       names=[(flag_of(fields[name]), f"`{where}.{k}`") for k, name in used_first if name])
 
 
 def _check_settings(path, cfg: dict) -> None:
@@ -343,7 +352,9 @@ class Matrix:
 
     # -- paths of the artifacts
     def data(self, corpus: str) -> Path:
-        given = self.cfg["corpora"][corpus]
+        """A corpus's dataset folder: your own, or a named dataset's prepared in OUT/data (also a
+        `vocab_corpora` one that is not a corpus of the tables)."""
+        given = self.cfg["corpora"].get(corpus)
         return Path(given) if given else self.out / "data" / corpus
 
     def vocab(self) -> Path:
@@ -393,7 +404,7 @@ class Matrix:
         path = self.data(corpus)
 
         def build():
-            if self.cfg["corpora"][corpus]:
+            if self.cfg["corpora"].get(corpus):
                 raise TextebmError(f"corpus {corpus!r}: {path} has no train.jsonl")
 
             log.info("preparing %s", corpus)
@@ -492,27 +503,9 @@ class Matrix:
 
 
 def check_out(out: Path, overwrite: bool, plan: bool = False) -> None:
-    """The output rule for a folder that is a cache: a new or empty folder is written; a folder the
-    matrix wrote (its marker says `detect matrix`) continues where it stopped, or with
-    `overwrite` starts again (only the entries the marker lists are removed: a user's notes stay);
-    anything else (a folder textebm did not write, another command's output) is refused, with or
-    without `overwrite`. Then --out is created and marked, so an interrupted matrix is recognised."""
-
-    marker = read_marker(out) if out.is_dir() else None
-    if marker is None or marker["kind"] != KIND:
-        check_output_dir(out, KIND, False)  # refuses what the matrix did not write, and a parent we cannot use
-        marker = None
-    if plan:
-        return
-    try:
-        if marker is not None and overwrite:
-            log.info("--overwrite: removing the matrix's earlier work in %s", out)
-            for name in own_entries(marker):
-                remove(out / name)
-        out.mkdir(parents=True, exist_ok=True)
-        _mark(out, ENTRIES)
-    except OSError as e:
-        raise TextebmError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+    """--out by the output rule for a grid (`grid.check_out`: a folder the matrix wrote continues,
+    or with `overwrite` starts again; anything else is refused), marked as the matrix's."""
+    grid.check_out(out, KIND, ENTRIES, plan=plan, overwrite=overwrite)
 
 
 def matrix_inputs(cfg: dict) -> dict:
@@ -537,38 +530,20 @@ def check_inputs(out: Path, inputs: dict, plan: bool, overwrite: bool) -> None:
         write_json(f, inputs)
 
 
-def _mark(out: Path, names) -> None:
-    """Add `names` to the entries the marker of --out lists (written only when they change)."""
-
-    old = own_entries(read_marker(out))
-    if read_marker(out) is None or not set(names) <= set(old):
-        write_marker(out, KIND, [*old, *names])
-
-
-def run_matrix(cfg_: MatrixConfig) -> dict:
-    """Every cell of the config (cached), then results.json, tables.md and heatmaps."""
-
-    check_config(cfg_)
-    threads, shard = cfg_.start()
-    cfg = read_config(cfg_.config)
-    out = Path(cfg_.out)
-    fresh = not out.exists()
-    inputs = matrix_inputs(cfg)  # (read_config has checked the corpora: a missing one made nothing)
-    check_out(out, cfg_.overwrite, cfg_.plan)
-    try:  # set-up: a failure here leaves no half-made --out behind (a new one is removed whole)
-        check_inputs(out, inputs, cfg_.plan, cfg_.overwrite)
-        m = Matrix(cfg, out, threads, cfg_.progress and cfg_.backend == "local")
+def run_matrix(opts: MatrixConfig) -> dict:
+    """Every cell of the config (cached), then results.json, tables.md and heatmaps; with --plan, the
+    plan only (returns {}). The shell is the grid command's (`textebm.grid`: the config's schema,
+    --out, the plan, the shard)."""
+    check_config(opts)
+    threads, shard = opts.start()
+    cfg = read_config(opts.config)
+    out = Path(opts.out)
+    with grid.out_folder(out, KIND, ENTRIES, plan=opts.plan, overwrite=opts.overwrite):
+        check_inputs(out, matrix_inputs(cfg), opts.plan, opts.overwrite)
+        m = Matrix(cfg, out, threads, opts.progress and opts.backend == "local")
         cells = [m.grid_cell(c) for c in plan_cells(cfg)]
         runner = m.runner()
         plan = runner.plan(cells, shard, lambda left: plan_report(m, cells, [c.task for c in left]))
-    except BaseException:
-        if fresh and out.exists():
-            remove(out)
-        raise
-    if cfg_.plan:
-        print(plan)
-        return {}
-    log.info("before it starts:\n%s", plan)
     done = {"n": 0}
 
     def on_result(cell: grid.Cell, r: dict) -> None:
@@ -576,10 +551,12 @@ def run_matrix(cfg_: MatrixConfig) -> dict:
         log.info("[%d] %s %s -> %s: accuracy %.3f, AUROC %.3f", done["n"], r["detector"], r["train"], r["test"],
                  r["accuracy"], r["auroc"])
 
-    # with --shard, the other shards' cells are then read, waited for or done here
-    results = runner.run(cells, shard, cfg_.backend, cfg_.workers, cfg_.address, on_result)
-    results = [{**r, "table": c.task.table} for r, c in zip(results, cells)]  # a cell shared by two tables is computed once
+    ran = grid.plan_or_run(opts, runner, cells, shard, plan, on_result=on_result)
+    if ran is None:
+        return {}
+    # a cell shared by two tables is computed once
+    results = [{**r, "table": c.task.table} for r, c in zip(ran[0], cells)]
     summary = {"config": cfg, "cells": results}
     write_json(out / "results.json", summary)
-    _mark(out, write_report(summary, out))  # only the heatmaps it wrote: a user's own stay theirs
+    grid.mark(out, KIND, write_report(summary, out))  # only the heatmaps it wrote: a user's own stay theirs
     return summary

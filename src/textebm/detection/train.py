@@ -99,10 +99,13 @@ class DetectTrainConfig(TrainOptions):
         "help": "train on this many of the --train windows, a seeded subset (--seed) that a larger value contains "
                 "(a learning curve over the number of windows; 0: all)", "min": 0})
     min_length: int = field(default=0, metadata={
-        "help": "train on windows of varied lengths: each epoch every window and its negatives are cut alike to "
-                "n tokens, n uniform in [MIN, L], keeping the end that holds the generated continuation (the "
-                "context goes first); the decision rule is fitted on the whole validation windows and one cut copy "
-                "of each (0: whole windows only, the paper's)", "min": 0})
+        "help": "train on windows of varied lengths: each epoch a window and its negatives are cut alike (with "
+                "probability --cut-fraction) to n tokens, n uniform in [MIN, L], keeping the end that holds the "
+                "generated continuation (the context goes first); the decision rule is fitted on the whole "
+                "validation windows and one cut copy of each (0: whole windows only, the paper's)", "min": 0})
+    cut_fraction: float = field(default=0.5, metadata={
+        "help": "with --min-length: the share of windows cut each epoch; the rest are read whole, so the "
+                "detector keeps what it learns on full windows", "gt": 0, "max": 1})
     eval_batch_size: int = field(default=128, metadata={"help": "windows per evaluation batch", "min": 1})
     keep_best: bool = keep_best_field("the conditional NCE loss on the --val windows (eq. 1 over all their negatives)")
     patience: int = patience_field()
@@ -127,6 +130,8 @@ class DetectTrainConfig(TrainOptions):
             refuse_unused(self, ["max_tokens"], "unless --energy bitransf starts from an encoder (--init)")
         if self.energy not in ("unitransf", "bitransf"):
             refuse_unused(self, ["pool", "dropout"], f"with --energy {self.energy} (it pools as its kind does)")
+        if not self.min_length:
+            refuse_unused(self, ["cut_fraction"], "without --min-length")
         if self.min_length and (self.energy == "lmstats" or self.pool == "continuation"):
             who = "--energy lmstats" if self.energy == "lmstats" else "--pool continuation"
             raise TextebmError(f"--min-length {self.min_length}: {who} reads the continuation after a prefix of one "
@@ -264,13 +269,18 @@ class WindowBatch(Batch):
     k: int  # negatives per window
 
 
-def cut_rows(rows: list[dict], min_length: int, length: int, key: list) -> list[dict]:
+def cut_rows(rows: list[dict], min_length: int, length: int, key: list, fraction: float = 1.0) -> list[dict]:
     """Each row's window and negatives cut alike (`detect.cut`: the end holding the generated
-    continuation) to n tokens, n uniform in [min_length, length] drawn from (`key`, the row's
-    place): the same cut for the same key, whatever else is in the batch."""
+    continuation), with probability `fraction`, to n tokens, n uniform in [min_length, length];
+    the draws from (`key`, the row's place): the same cut for the same key, whatever else is in the
+    batch."""
     out = []
     for i, r in enumerate(rows):
-        n = int(np.random.default_rng([*_ints(key), i]).integers(min_length, length + 1))
+        rng = np.random.default_rng([*_ints(key), i])
+        n = int(rng.integers(min_length, length + 1))
+        if rng.random() >= fraction:
+            out.append(r)
+            continue
         out.append({**r, "positive": detect.cut(r["positive"], n, r["direction"]),
                     "negatives": [detect.cut(x, n, r["direction"]) for x in r["negatives"]],
                     "context_len": max(0, n - (length - int(r["context_len"])))})  # the context goes first
@@ -287,12 +297,14 @@ class WindowBatcher:
     random), each row keeps one of its k negatives, drawn from (seed, epoch, index): only the two
     windows the loss reads are encoded, and a row meets another of its negatives each epoch (the
     rows' k negatives are a pool; resumable, since the draw depends on nothing else). With
-    `min_length` (--min-length), each row is cut to a length drawn from (seed, epoch, index)
-    (`cut_rows`), its window and negatives alike."""
+    `min_length` (--min-length), a row is cut (with probability `cut_fraction`) to a length drawn
+    from (seed, epoch, index) (`cut_rows`), its window and negatives alike."""
 
-    def __init__(self, spec, tokenizer, vocab, pick_one: bool = False, seed: int = 0, min_length: int = 0):
+    def __init__(self, spec, tokenizer, vocab, pick_one: bool = False, seed: int = 0, min_length: int = 0,
+                 cut_fraction: float = 1.0):
         self.spec, self.tokenizer, self.vocab = spec, tokenizer, vocab
         self.pick_one, self.seed, self.epoch, self.min_length = pick_one, seed, 0, min_length
+        self.cut_fraction = cut_fraction
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -315,7 +327,7 @@ class WindowBatcher:
             rows = [{**r, "negatives": [r["negatives"][self.picked(i, r)]]} for i, r in items]
         if self.min_length:
             length = len(rows[0]["positive"])
-            rows = [cut_rows([r], self.min_length, length, [self.seed, "length", self.epoch, i])[0]
+            rows = [cut_rows([r], self.min_length, length, [self.seed, "length", self.epoch, i], self.cut_fraction)[0]
                     for (i, _), r in zip(items, rows)]
         return rows
 
@@ -365,7 +377,7 @@ def detect_train(cfg: DetectTrainConfig) -> dict:
     if cfg.energy == "lmstats":
         _check_lmstats_windows(spec, {"--train": train_rows, "--val": val_rows})
     batcher = WindowBatcher(spec, tokenizer, vocab, pick_one=cfg.negatives == "random", seed=cfg.seed,
-                            min_length=cfg.min_length)
+                            min_length=cfg.min_length, cut_fraction=cfg.cut_fraction)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)  # lmstats: its 4, not the base LM's
     log.info("%s energy: %s trained parameters, %d training windows x (1 + %d negatives), %d validation windows",
              cfg.energy, f"{n_params:,}", len(train_rows), len(train_rows[0]["negatives"]), len(val_rows))

@@ -4,7 +4,8 @@ and 4 of Song & Ou 2021) as a config, on the grid runner (`textebm.grid`).
     textebm tag grid --config bench/tagging/cpu.json --out runs/tag-grid --plan
     textebm tag grid --config bench/tagging/cpu.json --out runs/tag-grid [--shard 1/2]
 
-The config (JSON, see bench/tagging/cpu.json and docs/tag-grid.md):
+The config (JSON, see bench/tagging/cpu.json and docs/tag-grid.md; its schema `TagGridSpec`,
+read and checked by the grid shell, `grid.read_config`):
 
 - `data`: a `data prepare brown-pos` folder (train, dev, test splits); `labelled`: the 100 % set's
   size; `proportions` of it (nested: 2 % inside 10 % inside 100 %); `ratios` U/L; `methods` (of
@@ -26,7 +27,8 @@ DIR/runs/NAME-KEY (KEY: a hash of the data, the settings and the options; an int
 resumes) and evaluates it with `tag eval`; a joint cell starts from the supervised run of its
 (proportion, seed) (`--init`), built once under its lock (`grid.once`) whichever cell needs it
 first. DIR/cells/*.json are the finished cells; then DIR/results.json, DIR/tables.md (tables 3
-and 4 with mean ± sd over seeds, and the out-of-domain accuracy) and DIR/accuracy.png.
+and 4 with mean ± sd over seeds, and the out-of-domain accuracy) and DIR/accuracy.png
+(`tagging/grid_report.py`). The plan prices each cell by `tagging/grid_cost.py`.
 """
 
 from __future__ import annotations
@@ -34,31 +36,28 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from textebm import grid
 from textebm.data.ssl_split import nested_split
 from textebm.data.tagging import load_tagged, load_unlabelled_text
 from textebm.errors import InputError, TextebmError
-from textebm.figures import new_figure, save_png
 from textebm.fingerprint import folder_sha256
-from textebm.io import atomic_write, read_json, read_json_object, write_json
-from textebm.markdown import table
-from textebm.options import check_config, type_problem
-from textebm.outputs import check_output_dir, own_entries, read_marker, write_marker
-from textebm.runfolder import LAST_DIR, run_completed
+from textebm.io import read_json
+from textebm.options import check_config
+from textebm.runfolder import LAST_DIR, eval_split_of, run_completed
 from textebm.tagging.commands import TagEvalConfig, tag_eval
+from textebm.tagging.grid_cost import cell_seconds
+from textebm.tagging.grid_report import write_report
 from textebm.tagging.recipes import STAGE1
 from textebm.tagging.train import (
-    INIT_KEEPS,
     STAGE1_SHAPING,
-    JOINT_OPTIONS,
-    PRETRAIN_OPTIONS,
-    SSL_OPTIONS,
     TagTrainConfig,
+    held_out,
     tag_train,
+    unused_options,
 )
 
 log = logging.getLogger(__name__)
@@ -69,39 +68,12 @@ METHODS = ("supervised", "pretrain", "frozen", "joint")  # frozen: pretrain --fr
 # `tag train` options the grid sets itself, per cell
 GRID_SET = ("data", "out", "method", "labelled", "proportion", "ratio", "seed", "split_seed", "init", "threads",
             "progress", "resume", "overwrite", "tag_column", "unlabelled", "from_pretrained", "stage1_cache")
-
-DEFAULTS = {"proportions": [0.02, 0.1, 1.0], "ratios": [50, 250, 500], "methods": ["supervised", "pretrain", "joint"],
-            "seeds": [0, 1, 2], "unlabelled": [], "ood": "", "ood_split": "test", "ood_proportion": 0.1,
-            "test_split": "test", "joint_start": "supervised", "joint_min_steps": 0, "options": {}}
 JOINT_STARTS = ("supervised", "pretrained")  # joint's --init (the cell's supervised run) or --from-pretrained
-
-# CPU seconds (user + sys) on one thread, AMD EPYC with avx512_bf16, `--precision auto` (bf16) for
-# training and fp32 for evaluation, at the default config's sizes (embed 64, hidden 100, noise LM
-# 64/100, batch 32): per sentence and pass, from `time`d `tag train` / `tag eval` runs on brown-pos
-# (docs/tag-grid.md, bench/results/tagging/README.md: the runs, and how to recalibrate). A DNCE sentence costs a fixed part and
-# a part per word of the vocabulary (the noise LM's softmax while it draws and scores, the embeddings'
-# gradients and AdamW): 13.1 ms at 12.6k words and 37.5 ms at 45.6k (pools of 12,500 and 125,000
-# sentences, at most 60 tokens each, quiet), so 3.8 ms + 0.74 us a word; 11.2 ms measured at 10k.
-SECONDS = {"labelled": 0.0016,      # one labelled sentence through the CRF's forward + backward
-           "unlabelled": 0.0038,    # one unlabelled sentence of DNCE (with its noise sentences and noise LM) ...
-           "per_word": 0.74e-6,     # ... plus this per word of the vocabulary
-           "frozen": 0.001,         # pretrain stage 2: a labelled sentence, the BiLSTM frozen
-           "eval": 0.00025,         # one sentence tagged (Viterbi) by `tag eval` or a dev evaluation
-           "start": 4.0,            # reading the data, drawing the split, building the vocabulary: per run
-           "pool": 13.0}            # reading and cutting the `unlabelled` corpora (184k rows): per run that has them
-# --char-cnn's cost as a factor of the word-only network's, from `tag train` runs side by side
-# (docs/tag-grid.md): 40 DNCE steps of 32 sentences at 2 % / U/L 50 of a 45,000-sentence labelled set, 0.52 s a step
-# against 0.24 (bf16, one thread); a labelled or tagged sentence about twice.
-CHAR_COST = {"unlabelled": 2.2, "labelled": 2.0, "eval": 2.0}
-# The vocabulary of labelled + n pool sentences (min_count 2) grows as about 41 n^0.594 words: through
-# the 4.3k and 59.7k counted at 2,500 and 214k (brown-pos with sotu, news, shakespeare), 10 % below the
-# 12.6k and 31.6k counted at 12,500 and 62,500.
-VOCAB_GROWTH = (41.0, 0.594)
 
 
 @dataclass(kw_only=True)
 class TagGridConfig(grid.GridOptions):
-    config: str = field(metadata={"help": "grid config JSON (see bench/tagging/cpu.json and docs/ssl.md)"})
+    config: str = field(metadata={"help": "grid config JSON (see bench/tagging/cpu.json and docs/tag-grid.md)"})
     out: str = field(metadata={"help": "folder of every run and cell and the results; a folder the grid wrote "
                                        "continues where it stopped (it is a cache)"})
     report: bool = field(default=False, metadata={
@@ -118,68 +90,64 @@ class TagGridConfig(grid.GridOptions):
 # ---------------------------------------------------------------- config
 
 
-def _train_fields() -> dict[str, dataclasses.Field]:
+@dataclass(kw_only=True)
+class TagGridSpec:
+    """The grid config (JSON): its keys with their types, bounds and defaults, which `read_config`
+    checks (`grid.read_config`); `check` then what they name and the rules between them."""
 
-    return {f.name: f for f in dataclasses.fields(TagTrainConfig)}
+    data: str  # a `data prepare brown-pos` folder (train, dev, test splits)
+    labelled: int = field(metadata={"min": 1})  # the 100 % set's size
+    proportions: list[float] = field(default_factory=lambda: [0.02, 0.1, 1.0],
+                                     metadata={"gt": 0, "max": 1, "distinct": True})
+    ratios: list[int] = field(default_factory=lambda: [50, 250, 500], metadata={"min": 1, "distinct": True})
+    methods: list[str] = field(default_factory=lambda: ["supervised", "pretrain", "joint"],
+                               metadata={"choices": METHODS, "distinct": True})
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"min": 0, "distinct": True})
+    unlabelled: list[str] = field(default_factory=list)  # text dataset folders joining the pool
+    ood: str = ""  # a tagged folder every cell at `ood_proportion` is evaluated on too
+    ood_split: str = "test"
+    ood_proportion: float = 0.1
+    test_split: str = "test"
+    joint_start: str = field(default="supervised", metadata={"choices": JOINT_STARTS})
+    joint_min_steps: int = field(default=0, metadata={"min": 0})
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # `tag train` options: all, and by method
+
+    def check(self, path: str | Path) -> None:
+        """The folders and files the config names, the rules between its keys, and the `tag train`
+        options of each method as `tag train` checks them; an InputError naming the file and the key."""
+        if not Path(self.data, "train.jsonl").is_file():
+            raise InputError(path, f"`data`: {self.data!r} is not a dataset folder with train.jsonl "
+                                   "(run `textebm data prepare brown-pos`)")
+        if self.labelled > (n := count_sentences(self.data, "train")):
+            raise InputError(path, f"`labelled`: {self.labelled:,} is more than the {n:,} training sentences of "
+                                   f"{self.data}")
+        self.proportions, self.ratios, self.seeds = sorted(self.proportions), sorted(self.ratios), sorted(self.seeds)
+        for p in self.proportions:
+            if round(p * self.labelled) < 1:
+                raise InputError(path, f"`proportions`: {p:g} of labelled={self.labelled:,} leaves no sentence")
+        if "joint" in self.methods and self.joint_start == "supervised" and "supervised" not in self.methods:
+            raise InputError(path, "`methods`: joint starts from the supervised tagger of its cell (`joint_start`: "
+                                   "supervised), so it needs supervised too")
+        if not all(Path(f, "train.jsonl").is_file() for f in self.unlabelled):
+            raise InputError(path, f"`unlabelled` must be a list of text dataset folders (run `textebm data prepare "
+                                   f"sotu`, news, shakespeare), got {self.unlabelled!r}")
+        if self.ood and not Path(self.ood).is_dir():
+            raise InputError(path, f"`ood`: {self.ood!r} is not a dataset folder (run `textebm data prepare wsj-pos`)")
+        if self.ood and not Path(self.ood, f"{self.ood_split}.jsonl").is_file():
+            raise InputError(path, f"`ood_split`: {self.ood} has no {self.ood_split}.jsonl")
+        if not Path(self.data, f"{self.test_split}.jsonl").is_file():
+            raise InputError(path, f"`test_split`: {self.data} has no {self.test_split}.jsonl")
+        if self.ood and self.ood_proportion not in self.proportions:
+            raise InputError(path, f"`ood_proportion` must be one of `proportions`, got {self.ood_proportion!r}")
+        cfg = dataclasses.asdict(self)
+        _check_options(path, cfg)
+        _check_shared_stage1(path, cfg)
 
 
 def read_config(path: str | Path) -> dict:
-    """The checked config with its defaults; a bad key or value is an InputError naming the file and
-    the key."""
-    raw = read_json_object(path, "tag grid config")
-    known = {"data", "labelled", *DEFAULTS}
-    for k in raw:
-        if k not in known:
-            raise InputError(path, f"`{k}` is not a setting of the grid (known: {', '.join(sorted(known))})")
-    for k in ("data", "labelled"):
-        if k not in raw:
-            raise InputError(path, f"missing `{k}`")
-    cfg = {**DEFAULTS, **raw}
-    integer = lambda v: isinstance(v, int) and not isinstance(v, bool)
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-    if not isinstance(cfg["data"], str) or not Path(cfg["data"], "train.jsonl").is_file():
-        raise InputError(path, f"`data`: {cfg['data']!r} is not a dataset folder with train.jsonl "
-                               "(run `textebm data prepare brown-pos`)")
-    if not integer(cfg["labelled"]) or cfg["labelled"] < 1:
-        raise InputError(path, f"`labelled` must be a whole number >= 1, got {cfg['labelled']!r}")
-    if cfg["labelled"] > (n := TagGrid.count(cfg["data"], "train")):
-        raise InputError(path, f"`labelled`: {cfg['labelled']:,} is more than the {n:,} training sentences of "
-                               f"{cfg['data']}")
-    checks = {"proportions": (lambda v: number(v) and 0 < v <= 1, "fractions in (0, 1]"),
-              "ratios": (lambda v: integer(v) and v >= 1, "whole numbers >= 1"),
-              "methods": (lambda v: v in METHODS, "of " + ", ".join(METHODS)),
-              "seeds": (lambda v: integer(v) and v >= 0, "whole numbers >= 0")}
-    for k, (ok, what) in checks.items():
-        v = cfg[k]
-        if not isinstance(v, list) or not v or not all(ok(x) for x in v) or len(set(v)) != len(v):
-            raise InputError(path, f"`{k}` must be a non-empty list of distinct {what}, got {v!r}")
-        if k != "methods":
-            cfg[k] = sorted(v)
-    for p in cfg["proportions"]:
-        if round(p * cfg["labelled"]) < 1:
-            raise InputError(path, f"`proportions`: {p:g} of labelled={cfg['labelled']:,} leaves no sentence")
-    if not integer(cfg["joint_min_steps"]) or cfg["joint_min_steps"] < 0:
-        raise InputError(path, f"`joint_min_steps` must be a whole number >= 0, got {cfg['joint_min_steps']!r}")
-    if cfg["joint_start"] not in JOINT_STARTS:
-        raise InputError(path, f"`joint_start` must be one of {', '.join(JOINT_STARTS)}, got {cfg['joint_start']!r}")
-    if "joint" in cfg["methods"] and cfg["joint_start"] == "supervised" and "supervised" not in cfg["methods"]:
-        raise InputError(path, "`methods`: joint starts from the supervised tagger of its cell (`joint_start`: "
-                               "supervised), so it needs supervised too")
-    if not isinstance(cfg["unlabelled"], list) or not all(isinstance(f, str) and Path(f, "train.jsonl").is_file()
-                                                           for f in cfg["unlabelled"]):
-        raise InputError(path, f"`unlabelled` must be a list of text dataset folders (run `textebm data prepare "
-                               f"sotu`, news, shakespeare), got {cfg['unlabelled']!r}")
-    if not isinstance(cfg["ood"], str) or (cfg["ood"] and not Path(cfg["ood"]).is_dir()):
-        raise InputError(path, f"`ood`: {cfg['ood']!r} is not a dataset folder (run `textebm data prepare wsj-pos`)")
-    if cfg["ood"] and not Path(cfg["ood"], f"{cfg['ood_split']}.jsonl").is_file():
-        raise InputError(path, f"`ood_split`: {cfg['ood']} has no {cfg['ood_split']}.jsonl")
-    if not Path(cfg["data"], f"{cfg['test_split']}.jsonl").is_file():
-        raise InputError(path, f"`test_split`: {cfg['data']} has no {cfg['test_split']}.jsonl")
-    if cfg["ood"] and cfg["ood_proportion"] not in cfg["proportions"]:
-        raise InputError(path, f"`ood_proportion` must be one of `proportions`, got {cfg['ood_proportion']!r}")
-    _check_options(path, cfg)
-    _check_shared_stage1(path, cfg)
-    return cfg
+    """The checked config with its defaults (`TagGridSpec`), as a dict; a bad key or value is an
+    InputError naming the file and the key."""
+    return grid.read_config(path, TagGridSpec, "tag grid config")
 
 
 def _check_shared_stage1(path, cfg: dict) -> None:
@@ -200,33 +168,26 @@ def _check_shared_stage1(path, cfg: dict) -> None:
 
 
 def _check_options(path, cfg: dict) -> None:
-    """`options.{all,supervised,pretrain,joint}`: each key an option of `tag train` that the grid does
-    not set, of its type; then each method's options as `tag train` checks them (bounds, options
-    that do nothing with the method), the message naming the config section."""
-
-    opts = cfg["options"]
-    if not isinstance(opts, dict):
-        raise InputError(path, f"`options` must be an object of method -> options, got {opts!r}")
-    fields = _train_fields()
-    for section, spec in opts.items():
+    """`options.{all,supervised,pretrain,frozen,joint}`: each key an option of `tag train` that the
+    grid does not set, of its type; then each method's options as `tag train` checks them (bounds,
+    options that do nothing with the method), the message naming the config section; and the split
+    each method's runs evaluate on exists."""
+    train_keys = {f.name: f.name for f in dataclasses.fields(TagTrainConfig) if f.name not in GRID_SET}
+    for section, spec in cfg["options"].items():
         if section not in ("all", *METHODS):
             raise InputError(path, f"`options.{section}`: not a method (known: all, {', '.join(METHODS)})")
-        if not isinstance(spec, dict):
-            raise InputError(path, f"`options.{section}` must be an object of `tag train` options, got {spec!r}")
-        for k, v in spec.items():
+        for k in spec:
             if k in GRID_SET:
                 raise InputError(path, f"`options.{section}.{k}`: the grid sets it for each cell; leave it out")
-            if k not in fields or k == "COMMAND":
-                raise InputError(path, f"`options.{section}.{k}` is not an option of `tag train`")
-            if want := type_problem(fields[k], v):
-                raise InputError(path, f"`options.{section}.{k}` must be {want}, got {v!r}")
+        grid.check_section(path, f"options.{section}", spec, TagTrainConfig, train_keys,
+                           unknown="an option of `tag train`")
     for method in cfg["methods"]:
-        try:
-            check_config(TagTrainConfig(data=cfg["data"], out="-", method=tag_method(method), labelled=cfg["labelled"],
-                                        **_ratio_init(method, 1, "" if cfg["joint_start"] == "pretrained"
-                                                      else "supervised-run"), **method_options(cfg, method)))
-        except TextebmError as e:
-            raise InputError(path, f"`options` of {method}: {e}") from None
+        grid.check_command(path, lambda m=method: train_config(cfg, m), head=f"`options` of {method}: ")
+        split = eval_split_of(train_config(cfg, method))
+        if split and not Path(cfg["data"], f"{split}.jsonl").is_file():
+            raise InputError(path, f"`options` of {method}: `tag train` evaluates on the {split} split "
+                                   f"(`eval_split`, by default dev), which {cfg['data']} lacks; set `eval_split` "
+                                   "(\"\": none)")
 
 
 def tag_method(method: str) -> str:
@@ -240,24 +201,43 @@ def _ratio_init(method: str, ratio: int, init: str = "") -> dict:
     return {"ratio": ratio, **({"init": init} if method == "joint" and init else {})}
 
 
+def train_config(cfg: dict, method: str) -> TagTrainConfig:
+    """The `tag train` config of `method`'s cells, as far as the grid config fixes it (one U/L, the
+    supervised start a stand-in): what `tag train` checks, and where its rules are read from (the
+    evaluation split, hence the sentences held out of the pool)."""
+    init = "" if cfg["joint_start"] == "pretrained" else "supervised-run"
+    return TagTrainConfig(data=cfg["data"], out="-", method=tag_method(method), labelled=cfg["labelled"],
+                          **_ratio_init(method, 1, init), **method_options(cfg, method))
+
+
 def method_options(cfg: dict, method: str) -> dict:
     """The `tag train` options of `method`'s cells: `options.all` with `options.{method}` on top
-    (keys of `all` that the method has no use for are left out, e.g. `ramp_steps` for supervised,
-    and for joint from a supervised start the sizes, which it takes from that tagger). frozen is
-    pretrain's options with `freeze` (and `options.frozen` on top); joint from pre-training takes
-    pretrain's stage-1 options, so that the three share one stage 1 (`--stage1-cache`)."""
+    (keys of `all` that the method has no use for, `tagging.train.unused_options`, are left out,
+    e.g. `ramp_steps` for supervised, and for joint from a supervised start the sizes, which it
+    takes from that tagger). frozen is pretrain's options with `freeze` (and `options.frozen` on
+    top); joint from pre-training takes pretrain's stage-1 options, so that the three share one
+    stage 1 (`--stage1-cache`)."""
 
     if method == "frozen":
         return {**method_options(cfg, "pretrain"), "freeze": True, **cfg["options"].get("frozen", {})}
     pretrained = method == "joint" and cfg.get("joint_start") == "pretrained"
-    unused = {"supervised": SSL_OPTIONS + PRETRAIN_OPTIONS + JOINT_OPTIONS, "pretrain": JOINT_OPTIONS,
-              "joint": PRETRAIN_OPTIONS + ([] if pretrained else list(INIT_KEEPS))}[method]
+    unused = {k for names, _ in unused_options(method, from_pretrained=pretrained, init=not pretrained)
+              for k in names}
     shared = {k: v for k, v in cfg["options"].get("all", {}).items() if k not in unused}
     if pretrained:  # the stage 1 of pretrain's cells: every option it depends on, as pretrain has it
         pre = method_options(cfg, "pretrain")
         shared.update({k: pre[k] for k in STAGE1_SHAPING if k in pre})
         shared["from_pretrained"] = True
     return {**shared, **cfg["options"].get(method, {})}
+
+
+def count_sentences(folder: str, split: str) -> int:
+    """The sentences (non-blank lines) of FOLDER/SPLIT.jsonl; 0 when it is missing."""
+    f = Path(folder, f"{split}.jsonl")
+    if not f.is_file():
+        return 0
+    with open(f, "rb") as fh:
+        return sum(1 for line in fh if line.strip())
 
 
 # ---------------------------------------------------------------- cells
@@ -275,14 +255,6 @@ class Setting:
     @property
     def name(self) -> str:
         return f"{self.method}-p{self.proportion:g}-r{self.ratio}-s{self.seed}"
-
-
-def relative_error_reduction(accuracy: float, reference: float) -> float:
-    """Table 4's relative improvement, in %: the share of the reference's errors removed,
-    100 (e_ref - e) / e_ref with e = 1 - accuracy (negative when `accuracy` is below the reference)."""
-    if reference >= 1.0:
-        return 0.0 if accuracy >= 1.0 else -math.inf
-    return 100.0 * (accuracy - reference) / (1.0 - reference)
 
 
 class TagGrid:
@@ -330,16 +302,10 @@ class TagGrid:
         return ratios, deviations
 
     def _excluded(self, method: str) -> list[list[str]]:
-        """The sentences `tag train` keeps out of the pool (its dev split, and test): the same rule as
-        `tagging/train.py`, so that the ratios planned here are the ones it accepts."""
-
-        data = self.cfg["data"]
-        eval_split = method_options(self.cfg, method).get("eval_split", None)
-        eval_split = "dev" if eval_split is None and Path(data, "dev.jsonl").is_file() else eval_split
-        out = [r["tokens"] for r in load_tagged(data, eval_split, tags=False)] if eval_split else []
-        if eval_split != "test" and Path(data, "test.jsonl").is_file():
-            out += [r["tokens"] for r in load_tagged(data, "test", tags=False)]
-        return out
+        """The sentences `tag train` keeps out of the pool of `method`'s cells (`held_out`: its
+        evaluation split and test), so that the ratios planned here are the ones it accepts."""
+        probe = train_config(self.cfg, method)
+        return held_out(probe.data, eval_split_of(probe))
 
     def settings(self) -> list[Setting]:
         cfg, out = self.cfg, []
@@ -388,68 +354,14 @@ class TagGrid:
         return grid.Cell(s.name, settings, s, self.seconds(s))
 
     def seconds(self, s: Setting) -> float:
-        """Estimated CPU seconds of a cell on one thread (a joint cell's supervised start is the
-        supervised cell's)."""
+        """Estimated CPU seconds of a cell on one thread (`grid_cost.cell_seconds`)."""
         opts = self.cell_options(s)
-        n_lab = round(s.proportion * self.cfg["labelled"])
-        batch = opts.get("batch_size", 32)
-        epochs = opts.get("epochs", 1.0)
-
-        def passes(n: int, epochs: float, max_steps: int) -> float:  # sentences processed
-            return min(epochs * n, max_steps * batch) if max_steps else epochs * n
-
-        def evaluations(n: int) -> float:  # dev sentences tagged: after each full epoch run, and at the end
-            run = passes(n, epochs, opts.get("max_steps", 0)) / n
-            return self._eval_sentences(opts) * (math.floor(run) + 1)
-
-        chars = CHAR_COST if opts.get("char_cnn") else {"labelled": 1.0, "unlabelled": 1.0, "eval": 1.0}
-        t = SECONDS["start"] + self._test_sentences(s) * SECONDS["eval"] * chars["eval"]
-        n_unl = s.ratio * n_lab
-        dnce = self._dnce_seconds(n_unl, opts) * chars["unlabelled"]
-        labelled = SECONDS["labelled"] * chars["labelled"]
-        evals = evaluations(n_unl if s.method == "joint" else n_lab) * SECONDS["eval"] * chars["eval"]
-        if s.method == "supervised":
-            return t + passes(n_lab, epochs, opts.get("max_steps", 0)) * labelled + evals
-        # stage 1, counted once per pool: in the pretrain cell, or where there is none, in frozen's or joint's
-        shares = [m for m in ("pretrain", "frozen", "joint") if m in self.cfg["methods"]
-                  and (m != "joint" or opts.get("from_pretrained"))]
-        if s.method in ("pretrain", "frozen") or opts.get("from_pretrained"):
-            if shares and shares[0] == s.method:
-                t += SECONDS["start"] + passes(n_unl, opts.get("pretrain_epochs", 1.0), opts.get("pretrain_steps", 0)) * dnce
-            t += SECONDS["pool"] * bool(self.cfg["unlabelled"])
-        if s.method in ("pretrain", "frozen"):
-            stage2 = SECONDS["frozen"] * chars["labelled"] if opts.get("freeze") else labelled
-            return t + passes(n_lab, epochs, opts.get("max_steps", 0)) * stage2 + evals
-        # joint: each step an unlabelled batch by DNCE and a labelled batch of the same size by the CRF
-        t += passes(n_unl, epochs, opts.get("max_steps", 0)) * (dnce + labelled)
-        return t + evals + SECONDS["pool"] * bool(self.cfg["unlabelled"]) * (not opts.get("from_pretrained"))
-
-    @staticmethod
-    def _dnce_seconds(n_unlabelled: int, opts: dict) -> float:
-        """One unlabelled sentence's DNCE pass, for a vocabulary grown from `n_unlabelled` sentences
-        (VOCAB_GROWTH), or `max_words` when that is smaller."""
-        words = VOCAB_GROWTH[0] * n_unlabelled ** VOCAB_GROWTH[1]
-        if opts.get("max_words", 0):
-            words = min(words, opts["max_words"])
-        return SECONDS["unlabelled"] + SECONDS["per_word"] * words
-
-    def _eval_sentences(self, opts: dict) -> int:
         split = opts.get("eval_split", "dev")
-        n = self.count(self.cfg["data"], split) if split else 0
-        return min(n, opts["eval_limit"]) if opts.get("eval_limit") else n
-
-    def _test_sentences(self, s: Setting) -> int:
-        n = self.count(self.cfg["data"], self.cfg["test_split"])
-        return n + (self.count(self.cfg["ood"], self.cfg["ood_split"]) if self.ood_here(s) else 0)
-
-    @staticmethod
-    def count(folder: str, split: str) -> int:
-        """The sentences (non-blank lines) of FOLDER/SPLIT.jsonl; 0 when it is missing."""
-        f = Path(folder, f"{split}.jsonl")
-        if not f.is_file():
-            return 0
-        with open(f, "rb") as fh:
-            return sum(1 for line in fh if line.strip())
+        n_eval = count_sentences(self.cfg["data"], split) if split else 0
+        n_eval = min(n_eval, opts["eval_limit"]) if opts.get("eval_limit") else n_eval
+        n_test = count_sentences(self.cfg["data"], self.cfg["test_split"])
+        n_test += count_sentences(self.cfg["ood"], self.cfg["ood_split"]) if self.ood_here(s) else 0
+        return cell_seconds(self.cfg, s.method, s.proportion, s.ratio, opts, n_eval, n_test)
 
     # ------------------------------------------------------------ computing
 
@@ -525,268 +437,26 @@ def training_steps(run: Path, method: str, metrics: dict | None = None) -> dict:
     return out
 
 
-# ---------------------------------------------------------------- report
-
-
-def _mean_sd(xs: list[float], scale: float = 1.0, digits: int = 2) -> str:
-    if not xs:
-        return "-"
-    m = statistics.fmean(xs) * scale
-    if len(xs) == 1:
-        return f"{m:.{digits}f}"
-    return f"{m:.{digits}f} ± {statistics.stdev(xs) * scale:.{digits}f}"
-
-
-def summarise(results: list[dict], ratios: dict[float, list[int]]) -> dict:
-    """Per (method, proportion, U/L): the seeds' accuracies and out-of-domain accuracies; per
-    (proportion, U/L, seed), the relative error reductions (table 4), paired by seed."""
-    acc: dict[tuple, dict[int, dict]] = {}
-    for r in results:
-        acc.setdefault((r["method"], r["proportion"], r["ratio"]), {})[r["seed"]] = r
-    reductions: dict[tuple, dict[str, list[float]]] = {}
-    for p, rs in ratios.items():
-        sup = acc.get(("supervised", p, 0), {})
-        for ratio in rs:
-            pre, joint = acc.get(("pretrain", p, ratio), {}), acc.get(("joint", p, ratio), {})
-            frozen = acc.get(("frozen", p, ratio), {})
-            pairs = {"pretrain over sup.": (pre, sup), "joint over sup.": (joint, sup), "joint over pre.": (joint, pre),
-                     "frozen over sup.": (frozen, sup)}
-            red = {name: [relative_error_reduction(x[s]["accuracy"], ref[s]["accuracy"]) for s in sorted(x) if s in ref]
-                   for name, (x, ref) in pairs.items()}
-            red["seeds"] = {name: [s for s in sorted(x) if s in ref] for name, (x, ref) in pairs.items()}
-            reductions[(p, ratio)] = red
-    return {"accuracy": acc, "reductions": reductions}
-
-
-def tables(summary: dict, cfg: dict, ratios: dict[float, list[int]], deviations: list[str], missing: int = 0) -> str:
-
-    acc, red = summary["accuracy"], summary["reductions"]
-    get = lambda m, p, r, k="accuracy": [c[k] for c in acc.get((m, p, r), {}).values() if k in c]
-    rows3 = []
-    ssl = [m for m in ("pretrain", "frozen", "joint") if m in cfg["methods"]]
-    for p in cfg["proportions"]:
-        rows3.append([f"{p * 100:g}% ({round(p * cfg['labelled']):,})", "0", _mean_sd(get("supervised", p, 0), 100),
-                      *[""] * len(ssl)])
-        for r in ratios[p]:
-            rows3.append(["", str(r), "", *(_mean_sd(get(m, p, r), 100) for m in ssl)])
-    heads = {"pretrain": "pre.", "frozen": "pre. (frozen)", "joint": "joint"}
-    seeds = ", ".join(map(str, cfg["seeds"]))
-    text = [f"# Semi-supervised tagging grid ({cfg['data']}, labelled set {cfg['labelled']:,})", ""]
-    if missing:
-        text += [f"**Partial (`--report`): {missing} cells not finished yet.** A mean is over the seeds finished; "
-                 "'-' where none is.", ""]
-    text += [f"## Table 3: test accuracy (%), mean ± sd over seeds {seeds}", "",
-            "labelled: proportion (sentences). U/L = 0 is the supervised baseline; pre.: pre-training + fine-tuning "
-            "every weight; pre. (frozen): the ablation, only the output layer and A trained in stage 2; joint: joint "
-            f"training (from {'the pre-trained TRF' if cfg.get('joint_start') == 'pretrained' else 'the supervised tagger'}).",
-            "",
-            table(["labelled", "U/L", "supervised", *(heads[m] for m in ssl)], rows3,
-                  ["left", "right", "right", *["right"] * len(ssl)]), "",
-            "## Table 4: relative error reduction (%), mean ± sd over seeds (paired by seed)", "",
-            "100 (e_ref − e) / e_ref, e = 1 − accuracy: the share of the reference's errors removed.", ""]
-    cols = ["pretrain over sup.", "joint over sup.", "joint over pre."] + (["frozen over sup."]
-                                                                            if "frozen" in cfg["methods"] else [])
-    rows4 = [[f"{p * 100:g}%", str(r), *(_mean_sd(red[(p, r)][c], 1, 1) for c in cols)]
-             for p in cfg["proportions"] for r in ratios[p]]
-    text += [table(["labelled", "U/L", *cols], rows4, ["left", "right", *["right"] * len(cols)]), ""]
-    if any("f1" in c for cells in acc.values() for c in cells.values()):
-        rows_f1 = []
-        for p in cfg["proportions"]:
-            rows_f1.append([f"{p * 100:g}% ({round(p * cfg['labelled']):,})", "0",
-                            _mean_sd(get("supervised", p, 0, "f1"), 100), *[""] * len(ssl)])
-            rows_f1 += [["", str(r), "", *(_mean_sd(get(m, p, r, "f1"), 100) for m in ssl)] for r in ratios[p]]
-        text += [f"## Span F1 (%), mean ± sd over seeds {seeds} (a BIO tag set: the paper's figure for chunking and "
-                 "NER)", "", table(["labelled", "U/L", "supervised", *(heads[m] for m in ssl)], rows_f1,
-                                    ["left", "right", "right", *["right"] * len(ssl)]), ""]
-    if cfg["ood"]:
-        p = cfg["ood_proportion"]
-        rows = [["supervised", "0", _mean_sd(get("supervised", p, 0, "ood_accuracy"), 100)]]
-        rows += [[m, str(r), _mean_sd(get(m, p, r, "ood_accuracy"), 100)] for m in ("pretrain", "frozen", "joint")
-                 if m in cfg["methods"] for r in ratios[p]]
-        text += [f"## Out of domain: {cfg['ood']} ({cfg['ood_split']}) accuracy (%) at {p * 100:g}% labelled", "",
-                 table(["method", "U/L", "accuracy"], rows, ["left", "right", "right"]), ""]
-    if "joint" in cfg["methods"]:
-        text += ["## The paper's claims on this grid (sec. 4; tables 3 and 4)", "",
-                 *[f"- {line}" for line in claims(summary, cfg, ratios)], ""]
-    if deviations:
-        text += ["## Deviations from the config", "", *[f"- {d}" for d in deviations], ""]
-    return "\n".join(text)
-
-
-def claims(summary: dict, cfg: dict, ratios: dict[float, list[int]]) -> list[str]:
-    """The paper's claims counted on the finished cells, by the mean over seeds of each cell (and,
-    for joint against supervised, by seed pairs): joint beats supervised; joint beats pre-training;
-    at a fixed labelled size joint's accuracy rises with U/L; where joint's gain over supervised
-    (relative error reduction) is largest."""
-    acc, red = summary["accuracy"], summary["reductions"]
-    mean = lambda m, p, r: (statistics.fmean(c["accuracy"] for c in acc[(m, p, r)].values())
-                            if acc.get((m, p, r)) else None)
-    cells = [(p, r) for p in cfg["proportions"] for r in ratios[p]]
-
-    def beats(m, ref_of):
-        pairs = [(mean(m, p, r), mean(*ref_of(p, r))) for p, r in cells]
-        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
-        return sum(a > b for a, b in pairs), len(pairs)
-
-    out = []
-    won, n = beats("joint", lambda p, r: ("supervised", p, 0))
-    by_seed = [x for p, r in cells for x in red[(p, r)]["joint over sup."]]
-    out.append(f"joint beats supervised in {won} of {n} cells by the mean over seeds, and in "
-               f"{sum(x > 0 for x in by_seed)} of {len(by_seed)} (cell, seed) pairs (paper: 9 of 9 for POS)")
-    pair_count = lambda name: (lambda xs: f"{sum(x > 0 for x in xs)} of {len(xs)}")(
-        [x for p, r in cells for x in red[(p, r)][name]])
-    if "pretrain" in cfg["methods"]:
-        won, n = beats("joint", lambda p, r: ("pretrain", p, r))
-        out.append(f"joint beats pre-training in {won} of {n} cells by the mean over seeds, and in "
-                   f"{pair_count('joint over pre.')} (cell, seed) pairs (paper: 9 of 9 for POS, \"marginally\")")
-        won, n = beats("pretrain", lambda p, r: ("supervised", p, 0))
-        out.append(f"pre-training beats supervised in {won} of {n} cells by the mean over seeds, and in "
-                   f"{pair_count('pretrain over sup.')} (cell, seed) pairs (paper: 8 of 9 for POS)")
-    if "frozen" in cfg["methods"]:
-        won, n = beats("frozen", lambda p, r: ("supervised", p, 0))
-        out.append(f"the frozen ablation beats supervised in {won} of {n} cells, and in "
-                   f"{pair_count('frozen over sup.')} (cell, seed) pairs")
-    for p in cfg["proportions"]:
-        seq = [(r, mean("joint", p, r)) for r in ratios[p] if mean("joint", p, r) is not None]
-        if len(seq) > 1:
-            rising = all(b[1] > a[1] for a, b in zip(seq, seq[1:]))
-            out.append(f"labelled {p * 100:g}%: joint's accuracy by U/L "
-                       + ", ".join(f"{r}: {a * 100:.2f}" for r, a in seq)
-                       + (" (rises with U/L)" if rising else " (does not rise throughout)"))
-    gains = {p: statistics.fmean(x for r in ratios[p] for x in red[(p, r)]["joint over sup."])
-             for p in cfg["proportions"] if any(red[(p, r)]["joint over sup."] for r in ratios[p])}
-    if gains:
-        best = max(gains, key=gains.get)
-        out.append("joint's mean relative error reduction over supervised by labelled size: "
-                   + ", ".join(f"{p * 100:g}%: {g:.1f}" for p, g in gains.items())
-                   + (f"; largest at {best * 100:g}% (paper, POS: at 2 %)" if len(gains) > 1 else
-                      " (one labelled size so far: where the gain is largest cannot be told yet)"))
-    return out or ["no finished cell to count yet"]
-
-
-def plot_lines(cfg: dict, ratios: dict[float, list[int]]) -> list[tuple[str, str, dict[float, int]]]:
-    """The lines of accuracy.png: (method, label, {proportion: U/L run there}). One line per
-    method and configured U/L; where the pool replaced the largest configured U/L by a smaller
-    one (`ratios_by_proportion`), that line takes the replacement's point and its label says so."""
-
-    lines = [("supervised", "supervised", {p: 0 for p in cfg["proportions"]})]
-    top = max(cfg["ratios"])
-    for m in ("pretrain", "joint"):
-        if m not in cfg["methods"]:
-            continue
-        for r in sorted(cfg["ratios"]):
-            points, notes = {}, []
-            for p in cfg["proportions"]:
-                if r in ratios.get(p, []):
-                    points[p] = r
-                elif r == top and ratios.get(p):
-                    points[p] = max(ratios[p])
-                    notes.append(f"{points[p]} at {p * 100:g}%")
-            label = f"{m}, U/L={r}" + (f" ({', '.join(notes)})" if notes else "")
-            lines.append((m, label, points))
-    return lines
-
-
-def plot(summary: dict, cfg: dict, ratios: dict[float, list[int]], path: Path) -> Path:
-    """Accuracy against labelled proportion (log scale), one panel per semi-supervised method, each
-    with the supervised baseline: each U/L a line (`plot_lines`), the mean over seeds with the sd
-    as error bars."""
-
-    lines = plot_lines(cfg, ratios)
-    methods = [m for m in ("pretrain", "joint") if m in cfg["methods"]] or ["supervised"]
-    fig = new_figure(figsize=(4.2 * len(methods), 4))
-    axes = fig.subplots(1, len(methods), sharey=True, squeeze=False)[0]
-    titles = {"pretrain": "pre-training + fine-tuning", "joint": "joint training", "supervised": "supervised"}
-    for ax, method in zip(axes, methods):
-        for m, label, points in lines:
-            if m not in ("supervised", method):
-                continue
-            xs, ys, es = [], [], []
-            for p, r in points.items():
-                vals = [c["accuracy"] * 100 for c in summary["accuracy"].get((m, p, r), {}).values()]
-                if vals:
-                    xs.append(p * 100)
-                    ys.append(statistics.fmean(vals))
-                    es.append(statistics.stdev(vals) if len(vals) > 1 else 0.0)
-            if xs:
-                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=label,
-                            linestyle="--" if m == "supervised" else "-", color="black" if m == "supervised" else None)
-        ax.set_xscale("log")
-        ax.set_xticks([p * 100 for p in cfg["proportions"]], [f"{p * 100:g}" for p in cfg["proportions"]])
-        ax.minorticks_off()
-        ax.set_xlabel("labelled proportion (%)")
-        ax.set_title(titles[method], fontsize=10)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:  # a panel with no cell finished yet has none
-            ax.legend(fontsize=7, loc="lower right")
-    axes[0].set_ylabel("test accuracy (%)")
-    fig.tight_layout()
-    return save_png(fig, path)
-
-
 # ---------------------------------------------------------------- the command
 
 
-def check_out(out: Path, plan: bool) -> None:
-    """A new or empty --out is written; one the grid wrote (its marker) continues; anything else is
-    refused. Then --out is created and marked, so an interrupted grid is recognised."""
-    marker = read_marker(out) if out.is_dir() else None
-    if marker is None or marker["kind"] != KIND:
-        check_output_dir(out, KIND, False)
-        marker = None
-    if plan:
-        return
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        if marker is None or not set(ENTRIES) <= set(own_entries(marker)):
-            write_marker(out, KIND, [*own_entries(marker), *ENTRIES])
-    except OSError as e:
-        raise TextebmError(f"--out {out}: cannot write there ({e.strerror or e})") from None
-
-
-def run_grid(cfg_: TagGridConfig) -> dict:
-    """Every cell of the config (cached), then results.json, tables.md and accuracy.png; with
-    --plan, the plan only (returns {})."""
-    check_config(cfg_)
-    threads, shard = cfg_.start()
-    cfg = read_config(cfg_.config)
-    out = Path(cfg_.out)
-    if cfg_.report and not (out / "cells").is_dir():
-        raise TextebmError(f"--report: {out} holds no cell of a grid yet (run the grid first; --plan lists the "
-                           "cells)")
-    check_out(out, cfg_.plan)
-    g = TagGrid(cfg, out, threads, cfg_.progress and cfg_.backend == "local")
-    cells = [g.cell(s) for s in g.settings()]
-    runner = grid.Grid(out / "cells", g.compute)
-    plan = runner.plan(cells, shard)
-    if g.deviations:
-        plan += "\n" + "\n".join(f"note: {d}" for d in g.deviations)
-    if cfg_.plan:
-        print(plan)
+def run_grid(opts: TagGridConfig) -> dict:
+    """Every cell of the config (cached), then results.json, tables.md and accuracy.png
+    (`grid_report.write_report`); with --plan, the plan only (returns {}); with --report, the
+    report of the cells finished so far (trains nothing). The shell is the grid command's
+    (`textebm.grid`: the config's schema, --out, the plan, the shard, the report)."""
+    check_config(opts)
+    threads, shard = opts.start()
+    cfg = read_config(opts.config)
+    out = Path(opts.out)
+    with grid.out_folder(out, KIND, ENTRIES, plan=opts.plan, report=opts.report):
+        g = TagGrid(cfg, out, threads, opts.progress and opts.backend == "local")
+        cells = [g.cell(s) for s in g.settings()]
+        runner = grid.Grid(out / "cells", g.compute)
+        plan = "\n".join([runner.plan(cells, shard), *(f"note: {d}" for d in g.deviations)])
+    ran = grid.plan_or_run(opts, runner, cells, shard, plan, report=opts.report,
+                           on_result=lambda cell, r: log.info("%s: accuracy %.4f", cell.name, r["accuracy"]))
+    if ran is None:
         return {}
-    if cfg_.report:
-        results = [runner.result(c) for c in cells if runner.done(c)]
-        missing = len(runner.left(cells))  # distinct cells not finished
-        log.info("report of %d finished cells, %d not finished", len(results), missing)
-    else:
-        log.info("before it starts:\n%s", plan)
-
-        def on_result(cell: grid.Cell, r: dict) -> None:
-            log.info("%s: accuracy %.4f", cell.name, r["accuracy"])
-
-        results, missing = runner.run(cells, shard, cfg_.backend, cfg_.workers, cfg_.address, on_result), 0
-    ratios = {p: rs for p, rs in g.ratios.items()}
-    summary = summarise(results, ratios)
-    report = {"config": cfg, "ratios": {f"{p:g}": rs for p, rs in ratios.items()}, "deviations": g.deviations,
-              "cells_missing": missing, "cells": results,
-              "table3": [{"method": m, "proportion": p, "ratio": r, "seeds": sorted(v),
-                          "accuracy": [v[s]["accuracy"] for s in sorted(v)],
-                          **({"ood_accuracy": [v[s]["ood_accuracy"] for s in sorted(v)]}
-                             if all("ood_accuracy" in c for c in v.values()) else {})}
-                         for (m, p, r), v in summary["accuracy"].items()],
-              "table4": [{"proportion": p, "ratio": r, **red} for (p, r), red in summary["reductions"].items()]}
-    write_json(out / "results.json", report)
-    with atomic_write(out / "tables.md") as f:
-        f.write(tables(summary, cfg, ratios, g.deviations, missing))
-    plot(summary, cfg, ratios, out / "accuracy.png")
-    return report
+    results, missing = ran
+    return write_report(out, cfg, dict(g.ratios), g.deviations, results, missing)

@@ -195,19 +195,10 @@ class TagTrainConfig(TrainOptions):
 
     def check(self) -> None:
         super().check()
-        if self.method == "supervised":
-            refuse_unused(self, SSL_OPTIONS + PRETRAIN_OPTIONS + JOINT_OPTIONS, "with --method supervised")
-        elif self.method == "pretrain":
-            refuse_unused(self, JOINT_OPTIONS, "with --method pretrain")
-        else:
-            refuse_unused(self, ["freeze"], "with --method joint")
-            if not self.from_pretrained:
-                refuse_unused(self, STAGE1_OPTIONS, "with --method joint unless --from-pretrained")
-            if self.from_pretrained and self.init:
-                raise TextebmError("--from-pretrained and --init: joint training starts from one of them; give one")
-            if self.init:
-                refuse_unused(self, list(INIT_KEEPS),
-                              "with --init (the sizes and the lowercasing are the initial tagger's)")
+        if self.method == "joint" and self.from_pretrained and self.init:
+            raise TextebmError("--from-pretrained and --init: joint training starts from one of them; give one")
+        for names, why in unused_options(self.method, from_pretrained=self.from_pretrained, init=bool(self.init)):
+            refuse_unused(self, names, why)
         if not self.char_cnn:
             refuse_unused(self, ["char_embed", "char_filters"], "without --char-cnn")
         if Path(self.data).suffix.lower() != CONLL_SUFFIX:
@@ -215,6 +206,32 @@ class TagTrainConfig(TrainOptions):
         if not self.labelled and self.proportion == 1.0:
             refuse_unused(self, ["split_seed"], "without --labelled or --proportion (every training sentence "
                                                 "is used)")
+
+
+def unused_options(method: str, *, from_pretrained: bool = False, init: bool = False) -> list[tuple[list[str], str]]:
+    """The options that do nothing with `method` (joint: started `from_pretrained`, or from an
+    `init` tagger), in groups with the reason: what `TagTrainConfig.check` refuses, and what the
+    grid leaves out of its `options.all` for the method's cells."""
+    if method == "supervised":
+        return [(SSL_OPTIONS + PRETRAIN_OPTIONS + JOINT_OPTIONS, "with --method supervised")]
+    if method == "pretrain":
+        return [(JOINT_OPTIONS, "with --method pretrain")]
+    groups = [(["freeze"], "with --method joint")]
+    if not from_pretrained:
+        groups.append((STAGE1_OPTIONS, "with --method joint unless --from-pretrained"))
+    if init:
+        groups.append((list(INIT_KEEPS), "with --init (the sizes and the lowercasing are the initial tagger's)"))
+    return groups
+
+
+def held_out(data: str, eval_split: str) -> list[list[str]]:
+    """The sentences kept out of the unlabelled pool of `--method pretrain | joint` (their tags are
+    never read): every one of the evaluation split `eval_split` (also past --eval-limit) and, for a
+    dataset folder, of its test split. `tag train` and the grid's plan of the ratios both use it."""
+    splits = [eval_split] if eval_split else []
+    if Path(data).is_dir() and eval_split != "test" and split_path(data, "test").is_file():
+        splits.append("test")
+    return [r["tokens"] for split in splits for r in load_tagged(data, split, tags=False)]
 
 
 def labelled_rows(rows: list[dict[str, Any]], labelled: int, proportion: float, seed: int,
@@ -395,10 +412,8 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
         if cfg.char_cnn and not init_vocab.chars:
             raise TextebmError(f"--char-cnn: the --init tagger {init_path} has no character CNN (train it with "
                                "--char-cnn, or leave --char-cnn out: the network is the initial tagger's)")
-    exclude = [r["tokens"] for r in eval_rows]
-    if Path(cfg.data).is_dir() and eval_split != "test" and split_path(cfg.data, "test").is_file():
-        exclude += [r["tokens"] for r in load_tagged(cfg.data, "test", tags=False)]
-    eval_rows = measured_rows(eval_rows, cfg.eval_limit)  # every dev sentence stays out of the pool
+    exclude = held_out(cfg.data, eval_split)  # every dev sentence, also past --eval-limit
+    eval_rows = measured_rows(eval_rows, cfg.eval_limit)
     extra = load_unlabelled_text(cfg.unlabelled) if cfg.unlabelled else []
     rows, unlabelled_rows = ssl_rows(train_rows, cfg.labelled, cfg.proportion, cfg.ratio, cfg.split_seed, cfg.data,
                                      exclude, extra, cfg.unlabelled_max_tokens)
