@@ -826,6 +826,33 @@ def _small_matrix(corpus, tmp_path, energy_steps: int = 5, gen_steps: int = 7) -
     return path
 
 
+def test_the_matrix_length_axis_gives_each_cell_its_buckets_and_a_table(corpus, tmp_path, capsys):
+    """Issue 37: `"buckets"` in the config evaluates every cell on its test windows cut to each
+    bucket (detect eval's `by_length`, the same figures), reported in tables.md; a bucket past the
+    window is refused naming the file and key."""
+    from textebm.detection import detect
+    from textebm.detection.windows import read_window_files
+
+    cfg = json.loads(_small_matrix(corpus, tmp_path).read_text())
+    cfg["buckets"] = ["4-8", "8-16"]
+    path, out = tmp_path / "len.json", tmp_path / "m"
+    path.write_text(json.dumps(cfg))
+    assert main(["detect", "matrix", "--config", str(path), "--out", str(out), "--no-progress"]) == 0
+    cell = json.loads((out / "results.json").read_text())["cells"][0]
+    assert [b["bucket"] for b in cell["by_length"]] == ["4-8", "8-16", "whole"]
+    scorer, rule, _ = detect.load_detector(cell["detector_dir"])
+    rows = read_window_files(sorted((out / "neg").glob("*-s1-test-*.jsonl")), "test")
+    real, fake = detect.window_scores(scorer.score_ids, rows, 64)
+    want = detect.by_length(scorer.score_ids, rule, rows, real, fake, [(4, 8), (8, 16)], rule.threshold_fpr)
+    assert [b["auroc"] for b in cell["by_length"]] == pytest.approx([b["auroc"] for b in want], abs=1e-12)
+    assert "## By length" in (out / "tables.md").read_text()
+    cfg["buckets"] = ["8-40"]
+    path.write_text(json.dumps(cfg))
+    assert main(["detect", "matrix", "--config", str(path), "--out", str(tmp_path / "m2")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: buckets" in err and not (tmp_path / "m2").exists()
+
+
 def test_matrix_steps_are_optimiser_steps_and_the_dask_backend_gives_the_same_cells(corpus, tmp_path):
     """Issue 21 item 9: `"steps": 5` trains 5 steps, though 30 windows at batch 16 make 2 steps per
     epoch (it used to stop after one epoch); the generator's 7 steps are more than one epoch too.

@@ -132,6 +132,7 @@ class MatrixSpec:
     tables: list[dict[str, Any]]  # the slices (KINDS, REQUIRED)
     precision: str = field(default="fp32", metadata={"choices": PRECISIONS})  # of the negatives' generation
     rates: dict[str, Any] = field(default_factory=dict)  # the plan's seconds per unit (detection/report.py)
+    buckets: list[str] = field(default_factory=list)  # the length axis: "LO-HI" text-token buckets (detect eval's)
 
     def check(self, path: str | Path) -> None:
         if isinstance(self.corpora, list):
@@ -140,6 +141,8 @@ class MatrixSpec:
             self.vocab_corpora = list(self.corpora)
         self.lm = {**DEFAULT_LM, **self.lm}
         self.windows = {**DEFAULT_WINDOWS, **self.windows}
+        if self.buckets:
+            detect.length_buckets(self.buckets, self.windows["length"], f"{path}: buckets")
         _check_matrix(path, dataclasses.asdict(self))
 
 
@@ -393,6 +396,8 @@ class Matrix:
                     "e": self.energy_settings(cell.detector) if cell.detector in self.cfg["energies"] else None,
                     "w": self.cfg["windows"],
                     "g": [self.gen_settings(cell.train.generator), self.gen_settings(cell.test.generator)]}
+        if self.cfg.get("buckets"):  # the length axis (absent: the keys of matrices before it)
+            settings["b"] = self.cfg["buckets"]
         name = f"{cell.detector}__{cell.train.name}__{cell.test.name}__{cell.negatives}".replace("/", "-")
         return grid.Cell(name, settings, cell)
 
@@ -496,10 +501,13 @@ class Matrix:
         rows = read_window_files(test, "test negatives")
         scorer, rule, _ = detect.load_detector(det)
         real, fake = detect.window_scores(scorer.score_ids, rows, 64)
-        return {"table": cell.table, "detector": cell.detector, "train": cell.train.name, "test": cell.test.name,
-                "negatives": cell.negatives, **detect.evaluate(rule, real, fake.ravel(), fake),
-                "val_accuracy": rule.val.get("balanced_accuracy"), "detector_dir": str(det),
-                "seconds": round(time.perf_counter() - t0, 1)}
+        out = {"table": cell.table, "detector": cell.detector, "train": cell.train.name, "test": cell.test.name,
+               "negatives": cell.negatives, **detect.evaluate(rule, real, fake.ravel(), fake),
+               "val_accuracy": rule.val.get("balanced_accuracy"), "detector_dir": str(det)}
+        if self.cfg.get("buckets") and not detect.reads_prefix(scorer):  # the length axis, at the 1 % FPR threshold
+            buckets = detect.length_buckets(self.cfg["buckets"], len(rows[0]["positive"]), "buckets")
+            out["by_length"] = detect.by_length(scorer.score_ids, rule, rows, real, fake, buckets, rule.threshold_fpr)
+        return {**out, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def check_out(out: Path, overwrite: bool, plan: bool = False) -> None:

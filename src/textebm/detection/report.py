@@ -122,9 +122,24 @@ def write_report(summary: dict, out: Path) -> list[str]:
                     f"{100 * g[key]:.1f} ({100 * g['fpr_reached']:.1f})" if (g := get.get((*r, col))) else "–"
                     for col in cols)] for r in rows]))
         parts.append("\n")
+    parts += _length_axis(summary["cells"])
     with atomic_write(out / "tables.md") as f:
         f.write("\n".join(parts))
     return written
+
+
+def _length_axis(cells: list[dict]) -> list[str]:
+    """The matrix's length axis (config `buckets`): each cell's AUROC on its test windows cut to each
+    bucket of text tokens, then whole (`detect.by_length`)."""
+    with_axis = [c for c in cells if c.get("by_length")]
+    if not with_axis:
+        return []
+    buckets = [b["bucket"] for b in with_axis[0]["by_length"]]
+    rows = [[c["table"], c["detector"], c["train"], c["test"], *(f"{b['auroc']:.3f}" for b in c["by_length"])]
+            for c in with_axis]
+    return ["\n## By length\n", "AUROC on the test windows cut to each bucket of text tokens (the end holding the "
+            "generated continuation kept; `detect eval --buckets`), then on the whole windows.\n",
+            table(["table", "detector", "train", "test", *buckets], rows), "\n"]
 
 
 def _steps(spec: dict, per_epoch: float) -> float:
