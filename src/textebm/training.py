@@ -28,8 +28,7 @@ terminal, a log line now and then elsewhere, nothing with `progress=False`; the 
 
 This module is the one place outside `cli/` and the command modules that imports command
 configs (tests/test_architecture.py). `import textebm` does not load it; `textebm.training` does,
-on first use. `ResidualTrainConfig` and `residual_train`, the names before paper c's commands moved
-to `detect`, still work for this release.
+on first use.
 """
 
 from __future__ import annotations
@@ -43,7 +42,3 @@ from textebm.tagging.train import TagTrainConfig, tag_train
 
 __all__ = ["ClassifyTrainConfig", "classify_train", "ClozeTrainConfig", "cloze_train", "LMTrainConfig", "lm_train",
            "TagTrainConfig", "tag_train", "DetectTrainConfig", "detect_train", "FitConfig", "fit_zeroshot"]
-
-# the names before paper c's commands moved to `textebm detect` (kept for one release)
-ResidualTrainConfig = DetectTrainConfig
-residual_train = detect_train
