@@ -85,3 +85,16 @@ def test_no_resamples_give_the_difference_alone():
 def test_bad_input_raises(nll, tokens, pairs, n_boot):
     with pytest.raises(ValueError, match="paired_perplexity_diffs"):
         paired_perplexity_diffs(nll, tokens, pairs, n_boot=n_boot)
+
+
+def test_mean_interval_of_three_values_is_the_exact_bootstrap_range():
+    """Three values: each of the 27 ordered resamples has probability 1/27 > 2.5 %, so the interval
+    of the mean is the smallest and the largest resampled mean: the smallest and largest value."""
+    from textebm.bootstrap import mean_interval
+
+    assert mean_interval([-1.0, 0.5, -0.2], n_boot=20000, seed=0) == pytest.approx((-1.0, 0.5), rel=1e-12)
+    assert mean_interval([2.0, 3.0], n_boot=100, seed=1) == mean_interval([2.0, 3.0], n_boot=100, seed=1)
+    assert mean_interval([1.0], n_boot=0) is None
+    for bad in ([], [1.0, float("nan")]):
+        with pytest.raises(ValueError, match="mean_interval"):
+            mean_interval(bad)

@@ -101,6 +101,14 @@ def test_generate_resamples_by_energy_and_reports(world, tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert set(m["groups"]) == {"joint", "base", "real"} and "judge" in m
     assert (out / "report.md").read_text().startswith("# Joint sampling") and (out / "density.png").is_file()
+    # figure 3's two panels: each group's scores under the base LM and under the joint model (log P_LM − E),
+    # and each group's difference of means from the real continuations under both
+    assert all(len(g["energy"]) == 3 for g in m["groups"].values())
+    text = (out / "report.md").read_text()
+    assert "under the base LM and under the joint model (figure 3)" in text and "mean − real's, joint model" in text
+    joint_gap = np.mean(np.subtract(m["groups"]["joint"]["lm_logprob"], m["groups"]["joint"]["energy"])) - np.mean(
+        np.subtract(m["groups"]["real"]["lm_logprob"], m["groups"]["real"]["energy"]))
+    assert f"{joint_gap:+.2f}" in text
     again = tmp_path / "again"
     assert main([*args, "--out", str(again), "--batch-size", "2"]) == 0
     rows2 = [json.loads(x) for x in (again / "generations.jsonl").read_text().splitlines()]
@@ -254,3 +262,128 @@ def test_generate_continues_the_prefixes_of_a_users_file(world, tmp_path):
     assert all(len(r["ids"]["prefix"]) == 14 and len(r["ids"]["joint"]) == 6 for r in rows)  # the last p tokens
     m = json.loads((out / "metrics.json").read_text())
     assert set(m["groups"]) == {"joint", "base"}
+
+
+# ---------------------------------------------------------------- residual repetitions (table 3)
+
+
+def _rep(world, out, *extra):
+    return main(["residual", "repetitions", "--base", str(world["base"]), "--energy", str(world["energy"]), "--data",
+                 str(world["data"]), "--windows", "12", "--examples", "3", "--candidates", "4", "--completions", "4",
+                 "--bootstrap", "200", "--out", str(out), "--no-progress", *extra])
+
+
+def test_repetitions_writes_table_3_with_the_librarys_numbers(world, tmp_path):
+    """The base LM's own continuations searched for a repeated token; at each, the command's numbers
+    are `next_token_joint`'s on the same context and seed; metrics.json, examples.jsonl and a report
+    shaped like table 3; the same numbers at another batch and chunk size."""
+    from textebm.models.load import load_energy, load_lm
+    from textebm.residual import bounds
+    from textebm.residual.joint import BaseLM, JointEnergy
+    from textebm.seeds import derive_seed
+
+    out = tmp_path / "rep"
+    assert _rep(world, out) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    rows = [json.loads(x) for x in (out / "examples.jsonl").read_text().splitlines()]
+    assert m["source"] == "sample" and m["top_k"] == 10 and m["precision"] == "fp32"
+    assert len(m["examples"]) == len(rows) == 3 and m["windows_searched"] >= 3
+    for r, ex in zip(rows, m["examples"]):
+        ctx = r["context"]
+        assert r["token"] in ctx and len(ctx) == 14 + r["position"] - 1 and ex["token_id"] == r["token"]
+        assert r["continuation"][r["position"] - 1] == r["token"]
+        assert r["token"] not in r["continuation"][:r["position"] - 1] or r["position"] > 1  # its first repetition
+        for model in ("base", "joint"):
+            assert 1 <= len(ex[model]) <= 5
+            ps = [c["p"] for c in ex[model]]
+            assert ps == sorted(ps, reverse=True) and sum(ps) <= 1 + 1e-9
+        assert ex["log_ratio"] == pytest.approx(math.log(ex["p_token"]["joint"] / ex["p_token"]["lm_candidates"]))
+    s = m["summary"]
+    assert s["examples"] == 3 and s["lowered"] + s["raised"] <= 3 and s["lo"] <= s["mean_log_ratio"] <= s["hi"]
+    assert s["lowered"] == sum(ex["log_ratio"] < 0 for ex in m["examples"])
+    # the library on the first example, same seed: the same terms
+    e_model, spec, tok, vocab = load_energy(world["energy"])
+    lm, ltok, meta = load_lm(world["base"])
+    base, en = BaseLM(lm, ltok, meta, vocab), JointEnergy(e_model, spec, tok, vocab)
+    r = rows[0]
+    nt = bounds.next_token_joint(base, en, r["context"], 20 - len(r["context"]) - 1, 4, 4,
+                                 derive_seed(0, r["key"], "joint"), include=[r["token"]])
+    assert nt.candidates == r["terms"]["candidates"]
+    np.testing.assert_allclose(nt.log_z, r["terms"]["log_z"], rtol=0, atol=1e-9)
+    text = (out / "report.md").read_text()
+    assert text.startswith("# P(x_t | x_<t) on repetitions (table 3)")
+    assert "| Context x_<t" in text and f"in {s['lowered']} of 3 examples" in text
+    assert not (tmp_path / "rep.partial").exists()
+    again = tmp_path / "again"
+    assert _rep(world, again, "--batch-size", "3", "--chunk", "3") == 0
+    _same_examples(json.loads((again / "metrics.json").read_text())["examples"], m["examples"])  # seeded per example
+
+
+def _same_examples(a: list[dict], b: list[dict]) -> None:
+    """The same examples, candidates and ranks; probabilities equal to fp32's batching noise."""
+    assert [(x["key"], x["token_id"], [c["id"] for c in x["base"]]) for x in a] == \
+        [(x["key"], x["token_id"], [c["id"] for c in x["base"]]) for x in b]
+    for x, y in zip(a, b):
+        assert [c["p"] for c in x["joint"]] == pytest.approx([c["p"] for c in y["joint"]], rel=1e-5)
+        assert x["log_ratio"] == pytest.approx(y["log_ratio"], abs=1e-5)
+
+
+def test_repetitions_resume_and_the_real_continuations(world, tmp_path, monkeypatch):
+    from textebm.residual import bounds
+
+    full = tmp_path / "full"
+    assert _rep(world, full, "--source", "real", "--completions", "2") == 0
+    m = json.loads((full / "metrics.json").read_text())
+    assert m["source"] == "real" and m["top_k"] is None and len(m["examples"]) == 3
+    real = bounds.next_token_joint
+    calls = {"n": 0}
+
+    def dies_on_the_second(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(bounds, "next_token_joint", dies_on_the_second)
+    out = tmp_path / "resumed"
+    assert _rep(world, out, "--source", "real", "--completions", "2") == 130
+    assert not out.exists() and (tmp_path / "resumed.partial").is_file()
+    monkeypatch.setattr(bounds, "next_token_joint", real)
+    assert _rep(world, out, "--source", "real", "--completions", "2", "--completions", "3") == 2  # other settings
+    assert _rep(world, out, "--source", "real", "--completions", "2") == 0
+    _same_examples(json.loads((out / "metrics.json").read_text())["examples"], m["examples"])
+    resumed = json.loads((out / "metrics.json").read_text())
+    assert _rep(world, out, "--source", "real", "--completions", "2") == 2  # --out holds an output
+    assert _rep(world, out, "--source", "real", "--completions", "2", "--overwrite") == 0
+    again = json.loads((out / "metrics.json").read_text())
+    assert again["examples"] == resumed["examples"] and again["summary"] == resumed["summary"]  # same seed
+
+
+@pytest.mark.parametrize("extra, names", [
+    (["--candidates", "0"], "--candidates"),
+    (["--candidates", "100000"], "--candidates 100000"),
+    (["--completions", "1"], "--completions"),
+    (["--source", "real", "--top-k", "3"], "--top-k"),
+    (["--precision", "bf16"], "drew in fp32"),
+])
+def test_repetitions_bad_options_exit_2_and_write_nothing(world, tmp_path, capsys, extra, names):
+    out = tmp_path / "o"
+    assert _rep(world, out, *extra) == 2
+    assert names in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "o.partial").exists()
+
+
+def test_repetitions_without_a_repetition_exit_2_naming_the_data(world, tmp_path, capsys):
+    """A test split of 36 distinct characters the corpus never merges (36 distinct byte-level
+    tokens): no real continuation repeats a token of its window."""
+    from textebm.data.layout import write_dataset
+
+    rows = [{"text": "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", "doc": "d0"}]
+    data = tmp_path / "distinct"
+    write_dataset(data, {"train": rows, "dev": rows, "test": rows}, {"name": "distinct"})
+    out = tmp_path / "o"
+    assert main(["residual", "repetitions", "--base", str(world["base"]), "--energy", str(world["energy"]), "--data",
+                 str(data), "--source", "real", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"--data {data}: no token of the real continuations" in err and "Traceback" not in err
+    assert not out.exists() and not (tmp_path / "o.partial").exists()

@@ -6,6 +6,7 @@ enumeration of the 4^3 continuations."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy as np
@@ -113,7 +114,15 @@ def test_continuation_pooling_by_hand_and_with_the_prefix_cached(world):
     slow = en.energies([PREFIX + c for c in conts])
     assert np.abs(fast - slow).max() < 1e-10 and slow.std() > 0.1
     with pytest.raises(ValueError, match="after 4 tokens; the prefix has 3"):
-        en.continuation_energies(PREFIX[:3], conts[:2])
+        from textebm.residual.joint import _unit_energies
+
+        _unit_energies(model, PREFIX[:3], conts[:2], 7)
+    # eq. 5's contexts: a prefix longer than the pooled one (its extra tokens pooled, run with each
+    # continuation) and a shorter one (read in full) give the full pass's energies too
+    for head in (PREFIX + [5], PREFIX + [5, 3], PREFIX[:3]):
+        tails = [c[:len(PREFIX) + M - len(head)] for c in conts[:9]]
+        got = en.continuation_energies(head, tails, batch_size=4)
+        np.testing.assert_allclose(got, en.energies([head + t for t in tails]), rtol=0, atol=1e-10)
 
 
 def test_exact_last_position_equals_enumeration(world):
@@ -472,3 +481,121 @@ def test_perplexity_differences_resample_windows_with_their_log_z_held_fixed():
     assert (jj["a"], jj["b"]) == ("joint", "joint 2") and jj["gap_b"] is not None
     assert jj["upper"]["lo"] < 0 < jj["upper"]["hi"] and jj["can_tell_from_zero"] is False
     assert perplexity_differences([("joint", w)], [("base LM", w["base"])], n_boot=0)[0]["can_tell_from_zero"] is None
+
+
+# ---------------------------------------------------------------- the next token under the joint model (table 3)
+
+
+def exact_next_token(exact, head: list[int]) -> dict:
+    """By enumeration, after PREFIX + head (the continuation's first tokens): the joint model's
+    log P(w | x_<t) (4,) marginalised from the enumerated joint, P_LM's (4,), log Z(x_<t w) (4,) and
+    the relative variance of exp(−E) under each candidate's completions (4,), and log Z(x_<t)."""
+    j = len(head)
+    joint = exact["joint"].reshape((4,) * M)[tuple(t - 3 for t in head)]  # (4, ...) over x_t, x_>t
+    lm = exact["lp"].reshape((4,) * M)[tuple(t - 3 for t in head)]
+    e = exact["e"].reshape((4,) * M)[tuple(t - 3 for t in head)]
+    flat = lambda a: a.reshape(4, -1)  # noqa: E731  (4, 4^(M-j-1)) candidate x completion
+    lm_rest = flat(lm) - np.logaddexp.reduce(flat(lm), axis=1, keepdims=True)  # log P_LM(x_>t | x_<t w)
+    p, w = np.exp(lm_rest), np.exp(-flat(e))
+    z = (p * w).sum(1)  # (4,)
+    relvar = (p * (w - z[:, None]) ** 2).sum(1) / z ** 2  # (4,)
+    lm_next = np.logaddexp.reduce(flat(lm), axis=1) - np.logaddexp.reduce(lm.reshape(-1))  # (4,)
+    joint_next = np.logaddexp.reduce(flat(joint), axis=1) - np.logaddexp.reduce(joint.reshape(-1))  # (4,)
+    log_z_ctx = float(np.logaddexp.reduce(lm_next + np.log(z)))
+    assert M - j - 1 > 0 or np.all(relvar < 1e-20)
+    return {"joint": joint_next, "lm": lm_next, "log_z": np.log(z), "relvar": relvar, "log_z_context": log_z_ctx}
+
+
+def test_next_token_joint_against_enumeration(world, exact):
+    """Table 3's estimator after PREFIX + [b] (x_t with one token after it) at n = 2,000 completions:
+    P_LM of every candidate exact, each candidate's log Z(x_<t w) within 5 standard errors of the
+    enumerated value; with K = 4 (the whole vocabulary) the renormalised joint is eq. 5 itself, within
+    the same tolerance of the enumerated joint's conditional, and its candidates hold all the joint's
+    mass; at the window's last token (no completion) everything is exact."""
+    from textebm.residual.bounds import next_token_joint
+
+    base, en, n = world["base"], world["energy"], 2000
+    head = [4]
+    ref = exact_next_token(exact, head)
+    assert np.ptp(ref["joint"] - ref["lm"]) > 0.2  # the energy moves the next-token distribution
+    nt = next_token_joint(base, en, PREFIX + head, 1, 4, n, seed=3)
+    ids = np.array(nt.candidates) - 3  # (4,) as indices 0..3
+    assert sorted(nt.candidates) == [3, 4, 5, 6] and list(np.argsort(-ref["lm"], kind="stable")) == list(ids)
+    np.testing.assert_allclose(nt.lp_lm, ref["lm"][ids], rtol=0, atol=1e-10)
+    se = np.sqrt(ref["relvar"][ids] / n)  # (4,) of T_n
+    assert np.all(np.abs(np.array(nt.log_z) - ref["log_z"][ids]) < 5 * se), (nt.log_z, ref["log_z"][ids], se)
+    assert np.all(np.array(nt.log_z) <= np.array(nt.log_z_upper) + 1e-12)
+    np.testing.assert_allclose(nt.lm(), ref["lm"][ids], rtol=0, atol=1e-10)  # K = V: nothing to renormalise
+    assert np.all(np.abs(nt.joint() - ref["joint"][ids]) < 5 * (se + se.max()))
+    mass = nt.mass()
+    assert mass["lm"] == pytest.approx(1.0, abs=1e-10) and abs(mass["joint"] - 1.0) < 0.1
+    assert abs(nt.log_z_context - ref["log_z_context"]) < 0.1
+    assert nt.settings == {"k": 4, "completions": n, "rest": 1}
+    # the last token: Z(x_<T w) = exp(−E(x_<T w)), so eq. 5 renormalised over all 4 is exact
+    last = PREFIX + [4, 6]
+    ref = exact_next_token(exact, [4, 6])
+    nt = next_token_joint(base, en, last, 0, 4, 8, seed=3)
+    ids = np.array(nt.candidates) - 3
+    np.testing.assert_allclose(nt.joint(), ref["joint"][ids], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(nt.log_z, ref["log_z"][ids], rtol=0, atol=1e-10)
+    assert nt.log_z == nt.log_z_upper and nt.settings["completions"] == 0
+
+
+def test_next_token_joint_renormalises_over_k_and_seeds_each_candidate_alone(world, exact):
+    """K = 2 and a repeated token outside the top 2: three candidates, the renormalised joint is
+    the enumerated joint restricted to them and renormalised (last token: exact); each candidate's
+    estimate is seeded by its own token, so it is the same in a run of K = 4, and the same for any
+    batch and chunk size; another seed gives other completions."""
+    from textebm.residual.bounds import log_normalise, next_token_joint
+
+    base, en = world["base"], world["energy"]
+    last = PREFIX + [4, 6]
+    ref = exact_next_token(exact, [4, 6])
+    order = list(np.argsort(-ref["lm"], kind="stable") + 3)
+    nt = next_token_joint(base, en, last, 0, 2, 8, seed=1, include=[order[3], order[0]])
+    assert nt.candidates == [order[0], order[1], order[3]]
+    ids = np.array(nt.candidates) - 3
+    np.testing.assert_allclose(nt.joint(), log_normalise(ref["joint"][ids]), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(nt.lm(), log_normalise(ref["lm"][ids]), rtol=0, atol=1e-10)
+    head = PREFIX + [4]
+    two = next_token_joint(base, en, head, 1, 2, 50, seed=9, include=[order[3]])
+    four = next_token_joint(base, en, head, 1, 4, 50, seed=9, chunk=7, batch_size=3)
+    for w, z in zip(two.candidates, two.log_z):
+        assert four.log_z[four.candidates.index(w)] == pytest.approx(z, abs=1e-12)
+    assert two.log_z_context == pytest.approx(four.log_z_context, abs=1e-12)
+    other = next_token_joint(base, en, head, 1, 4, 50, seed=10)
+    assert other.log_z != four.log_z
+    for bad, match in ((0, "k 0"), (5, "k 5: the base LM writes 4 tokens")):
+        with pytest.raises(ValueError, match=match):
+            next_token_joint(base, en, head, 1, bad, 4, seed=0)
+    with pytest.raises(ValueError, match="never writes"):
+        next_token_joint(base, en, head, 1, 2, 4, seed=0, include=[2])  # </s>
+
+
+def test_table3_numbers_by_hand():
+    """`NextToken`'s renormalisations, the candidates' mass, one example's numbers and the summary
+    over examples, on hand-made terms."""
+    from textebm.bootstrap import mean_interval
+    from textebm.residual.bounds import NextToken, log_normalise, repetition_example, repetition_summary
+
+    np.testing.assert_allclose(np.exp(log_normalise(np.log([0.2, 0.6]))), [0.25, 0.75], rtol=1e-14)
+    # P_LM .5 .2 .1 over the candidates (0.8 of its mass), Z(x_<t w) 1 2 6: joint ∝ .5 .4 .6 (sum 1.5)
+    nt = NextToken([7, 8, 9], np.log([0.5, 0.2, 0.1]).tolist(), np.log([1.0, 2.0, 6.0]).tolist(),
+                   np.log([1.1, 2.1, 6.1]).tolist(), math.log(1.875), {"k": 2, "completions": 5, "rest": 3})
+    np.testing.assert_allclose(np.exp(nt.lm()), [0.625, 0.25, 0.125], rtol=1e-14)
+    np.testing.assert_allclose(np.exp(nt.joint()), [1 / 3, 4 / 15, 0.4], rtol=1e-14)
+    assert nt.mass() == pytest.approx({"lm": 0.8, "joint": 1.5 / 1.875}, rel=1e-14)
+    assert NextToken.from_row(json.loads(json.dumps(nt.as_row()))) == nt
+    ex = repetition_example(nt, 9, top=2)
+    assert ex["token_id"] == 9 and ex["in_top_k"] is False  # included: outside the top K = 2
+    assert [c["id"] for c in ex["base"]] == [7, 8] and [c["id"] for c in ex["joint"]] == [9, 7]
+    assert [c["p"] for c in ex["joint"]] == pytest.approx([0.4, 1 / 3], rel=1e-14)
+    assert ex["p_token"] == pytest.approx({"lm": 0.1, "lm_candidates": 0.125, "joint": 0.4}, rel=1e-14)
+    assert ex["rank"] == {"lm": 2, "joint": 0}
+    assert ex["log_ratio"] == pytest.approx(math.log(0.4 / 0.125), rel=1e-14)
+    examples = [{"log_ratio": r} for r in (-1.0, 0.5, -0.2)]
+    s = repetition_summary(examples, n_boot=500, seed=4)
+    assert (s["examples"], s["lowered"], s["raised"]) == (3, 2, 1)
+    assert s["mean_log_ratio"] == pytest.approx(-0.7 / 3, rel=1e-14)
+    assert (s["lo"], s["hi"]) == mean_interval([-1.0, 0.5, -0.2], 500, 4) and s["excludes_zero"] is False
+    assert repetition_summary(examples, n_boot=0)["lo"] is None

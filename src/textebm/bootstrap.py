@@ -80,3 +80,16 @@ def paired_perplexity_diffs(nll, tokens, pairs: Sequence[tuple[int, int]], n_boo
         lo, hi = percentile_interval(d, level)
         row.update(lo=lo, hi=hi, excludes_zero=bool(lo > 0 or hi < 0), p_below_zero=float((d < 0).mean()))
     return out
+
+
+def mean_interval(values, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
+    """The percentile-bootstrap interval of the mean of `values` (N,), N >= 1, over `n_boot`
+    resamples of the items (seeded); None for n_boot 0."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)  # (N,)
+    if not v.size or not np.all(np.isfinite(v)):
+        raise ValueError("mean_interval: give at least one value, all finite")
+    if n_boot < 0 or not 0 < level < 1:
+        raise ValueError(f"mean_interval: n_boot {n_boot} must be >= 0 and level {level} in (0, 1)")
+    if n_boot == 0:
+        return None
+    return percentile_interval(v[resample_indices(v.size, n_boot, seed)].mean(1), level)  # (n_boot,) means

@@ -2,6 +2,7 @@
 
   textebm residual generate --base LM --energy RUN --data DIR --split test --n 100 --top-k 10 --out GEN
   textebm residual ppl --base LM --energy RUN [RUN ...] --data DIR --split test --samples 1000 --out PPL
+  textebm residual repetitions --base LM --energy RUN --data DIR --candidates 10 --completions 100 --out REP
 
 The energy E is a run of `textebm detect train` (conditional NCE against the base LM's samples).
 Paper c's detector commands (`residual train / fit / eval / score / threshold / analyze / matrix`)
@@ -12,7 +13,7 @@ import functools
 import logging
 
 from textebm.cli import detect
-from textebm.residual.commands import ResidualGenerateConfig, ResidualPPLConfig
+from textebm.residual.commands import ResidualGenerateConfig, ResidualPPLConfig, ResidualRepetitionsConfig
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,16 @@ def ppl(cfg: ResidualPPLConfig) -> None:
     print(f"{cfg.out}: perplexity over {m['tokens']} tokens: " + "; ".join(parts))
 
 
+def repetitions(cfg: ResidualRepetitionsConfig) -> None:
+    """Table 3: P(x_t | x_<t) of the base LM and the joint model where a continuation repeats a token."""
+    from textebm.residual.commands import residual_repetitions
+
+    s = residual_repetitions(cfg)["summary"]
+    ci = "" if s["lo"] is None else f" [{s['lo']:+.3f}, {s['hi']:+.3f}]"
+    print(f"{cfg.out}: the joint model lowers the repeated token's probability in {s['lowered']} of {s['examples']} "
+          f"examples; mean log-ratio {s['mean_log_ratio']:+.3f}{ci}; report in {cfg.out}/report.md")
+
+
 def _moved(name: str, fn):
     """`textebm residual NAME`, kept for one release: says where the command went, then runs it."""
 
@@ -57,5 +68,6 @@ def _moved(name: str, fn):
 COMMANDS: dict = {
     "generate": (ResidualGenerateConfig, generate),
     "ppl": (ResidualPPLConfig, ppl),
+    "repetitions": (ResidualRepetitionsConfig, repetitions),
     **{name: (cls, _moved(name, fn)) for name, (cls, fn) in detect.COMMANDS.items()},
 }

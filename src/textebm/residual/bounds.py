@@ -20,6 +20,11 @@ other way round); one set of samples per j serves position j (numerator) and j +
 (denominator). The last position is exact: Z_{T−1} = Σ_v P_LM(v | x_<T) exp(−E(x_<T v)) over every
 token the base LM can write, scored in one batch (a causal energy runs x_<T once).
 
+The next token under the joint model (appendix A.1, table 3): eq. 5 for the base LM's K most
+likely tokens w at one position, each numerator Z(x_<t w) estimated from n completions of the base
+LM, and the K values renormalised among themselves (the paper's approximation of the denominator:
+top 128 words, 10,000 completions each).
+
 How sure a difference of perplexities is (`perplexity_differences`): a paired bootstrap over the
 test windows, each window's log Z estimate held fixed, beside the gap between the upper and lower
 perplexity that log Z's estimate leaves open.
@@ -29,11 +34,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from textebm.bootstrap import paired_perplexity_diffs
+from textebm.bootstrap import mean_interval, paired_perplexity_diffs
 from textebm.residual.joint import BaseLM, JointEnergy
 from textebm.residual.partition import log_partition_estimates
 from textebm.seeds import derive_seed
@@ -250,3 +255,135 @@ def position_bounds(base: BaseLM, energy: JointEnergy, key: str, window: Sequenc
                     seed: int, chunk: int = 256, batch_size: int = 64, exact: bool = True, tick=None) -> dict:
     """`position_bounds_many` with one energy."""
     return position_bounds_many(base, [energy], key, window, prefix_len, n, seed, chunk, batch_size, exact, tick)[0]
+
+
+# ---------------------------------------------------------------- the next token (eq. 5; table 3)
+
+
+def log_normalise(scores) -> np.ndarray:
+    """scores − log Σ exp(scores): log-probabilities over the candidates, (K,) float64."""
+    s = np.asarray(scores, dtype=np.float64)  # (K,)
+    return s - np.logaddexp.reduce(s)
+
+
+def candidate_log_z(base: BaseLM, energy: JointEnergy, context: Sequence[int], candidates: Sequence[int], rest: int,
+                    n: int, seed: int, chunk: int = 256, batch_size: int = 64,
+                    tick: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(T_n, U_n) of log Z(x_<t w) = log E_{x_>t ~ P_LM(·| x_<t, w)} exp(−E(x_<t, w, x_>t)) for each
+    candidate next token w, (K,) each: eq. 5's numerator, from n untruncated completions of `rest`
+    tokens per candidate (`sample_energies`), seeded by (seed, "candidate", w), so a candidate's
+    estimate depends neither on the others nor on its rank. `rest` 0 (the window's last token):
+    exact, −E(x_<t w), from one batch."""
+    if rest == 0:
+        e = energy.continuation_energies(list(context), [[int(w)] for w in candidates], batch_size)  # (K,)
+        if not np.all(np.isfinite(e)):
+            raise FloatingPointError("the energy of a candidate is NaN or infinite")
+        if tick:
+            tick(len(candidates))
+        return -e, -e
+    est = [log_partition_estimates(sample_energies(base, energy, [*context, int(w)], rest, n,
+                                                   derive_seed(seed, "candidate", int(w)), chunk, batch_size, tick))
+           for w in candidates]
+    t, u = np.array(est, dtype=np.float64).reshape(-1, 2).T  # (K,) each
+    return t, u
+
+
+@dataclass
+class NextToken:
+    """Eq. 5 at one position for a set of candidate next tokens (table 3 of Deng et al. 2020):
+    log P_LM(w | x_<t) over the whole vocabulary, and the estimates of log Z(x_<t w); with them the
+    base LM and the joint model renormalised over the candidates, and (from an estimate of the
+    denominator log Z(x_<t) over every token) how much of each model's mass the candidates hold."""
+
+    candidates: list[int]  # (K',) the base LM's K most likely tokens, then any included one
+    lp_lm: list[float]  # (K',) log P_LM(w | x_<t), the whole vocabulary's softmax
+    log_z: list[float]  # (K',) T_n of log Z(x_<t w)
+    log_z_upper: list[float]  # (K',) U_n of log Z(x_<t w)
+    log_z_context: float | None = None  # T_n of log Z(x_<t), eq. 5's denominator (None: not estimated)
+    settings: dict = field(default_factory=dict)  # {"k": top candidates, "completions": n, "rest": tokens after w}
+
+    def lm(self) -> np.ndarray:
+        """log P_LM(w | x_<t) renormalised over the candidates (K',)."""
+        return log_normalise(self.lp_lm)
+
+    def joint(self) -> np.ndarray:
+        """The paper's approximation: log P_LM(w | x_<t) + log Z(x_<t w) renormalised over the
+        candidates (K',)."""
+        return log_normalise(np.add(self.lp_lm, self.log_z))
+
+    def mass(self) -> dict:
+        """The candidates' share of each model's next-token distribution: the base LM's exact, the
+        joint model's estimated as Σ_w P_LM(w) Z(x_<t w) / Z(x_<t) (both Z from samples: it may
+        come out above 1)."""
+        lm = float(np.exp(np.logaddexp.reduce(self.lp_lm)))
+        joint = None if self.log_z_context is None else \
+            float(np.exp(np.logaddexp.reduce(np.add(self.lp_lm, self.log_z)) - self.log_z_context))
+        return {"lm": lm, "joint": joint}
+
+    def as_row(self) -> dict:
+        return {"candidates": self.candidates, "lp_lm": self.lp_lm, "log_z": self.log_z,
+                "log_z_upper": self.log_z_upper, "log_z_context": self.log_z_context, "settings": self.settings}
+
+    @classmethod
+    def from_row(cls, row: dict) -> NextToken:
+        return cls(row["candidates"], row["lp_lm"], row["log_z"], row["log_z_upper"], row["log_z_context"],
+                   row["settings"])
+
+
+def next_token_joint(base: BaseLM, energy: JointEnergy, context: Sequence[int], rest: int, k: int, n: int,
+                     seed: int, include: Sequence[int] = (), denominator: bool = True, chunk: int = 256,
+                     batch_size: int = 64, tick: Callable[[int], None] | None = None) -> NextToken:
+    """Eq. 5 at the position after `context` (x_<t, its window ending `rest` tokens after x_t) for
+    the base LM's `k` most likely next tokens (ties by id) and the tokens of `include` not among
+    them: log P_LM of each, log Z(x_<t w) from n completions each (`candidate_log_z`), and with
+    `denominator` log Z(x_<t) from n completions of rest + 1 tokens (seeded by (seed, "context")).
+    ValueError when k is not in 1 .. the tokens the base LM can write, or an included token is one
+    it never writes."""
+    lp = base.next_logprobs([base.context(context)])[0].numpy()  # (V,) banned at −inf
+    allowed = int(np.isfinite(lp).sum())
+    if not 1 <= k <= allowed:
+        raise ValueError(f"k {k}: the base LM writes {allowed} tokens; ask for 1 to {allowed} candidates")
+    top = [int(v) for v in np.argsort(-lp, kind="stable")[:k]]
+    extra = [int(v) for v in dict.fromkeys(include) if int(v) not in top]
+    if any(not np.isfinite(lp[v]) for v in extra):
+        raise ValueError("an included token is one the base LM never writes ([eos] or a layout symbol)")
+    cands = top + extra
+    t, u = candidate_log_z(base, energy, context, cands, rest, n, seed, chunk, batch_size, tick)
+    ctx_z = None
+    if denominator:
+        z = sample_energies(base, energy, list(context), rest + 1, n, derive_seed(seed, "context"), chunk, batch_size,
+                            tick)  # (n,)
+        ctx_z = log_partition_estimates(z)[0]
+    return NextToken(cands, [float(lp[v]) for v in cands], t.tolist(), u.tolist(), ctx_z,
+                     {"k": k, "completions": n if rest else 0, "rest": rest})
+
+
+def repetition_example(nt: NextToken, token: int, top: int = 5) -> dict:
+    """One row of table 3 in numbers: the base LM's and the joint model's `top` candidates (ids and
+    probabilities, both renormalised over the same candidates), the repeated `token`'s probability
+    under each (and P_LM's over the whole vocabulary), its rank, the log-ratio joint / base LM,
+    and the candidates' mass (`NextToken.mass`)."""
+    i = nt.candidates.index(int(token))
+    lm, joint = nt.lm(), nt.joint()  # (K',) each
+
+    def ranked(lp: np.ndarray) -> list[dict]:
+        order = np.argsort(-lp, kind="stable")
+        return [{"id": nt.candidates[j], "p": float(np.exp(lp[j]))} for j in order[:top]]
+
+    return {"token_id": int(token), "in_top_k": i < nt.settings["k"], "base": ranked(lm), "joint": ranked(joint),
+            "p_token": {"lm": float(np.exp(nt.lp_lm[i])), "lm_candidates": float(np.exp(lm[i])),
+                        "joint": float(np.exp(joint[i]))},
+            "rank": {"lm": int((lm > lm[i]).sum()), "joint": int((joint > joint[i]).sum())},
+            "log_ratio": float(joint[i] - lm[i]), "mass": nt.mass()}
+
+
+def repetition_summary(examples: Sequence[dict], n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
+    """Over the examples (`repetition_example`): in how many the joint model gives the repeated
+    token a lower probability than the base LM (over the same candidates), and the mean log-ratio
+    log P_joint / P_LM with its percentile-bootstrap interval over the examples."""
+    r = np.array([x["log_ratio"] for x in examples], dtype=np.float64)  # (N,)
+    ci = mean_interval(r, n_boot, seed, level)
+    return {"examples": int(r.size), "lowered": int((r < 0).sum()), "raised": int((r > 0).sum()),
+            "mean_log_ratio": float(r.mean()), "lo": None if ci is None else ci[0],
+            "hi": None if ci is None else ci[1], "level": level, "resamples": n_boot,
+            "excludes_zero": None if ci is None else bool(ci[0] > 0 or ci[1] < 0)}

@@ -1,9 +1,10 @@
-"""`residual generate` and `residual ppl`: the joint model of Deng et al. (2020) from the command
-line (files, options, resume); the library is `joint`, `generate`, `bounds`, `partition`.
+"""`residual generate`, `residual ppl` and `residual repetitions`: the joint model of Deng et al.
+(2020) from the command line (files, options, resume); the library is `joint`, `generate`,
+`bounds`, `partition`.
 
-Both read test windows of a dataset split in the shared vocabulary (`textebm.detection
+They read test windows of a dataset split in the shared vocabulary (`textebm.detection
 .negative_sampling.windows_of`: split by document, non-overlapping windows of p + m tokens,
-a seeded subset), or for `generate` a file of prefixes. Both write a folder (`--out`) whose rows
+a seeded subset), or for `generate` a file of prefixes. Each writes a folder (`--out`) whose rows
 are kept, while the run lasts, in OUT.partial beside it: an interrupted run continues from the
 rows there when the models (by content), the windows and every option that changes a row are the
 same, and stops with exit status 2 otherwise.
@@ -41,18 +42,19 @@ from textebm.resumable import PartialFile
 from textebm.seeds import derive_seed
 from textebm.tokenizer import same_vocab
 
-__all__ = ["GENERATE_KIND", "PPL_KIND", "ResidualGenerateConfig", "ResidualPPLConfig", "residual_ppl",
-           "residual_generate"]
+__all__ = ["GENERATE_KIND", "PPL_KIND", "REPETITIONS_KIND", "ResidualGenerateConfig", "ResidualPPLConfig",
+           "ResidualRepetitionsConfig", "residual_ppl", "residual_generate", "residual_repetitions"]
 
 log = logging.getLogger(__name__)
 
 GENERATE_KIND = "residual generate"
 PPL_KIND = "residual ppl"
+REPETITIONS_KIND = "residual repetitions"
 
 
 @dataclass(kw_only=True)
 class _JointOptions:
-    """What `generate` and `ppl` share: the models, the windows and how they run."""
+    """What `generate`, `ppl` and `repetitions` share: the models, the windows and how they run."""
 
     base: str = field(metadata={"help": "the base LM P_LM: a causal LM in the energy's vocabulary (RUN of "
                                         "`lm train`; frozen)"})
@@ -128,6 +130,36 @@ class ResidualPPLConfig(_JointOptions):
             raise TextebmError(f"--positions {self.positions}: the per-position estimate runs on the first of the "
                                f"test windows, and --windows {self.windows} gives only {self.windows}; ask for at "
                                f"most {self.windows}")
+
+
+@dataclass(kw_only=True)
+class ResidualRepetitionsConfig(_JointOptions):
+    COMMAND: ClassVar[str] = REPETITIONS_KIND
+    energy: str = field(metadata={"help": "the residual energy E (RUN of `detect train`)"})
+    source: str = field(default="sample", metadata={
+        "help": "whose repetitions: the base LM's own continuation of each window's prefix (sample: the paper's) "
+                "or the window's real one (real)", "choices": ["sample", "real"]})
+    top_k: int = field(default=10, metadata={"help": "with --source sample: the base LM samples from its k most "
+                                                     "likely tokens (as `residual generate`; 0: untruncated)",
+                                             "min": 0})
+    examples: int = field(default=10, metadata={"help": "repetitions to estimate: the first repeated token of each "
+                                                        "window's continuation, windows in order", "min": 1})
+    candidates: int = field(default=10, metadata={"help": "K: the base LM's most likely next tokens whose joint "
+                                                          "probability is estimated, then renormalised among them "
+                                                          "(paper: 128)", "min": 1})
+    completions: int = field(default=100, metadata={"help": "completions per candidate from the untruncated base LM "
+                                                            "behind each E[exp(-E)] (paper: 10,000)", "min": 2})
+    chunk: int = field(default=256, metadata={"help": "completions drawn and scored at a time (memory; changes no "
+                                                      "number)", "min": 1})
+    bootstrap: int = field(default=1000, metadata={
+        "help": "bootstrap resamples of the examples for the 95% interval of the mean log-ratio (seeded by --seed; "
+                "0: none)", "min": 0})
+
+    def check(self) -> None:
+        if not self.data:
+            raise TextebmError("--data is required: the windows whose continuations are searched for repetitions")
+        if self.source == "real":
+            refuse_unused(self, ["top_k"], "with --source real (nothing is sampled)")
 
 
 # ---------------------------------------------------------------- shared set-up
@@ -403,7 +435,7 @@ def _generation_metrics(rows: list[dict], st: _Setup, cfg, elapsed: float) -> di
         e = np.asarray(known[name]) if name in known else \
             st.energies[0].energies([p + s for p, s in zip(prefixes, seqs)], cfg.batch_size)
         out["groups"][name] = {**ngram_ratios(seqs), "lm_logprob_mean": float(lp.mean()),
-                               "energy_mean": float(e.mean()), "lm_logprob": lp.tolist()}
+                               "energy_mean": float(e.mean()), "lm_logprob": lp.tolist(), "energy": e.tolist()}
     return out
 
 
@@ -432,3 +464,117 @@ def _judge(judge, path: str, rows: list[dict], st: _Setup) -> dict:
         if "real" in scores:
             out[name].update(detect.evaluate(rule, scores["real"], s))
     return out
+
+
+# ---------------------------------------------------------------- residual repetitions (table 3)
+
+
+def _find_repetitions(cfg, st: _Setup, wins) -> tuple[list[dict], int]:
+    """The first position of each window's continuation (the base LM's own with --source sample,
+    drawn per window from seed (--seed, window); the real one otherwise) whose token already occurs
+    in x_<t (prefix and continuation so far), windows in order until --examples are found; with
+    the number of windows searched."""
+    p, found, searched = st.prefix_len, [], 0
+    for s in range(0, len(wins), cfg.batch_size):
+        batch = wins[s:s + cfg.batch_size]
+        if cfg.source == "sample":
+            gens = st.base.sample([st.base.context(w.ids[:p]) for w in batch], st.length,
+                                  [derive_seed(cfg.seed, w.key, "sample") for w in batch], cfg.top_k, cfg.batch_size)
+            conts = [g.tokens for g in gens]
+        else:
+            conts = [list(w.ids[p:]) for w in batch]
+        for w, cont in zip(batch, conts):
+            searched += 1
+            seq = [*w.ids[:p], *cont]
+            i = next((i for i in range(p, len(seq)) if seq[i] in seq[:i]), None)
+            if i is not None:
+                found.append({"key": w.key, "position": i - p + 1, "context": seq[:i], "token": seq[i],
+                              "continuation": list(cont)})
+                if len(found) == cfg.examples:
+                    return found, searched
+    return found, searched
+
+
+def _token_text(vocab, i: int) -> str:
+    """A token as a reader sees it: its text, or quoted where it is only white space."""
+    text = vocab.decode([i])
+    return text.strip() or repr(text)
+
+
+def residual_repetitions(cfg: ResidualRepetitionsConfig) -> dict:
+    """Table 3 of Deng et al. (2020): at positions where a continuation repeats a token of x_<t,
+    the base LM's and the joint model's P(x_t | x_<t) over the base LM's top K candidates
+    (`bounds.next_token_joint`), per example and summed up (`bounds.repetition_summary`)."""
+    check_config(cfg)
+    out = Path(cfg.out)
+    check_output_dir(out, REPETITIONS_KIND, cfg.overwrite)
+    partial = PartialFile(out, REPETITIONS_KIND)
+    partial.check()
+    st = _setup(cfg, [cfg.energy])
+    energy, vocab = st.energies[0], st.energies[0].vocab
+    writable = st.base.vocab_size - len(set(st.base.banned))
+    if cfg.candidates > writable:
+        raise TextebmError(f"--candidates {cfg.candidates}: {st.base.name} writes {writable} tokens; ask for at most "
+                           f"{writable}")
+    wins = _test_windows(cfg, vocab, st.length, st.prefix_len)
+    if cfg.source == "real":
+        _check_continuations(cfg, st, wins)
+    items, searched = _find_repetitions(cfg, st, wins)
+    if not items:
+        what = "the base LM's continuations" if cfg.source == "sample" else "the real continuations"
+        raise TextebmError(f"--data {cfg.data}: no token of {what} of the {searched} windows of split {cfg.split!r} "
+                           f"repeats one before it (--source {cfg.source}); give more --windows, or another "
+                           "--source or --split")
+    if len(items) < cfg.examples:
+        log.warning("--examples %d: only %d of the %d windows searched hold a repetition", cfg.examples, len(items),
+                    searched)
+    window_len = st.prefix_len + st.length
+    identity = {"command": REPETITIONS_KIND, "base_sha256": folder_sha256(st.base_path),
+                "energy_sha256": folder_sha256(st.energy_paths[0]), "examples_sha256": json_sha256(items),
+                "prefix_len": st.prefix_len, "length": st.length, "candidates": cfg.candidates,
+                "completions": cfg.completions, "source": cfg.source, "seed": cfg.seed, "precision": st.precision}
+    done = {r["key"] for r in partial.start(identity)}
+    todo = [it for it in items if it["key"] not in done]
+    t0 = time.perf_counter()
+    with partial, progress_bar(len(todo), "repetitions", "example", cfg.progress) as bar:
+        for i, it in enumerate(todo):
+            _log_progress(i, len(todo), t0, "examples")
+            try:
+                nt = bounds.next_token_joint(st.base, energy, it["context"], window_len - len(it["context"]) - 1,
+                                             cfg.candidates, cfg.completions, derive_seed(cfg.seed, it["key"], "joint"),
+                                             include=[it["token"]], chunk=cfg.chunk, batch_size=cfg.batch_size)
+            except FloatingPointError as e:
+                raise TextebmError(f"--energy {cfg.energy}: {e} (window {it['key']}); nothing was written for it") \
+                    from None
+            partial.append([{**it, "terms": nt.as_row()}])
+            bar.update(1)
+    elapsed = time.perf_counter() - t0
+    order = {it["key"]: i for i, it in enumerate(items)}
+    rows = sorted(partial.rows(), key=lambda r: order[r["key"]])
+    examples = []
+    for r in rows:
+        ex = bounds.repetition_example(bounds.NextToken.from_row(r["terms"]), r["token"])
+        for model in ("base", "joint"):
+            ex[model] = [{"token": _token_text(vocab, c["id"]), **c} for c in ex[model]]
+        examples.append({"key": r["key"], "position": r["position"], "context": vocab.decode(r["context"]),
+                         "context_tail": vocab.decode(r["context"][-32:]), "token": _token_text(vocab, r["token"]),
+                         **ex})
+    metrics = {"corpus": corpus_name(cfg.data), "split": cfg.split, "source": cfg.source,
+               "top_k": cfg.top_k if cfg.source == "sample" else None, "prefix_len": st.prefix_len,
+               "length": st.length, "candidates": cfg.candidates, "completions": cfg.completions,
+               "precision": st.precision, "precision_tolerance": st.tolerance, "seconds": round(elapsed, 1),
+               "base": str(st.base_path), "energy": str(st.energy_paths[0]), "kind": energy.spec.kind,
+               "init": energy.spec.init,
+               "windows_searched": searched, "windows_with_repetition": len(items),
+               "summary": bounds.repetition_summary(examples, cfg.bootstrap, derive_seed(cfg.seed, "bootstrap")),
+               "examples": examples}
+
+    def write(tmp: Path) -> None:
+        with atomic_write(tmp / "examples.jsonl") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        write_json(tmp / "metrics.json", metrics)
+        report.write_repetitions_report(tmp, metrics)
+
+    _finish(out, REPETITIONS_KIND, cfg.overwrite, partial, write)
+    return metrics

@@ -145,10 +145,17 @@ class JointEnergy:
     def continuation_energies(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]],
                               batch_size: int = 64, use_cache: bool = True) -> np.ndarray:
         """E(prefix + c) for each continuation c (N,) float64; UniT runs the prefix once
-        (`use_cache=False`: the slow reference that reads every window in full)."""
+        (`use_cache=False`: the slow reference that reads every window in full). A UniT pooled over
+        the continuation caches only the prefix it was trained after: a longer `prefix` (eq. 5's
+        x_<t, t past the prefix) has its extra tokens run with each continuation, since they are
+        pooled; a shorter one is read in full."""
         if not (use_cache and self.cached) or not prefix:
             return self.energies([[*prefix, *c] for c in continuations], batch_size)
-        return _unit_energies(self.model, list(prefix), [list(c) for c in continuations], batch_size)
+        cut = self.model.prefix_len if self.model.pool == "continuation" else len(prefix)
+        if not 0 < cut <= len(prefix):
+            return self.energies([[*prefix, *c] for c in continuations], batch_size)
+        head, tail = list(prefix[:cut]), list(prefix[cut:])
+        return _unit_energies(self.model, head, [tail + list(c) for c in continuations], batch_size)
 
 
 # ---------------------------------------------------------------- loading the joint model

@@ -1,7 +1,8 @@
-"""The reports of `residual ppl` and `residual generate`: a Markdown page a person reads first,
-and the figures of Deng et al. (2020): the bound gap against the number of samples (figure 2
-left), the per-position perplexity gain (figure 1), the base LM's log-probability density of
-real, base and joint continuations (figure 3)."""
+"""The reports of `residual ppl`, `residual generate` and `residual repetitions`: a Markdown page a
+person reads first, and the figures and tables of Deng et al. (2020): the bound gap against the
+number of samples (figure 2 left), the per-position perplexity gain (figure 1), the density of
+real, base and joint continuations' log-probability under the base LM and under the joint model
+(figure 3), P(x_t | x_<t) of both models on repetitions (table 3)."""
 
 from __future__ import annotations
 
@@ -161,19 +162,79 @@ def write_generate_report(folder: Path, metrics: dict, rows: list[dict], base, v
                   "A detector trained on another base LM's negatives; lower means harder to tell from real text.", "",
                   table(["continuations", *cols], [[n, *[_f(j[n].get(c), 3) for c in cols]] for n in ("base", "joint")],
                         ["left"] + ["right"] * len(cols)), ""]
-    fig = new_figure(figsize=(5.5, 3.6))
-    ax = fig.add_subplot()
-    for n in names:
-        ax.hist(groups[n]["lm_logprob"], bins=30, density=True, histtype="step", label=n)
-    ax.set_xlabel("log P_LM(continuation | prefix), untruncated base LM")
-    ax.set_ylabel("density")
-    ax.legend()
+    scores = {"base LM": {n: np.asarray(groups[n]["lm_logprob"]) for n in names},
+              "joint model": {n: np.asarray(groups[n]["lm_logprob"]) - np.asarray(groups[n]["energy"]) for n in names}}
+    fig = new_figure(figsize=(9.0, 3.6), layout="constrained")
+    for i, (model, by_group) in enumerate(scores.items()):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for n in names:
+            ax.hist(by_group[n], bins=30, density=True, histtype="step", label=n)
+        ax.set_xlabel("log P_LM(x | prefix)" if i == 0 else "log P_LM(x | prefix) − E(x)")
+        ax.set_ylabel("density")
+        ax.set_title(model, fontsize=9)
+        ax.legend()
     save_png(fig, folder / "density.png")
-    lines += ["## Log-probability under the base LM (figure 3)", "", "![density](density.png)", "",
-              "## Examples", ""]
+    lines += ["## Log-probability under the base LM and under the joint model (figure 3)", "",
+              "![density](density.png)", "",
+              ("Left: the untruncated base LM's log-probability of each continuation; right: the joint model's, "
+               "log P_LM − E, without log Z(prefix): one constant per prefix, the same for every group's "
+               "continuation of it, so it moves no difference of means (its estimate needs untruncated samples). "
+               "The paper's statistic is each model's own samples' mean minus the real continuations' under that "
+               "model (21.64 for its base LM's samples under the base LM, 6.20 for the joint model's under the joint "
+               "model): the closer to 0, the better a model's samples match real text by its own score."), ""]
+    if "real" in names:
+        lines += [table(["continuations", "mean − real's, base LM", "mean − real's, joint model"],
+                        [[n, *[f"{float(scores[m][n].mean() - scores[m]['real'].mean()):+.2f}" for m in scores]]
+                         for n in names if n != "real"], ["left", "right", "right"]), ""]
+    lines += ["## Examples", ""]
     for r in rows[:5]:
         lines += [f"- **prefix** …{vocab.decode(r['prefix'][-24:])}",
                   f"  - joint: {vocab.decode(r['joint'])}", f"  - base: {vocab.decode(r['base'])}"]
         if r["real"]:
             lines.append(f"  - real: {vocab.decode(r['real'])}")
     (folder / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_repetitions_report(folder: Path, metrics: dict) -> None:
+    """report.md: table 3's shape (per example, the context's end, then each model's top 5 next
+    tokens with their probabilities, the repeated token in bold) and the summary over examples."""
+    s, n = metrics["summary"], metrics["examples"]
+    source = (f"the base LM's own continuation (top-k {metrics['top_k'] or 'off'})" if metrics["source"] == "sample"
+              else "the real continuation")
+    ci = "" if s["lo"] is None else (f" (95 % bootstrap interval over the examples [{s['lo']:+.3f}, {s['hi']:+.3f}], "
+                                     f"{s['resamples']} resamples)")
+    lines = [f"# P(x_t | x_<t) on repetitions (table 3): {metrics['corpus']}, {metrics['split']}", "",
+             (f"{s['examples']} positions where {source} after a prefix of {metrics['prefix_len']} tokens writes a "
+              f"token x_t already in x_<t (the first such position of a window; {metrics['windows_with_repetition']} "
+              f"of {metrics['windows_searched']} windows searched). At each, the base LM's {metrics['candidates']} "
+              "most likely next tokens w (and x_t where it is not among them), the joint model's P(w | x_<t) ∝ "
+              f"P_LM(w | x_<t) · E[exp(−E(x_<t, w, x_>t))] over {metrics['completions']} completions x_>t of the "
+              f"untruncated base LM to the energy's window ({metrics['prefix_len'] + metrics['length']} tokens), "
+              "renormalised over those candidates (the paper's approximation: 128 candidates, 10,000 completions); "
+              f"the base LM's probabilities renormalised over the same candidates. Energy: {joint_label(metrics)}; "
+              f"models in {metrics['precision']}."), "",
+             (f"**The joint model lowers the repeated token's probability in {s['lowered']} of {s['examples']} "
+              f"examples** (raises it in {s['raised']}); mean log P_joint(x_t) / P_LM(x_t) {s['mean_log_ratio']:+.3f}"
+              f"{ci}."), ""]
+    rows = []
+    for ex in n:
+        for model, key in (("Base LM", "base"), ("joint", "joint")):
+            for rank, c in enumerate(ex[key]):
+                word = f"**{c['token']}**" if c["id"] == ex["token_id"] else c["token"]
+                first = rank == 0 and model == "Base LM"
+                rows.append([f"…{ex['context_tail']}" if first else "", model if rank == 0 else "", str(rank), word,
+                             f"{c['p']:.2f}"])
+    lines += [table(["Context x_<t", "Model", "Rank", "x_t", "P(x_t | x_<t)"], rows,
+                    ["left", "left", "right", "left", "right"]), "",
+              "## The repeated token", "",
+              ("P_LM over the whole vocabulary, both models over the candidates; rank 0 is the most likely; the "
+               "candidates' share of each model's next-token mass (the joint's from an estimate of eq. 5's "
+               "denominator, so it may exceed 1)."), "",
+              table(["window", "x_t", "P_LM", "P_LM (cand.)", "P_joint (cand.)", "log ratio", "rank LM → joint",
+                     "mass LM / joint"],
+                    [[ex["key"], ex["token"], _f(ex["p_token"]["lm"], 3), _f(ex["p_token"]["lm_candidates"], 3),
+                      _f(ex["p_token"]["joint"], 3), f"{ex['log_ratio']:+.3f}",
+                      f"{ex['rank']['lm']} → {ex['rank']['joint']}",
+                      f"{_f(ex['mass']['lm'], 2)} / {_f(ex['mass']['joint'], 2)}"] for ex in n],
+                    ["left", "left"] + ["right"] * 6), ""]
+    (folder / "report.md").write_text("\n".join(lines), encoding="utf-8")
