@@ -14,11 +14,11 @@
 # can be stopped and started again, and a later session continues it.
 #
 #   bash bench/generation/pipeline-v2.sh WORK [STAGE...]
-#   stages: base negatives probe mlm energies baselines ppl      (default: all, in order)
+#   stages: base negatives probe mlm energies baselines ppl table3      (default: all, in order)
 #   CORPORA="news" CURVE="6000 25000 0" ... override the settings below
 set -euo pipefail
 W=${1:?usage: pipeline-v2.sh WORK [STAGE...]}; shift || true
-STAGES=${*:-base negatives probe mlm energies baselines ppl}
+STAGES=${*:-base negatives probe mlm energies baselines ppl table3}
 T=${TEXTEBM:-textebm}
 CORPORA=${CORPORA:-news brown}
 CURVE=${CURVE:-6000 25000 0}       # training windows of the learning curve (0: all)
@@ -120,6 +120,18 @@ if has ppl; then  # fp32: the effects are small; paired bootstrap intervals over
       [ -n "$es" ] || continue
       $T residual ppl --base base/$c --energy $es ${cmp:+--compare $cmp} --data data/$c --split test \
         --windows $WINDOWS --samples $SAMPLES --precision fp32 --bootstrap 1000 --out $out
+    done
+  done
+fi
+
+if has table3; then  # the paper's table 3: P(x_t | x_<t) of the base LM and the joint model where a sample repeats a token
+  mkdir -p table3
+  for c in $CORPORA; do
+    for e in bit-cont unit-cont; do
+      done_run energy/$c-$e-w0 || continue
+      [ -f table3/$c-$e/metrics.json ] || $T residual repetitions --base base/$c --energy energy/$c-$e-w0 \
+        --data data/$c --split test --examples 30 --candidates 10 --completions 100 --bootstrap 1000 \
+        --out table3/$c-$e
     done
   done
 fi
