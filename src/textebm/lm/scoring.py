@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -48,15 +49,15 @@ class ScoreResult:
         return len(self.token_ids)
 
 
-def next_token_targets(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The next-token shift of a causal LM: (logits (B, T-1, V) in fp32, targets (B, T-1)).
+def next_token_targets(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor,
+                       dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next-token shift of a causal LM: (logits (B, T-1, V) in fp32 or `dtype`, targets (B, T-1)).
 
     logits (B, T, V): position t predicts token t+1. ids (B, T): the tokens (training labels with
     -100 included). mask (B, T): nonzero where ids[:, t] counts; a target outside it is -100.
     """
     target = torch.where(mask[:, 1:] != 0, ids[:, 1:], -100)  # (B, T-1), -100: not counted
-    return logits[:, :-1].float(), target  # (B, T-1, V), (B, T-1)
+    return logits[:, :-1].to(dtype), target  # (B, T-1, V), (B, T-1)
 
 
 # Causal LMs whose logits are exactly lm_head(model(...).last_hidden_state): no logit scaling or
@@ -97,12 +98,18 @@ def labelled_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor
     return shifted_logits(model, input_ids, attention_mask, keep), target[keep]  # (N, V), (N,)
 
 
-def next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """log p(ids[:, t+1] | ids[:, :t+1]) from a causal LM's logits (B, T, V), in fp32: (B, T-1),
-    0 where position t+1 is outside `mask` (see `next_token_targets`). The one home of next-token
-    log-probabilities: scoring and the LM's evaluation use it; the LM's training loss applies
-    cross-entropy to the same shift, on the labelled rows only (`labelled_logits`)."""
-    logits, target = next_token_targets(logits, ids, mask)  # (B, T-1, V), (B, T-1)
+def next_token_logprobs(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor, banned: Sequence[int] = (),
+                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """log p(ids[:, t+1] | ids[:, :t+1]) from a causal LM's logits (B, T, V), in fp32 (or `dtype`):
+    (B, T-1), 0 where position t+1 is outside `mask` (see `next_token_targets`). With `banned`, p is
+    the LM renormalised without those tokens (paper d's P_LM: a banned target gets −inf). The one
+    home of next-token log-probabilities: scoring, the LM's evaluation and the residual joint
+    model's base LM use it; the LM's training loss applies cross-entropy to the same shift, on the
+    labelled rows only (`labelled_logits`)."""
+    logits, target = next_token_targets(logits, ids, mask, dtype)  # (B, T-1, V), (B, T-1)
+    if banned:
+        logits = logits.clone()  # not the model's own logits
+        logits[..., list(banned)] = float("-inf")
     keep = target != -100  # (B, T-1)
     lp = logits.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)  # (B, T-1)
     return torch.where(keep, lp, torch.zeros_like(lp))

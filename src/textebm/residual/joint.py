@@ -8,7 +8,8 @@ log P_LM, the baselines' perplexities): a causal LM in the shared vocabulary rea
 given `[bos] x_1..x_p`, writing exactly T − p tokens with [eos] and the layout symbols banned
 and the other tokens renormalised (a continuation of fixed length never ends early). Its
 samples come from textebm's one sampler (`textebm.lm.generate.generate`), each seeded by its own
-generator, so a sample never depends on the batch it was drawn in.
+generator, so a sample never depends on the batch it was drawn in; its log-probabilities from the
+one next-token routine (`textebm.lm.scoring.next_token_logprobs`, banned tokens out, float64).
 
 `JointEnergy` is E(x_{1..T}) over whole windows (prefix and continuation together, as
 `detect train` scored them). For a causal energy (UniT) the prefix's states are the same for
@@ -34,6 +35,7 @@ from textebm.errors import TextebmError
 from textebm.fingerprint import folder_sha256
 from textebm.io import iter_jsonl, read_json_object
 from textebm.lm.generate import Generation, fixed_length_banned, generate
+from textebm.lm.scoring import next_token_logprobs
 from textebm.models.lm import cache_arg, special_ids
 from textebm.models.load import load_energy, load_lm
 from textebm.precision import fp32_or_better
@@ -114,9 +116,10 @@ class BaseLM:
             m = len(continuations[s])
             ids = torch.tensor(seqs, device=self.device)  # (B, 1+p+m)
             logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
-            lp = self._log_softmax(logits[:, -m - 1:-1])  # (B, m, V) predicting the continuation
-            tgt = ids[:, -m:].cpu()  # (B, m)
-            out.append(lp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1).numpy())  # (B, m)
+            tail = ids[:, -m - 1:]  # (B, m+1): the last context token and the continuation it predicts
+            lp = next_token_logprobs(logits[:, -m - 1:], tail, torch.ones_like(tail), self.banned,
+                                     torch.float64)  # (B, m)
+            out.append(lp.cpu().numpy())
         res = np.concatenate(out) if out else np.zeros((0, 0))
         if not np.all(np.isfinite(res)):
             raise TextebmError(f"a continuation holds a token that {self.name} never writes ([eos] or a layout "

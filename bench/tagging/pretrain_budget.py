@@ -1,0 +1,88 @@
+"""Why pre-training trails supervised at 1 % (issue 34): the DNCE budget of stage 1, as a control.
+
+The grid-v2 cells `pretrain-p0.01-r10-s*` fine-tune every weight from a TRF trained one pass over the
+unlabelled pool (141 DNCE steps). This reruns them with the same settings but stage 1 trained
+
+  * 1 DNCE step: the pre-training path with (almost) untrained weights, a control for stage 2 itself;
+  * 5 passes (the paper's code: `run_trf_pretrain.sh`, 5 epochs over the pool);
+
+and reports test accuracy beside the grid's cell and the supervised cell of the same seed. If one
+step matches supervised and five passes beat one, stage 1's budget is what holds pre-training back.
+
+    OMP_NUM_THREADS=1 python bench/tagging/pretrain_budget.py --grid runs/tag-grid-v2 \
+        --work runs/tag-pretrain-budget --out bench/results/tagging/pretrain-budget.json [--seeds 0 1 2]
+
+Every run is cached (a finished one is skipped; an interrupted one resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+from pathlib import Path
+
+from textebm.tagging.commands import TagEvalConfig, tag_eval
+from textebm.tagging.train import TagTrainConfig
+from textebm.training import tag_train
+
+VARIANTS = {"dnce-1-step": {"pretrain_steps": 1, "pretrain_epochs": 1},
+            "dnce-5-passes": {"pretrain_steps": 0, "pretrain_epochs": 5}}
+
+
+def cell(grid: Path, name: str) -> dict:
+    """The grid's newest finished cell `name` (its result: test accuracy, run folder)."""
+    files = sorted((grid / "cells").glob(f"{name}-*.json"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        raise SystemExit(f"no finished cell {grid}/cells/{name}-*.json: run the grid first")
+    return json.loads(files[-1].read_text())["result"]
+
+
+def test_accuracy(run: Path, data: str) -> float:
+    return float(tag_eval(TagEvalConfig(model=str(run), data=data, split="test"))["accuracy"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", default="runs/tag-grid-v2")
+    ap.add_argument("--work", default="runs/tag-pretrain-budget")
+    ap.add_argument("--out", default="bench/results/tagging/pretrain-budget.json")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--ratio", type=int, default=10)
+    args = ap.parse_args()
+    grid, work = Path(args.grid), Path(args.work)
+    fields = {f.name for f in dataclasses.fields(TagTrainConfig)}
+    rows = []
+    for seed in args.seeds:
+        pre = cell(grid, f"pretrain-p0.01-r{args.ratio}-s{seed}")
+        row = {"seed": seed, "grid_one_pass": pre["accuracy"], "dnce_steps_one_pass": pre["dnce_steps"],
+               "supervised": cell(grid, f"supervised-p0.01-r0-s{seed}")["accuracy"]}
+        base = grid / pre["run"]
+        opts = {k: v for k, v in json.loads((base / "config.json").read_text()).items() if k in fields}
+        for name, change in VARIANTS.items():
+            out = work / f"{name}-s{seed}"
+            if not (out / "metrics.json").is_file() or not json.loads((out / "metrics.json").read_text()).get(
+                    "completed"):
+                cfg = TagTrainConfig(**{**opts, **change, "out": str(out), "stage1_cache": str(work / "stage1"),
+                                        "resume": (out / "config.json").is_file(), "overwrite": False,
+                                        "progress": False})
+                tag_train(cfg)
+            row[name] = test_accuracy(out, opts["data"])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    keys = ["supervised", "dnce-1-step", "grid_one_pass", "dnce-5-passes"]
+    mean = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
+    res = {"what": "test accuracy (brown-pos test) at 1 % labelled (450 sentences), U/L "
+                   f"{args.ratio}, pre-training with every weight fine-tuned, by stage 1's DNCE budget",
+           "cpu": platform.processor() or platform.machine(), "threads": os.environ.get("OMP_NUM_THREADS"),
+           "precision": "bf16 training where the CPU multiplies bf16 natively (--precision auto), fp32 evaluation",
+           "rows": rows, "mean": mean}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+    print(json.dumps(mean))
+
+
+if __name__ == "__main__":
+    main()
