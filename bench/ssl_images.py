@@ -30,12 +30,12 @@ from textebm.cli import main as textebm
 from textebm.errors import TextebmError
 from textebm.figures import new_figure, save_png
 from textebm.grid import Cell, Grid, once, shard_from
+from textebm.images.train import METHODS
 from textebm.io import atomic_write, read_json
 from textebm.markdown import table
 from textebm.precision import cpu_capability, cpu_flags, cpu_name
 from textebm.runfolder import run_completed
 
-METHODS = ("supervised", "pretrain", "joint")
 SECONDS = {"supervised": 7, "pretrain": 45, "joint": 42}  # one thread, AMD EPYC, 400 steps
 
 

@@ -1,8 +1,10 @@
-"""Run the textebm CLI, ending the process hard (status 137, as a kill would) right after
-optimizer step N, or (--interrupt) raising KeyboardInterrupt there as Ctrl-C would: a test-only
-wrapper around the recipe's `end_step` in `textebm.train.train`.
+"""Stop a run right after optimizer step N, when the loop asks the recipe for the next batch's
+loss (everything of step N, its checkpoint included, is done by then):
 
-usage: python kill_at_step.py N [--interrupt] textebm-arguments...
+    python kill_at_step.py N [--interrupt] textebm-arguments...
+
+runs the textebm CLI, ending the process hard (status 137, as a kill would) there, or with
+--interrupt raising KeyboardInterrupt as Ctrl-C would; `stop_after` does the latter inside a test.
 """
 
 from __future__ import annotations
@@ -16,24 +18,37 @@ from textebm.cli import main
 
 
 def kill_at(n: int, interrupt: bool = False) -> None:
-    """Make every later `textebm.train.train(...)` call end the process after step `n`."""
-    inner = textebm.train.train
+    """Make every later loop (`textebm.train.optimise`) end the process after step `n`."""
+    inner = textebm.train.optimise
 
     @functools.wraps(inner)
-    def train(opts, config, recipe, *args, **kwargs):
-        own = recipe.end_step
+    def optimise(opts, recipe, *args, **kwargs):
+        own = recipe.loss
 
-        def end_step(step: int) -> None:
-            own(step)
-            if step == n:
+        def loss(model, batch, at):
+            if at.step == n:
                 if interrupt:
                     raise KeyboardInterrupt
                 os._exit(137)
+            return own(model, batch, at)
 
-        recipe.end_step = end_step
-        return inner(opts, config, recipe, *args, **kwargs)
+        recipe.loss = loss
+        return inner(opts, recipe, *args, **kwargs)
 
-    textebm.train.train = train
+    textebm.train.optimise = optimise
+
+
+def stop_after(step: int, recipe: type, monkeypatch) -> None:
+    """KeyboardInterrupt (Ctrl-C) right after optimizer `step` of every run of the Recipe class
+    `recipe`, until `monkeypatch.undo()`."""
+    own = recipe.loss
+
+    def loss(self, model, batch, at):
+        if at.step == step:
+            raise KeyboardInterrupt
+        return own(self, model, batch, at)
+
+    monkeypatch.setattr(recipe, "loss", loss)
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def _articles(n: int, seed: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def runs(classify_fixture, tmp_path_factory) -> Path:
-    """ROOT/runs/{electric, mlm, ptb-lm, ebm, pos, ner, det, loglik, base, unit}: tiny models of
+    """ROOT/runs/{electric, mlm, ptb-lm, noise-lm, ebm, pos, ner, det, loglik, base, unit}: tiny models of
     every kind the API loads, under the names docs/api.md uses (random weights: the numbers only
     have to agree); ROOT/data/rt and ROOT/models/minilm: a tiny labelled dataset and encoder for its
     training example; ROOT/articles.txt: texts for its joint-model example."""
@@ -113,6 +113,7 @@ def runs(classify_fixture, tmp_path_factory) -> Path:
     for name, objective in (("electric", "electric"), ("mlm", "mlm")):
         save_cloze(*_tiny_model(objective), runs / name / "model")
     make_tiny_lm(runs / "ptb-lm" / "model")
+    make_tiny_lm(runs / "noise-lm" / "model", objective="infill", seed=2)
     torch.manual_seed(0)
     model, tok = build_classifier(classify_fixture / "encoder", ClassifierSpec(labels=["negative", "positive"],
                                                                                energy="sharp-hidden"))
@@ -139,8 +140,9 @@ def _jsonl(path: Path) -> list[dict]:
 
 def test_load_returns_each_systems_class_by_what_the_folder_holds(runs):
     r = runs / "runs"
-    expected = {"electric": api.Scorer, "mlm": api.Scorer, "ptb-lm": api.Scorer, "ebm": api.Classifier,
-                "pos": api.Tagger, "det": api.Detector, "loglik": api.Detector, "base": api.Scorer}
+    expected = {"electric": api.Scorer, "mlm": api.Scorer, "ptb-lm": api.Scorer, "noise-lm": api.InfillLM,
+                "ebm": api.Classifier, "pos": api.Tagger, "det": api.Detector, "loglik": api.Detector,
+                "base": api.Scorer}
     for name, cls in expected.items():
         for folder in (r / name, r / name / "model"):
             if folder.is_dir():
@@ -405,6 +407,84 @@ def test_sample_draws_what_lm_sample_free_draws(runs, tmp_path):
     assert again == got[:2]  # sample j does not depend on how many are drawn, nor on the batch
 
 
+INFILL_TEXTS = ["w1 w7 w2 w9", "w3 w8 w9 w10 w11 w4 w1 w5 w6", "w5", "w12 w2 w2 w6 w7 w30"]
+
+
+def _lm_sample_infill(lm: Path, rows: list[dict], out: Path, *options: str) -> list[dict]:
+    data = out.with_suffix(".data.jsonl")
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["lm", "sample", "--model", str(lm), "--data", str(data), "--mode", "infill", "--precision", "fp32",
+                 "--out", str(out), "--no-progress", *options]) == 0
+    return _jsonl(out)
+
+
+def test_infill_lm_samples_what_lm_sample_infill_samples(runs, tmp_path):
+    """The rows of `lm sample --mode infill --per-example 3` on the same texts and seed: each
+    sample's text, context (the masked text shown), log q and token count, with and without a
+    text pair and at the model's own mask ratio or another; sample j of a text is the same
+    whatever per_text and batch_size."""
+    lm = runs / "runs" / "noise-lm"
+    infill = api.InfillLM(lm, precision="fp32")
+    assert infill.meta_.mask_ratio == 0.4
+    options = ["--per-example", "3", "--top-k", "5", "--temperature", "0.8", "--seed", "3"]
+    rows = _lm_sample_infill(lm, [{"text": t} for t in INFILL_TEXTS], tmp_path / "plain.jsonl", *options)
+    got = infill.sample(INFILL_TEXTS, 3, top_k=5, temperature=0.8, seed=3, batch_size=5)
+    assert [(s.source, s.text, s.context, s.n_tokens, s.text_pair) for s in got] == \
+        [(int(r["source_id"]), r["text"], r["context"], r["gen_tokens"], None) for r in rows]
+    assert [s.logprob for s in got] == pytest.approx([r["gen_logprob"] for r in rows], rel=1e-6)
+    assert all(r["mask_ratio"] == 0.4 for r in rows) and "<mask>" in "".join(s.context for s in got)
+    assert len({s.text for s in got}) == len(got)  # a fresh mask and fresh tokens every sample
+    once = infill.sample(INFILL_TEXTS, top_k=5, temperature=0.8, seed=3)
+    assert [(s.text, s.context) for s in once] == [(s.text, s.context) for s in got[::3]]
+
+    pairs = [{"text": t, "text_pair": p} for t, p in zip(INFILL_TEXTS, INFILL_TEXTS[::-1])]
+    rows = _lm_sample_infill(lm, pairs, tmp_path / "pairs.jsonl", "--mask-ratio", "0.7", "--max-new-tokens", "6",
+                             "--seed", "1")
+    got = infill.sample(INFILL_TEXTS, text_pairs=INFILL_TEXTS[::-1], mask_ratio=0.7, max_new_tokens=6, seed=1,
+                        batch_size=2)
+    assert [(s.text, s.context, s.text_pair, s.context_pair, s.n_tokens) for s in got] == \
+        [(r["text"], r["context"], r["text_pair"], r["context_pair"], r["gen_tokens"]) for r in rows]
+    assert [s.logprob for s in got] == pytest.approx([r["gen_logprob"] for r in rows], rel=1e-6)
+    assert all(len(s.text.split()) <= 6 for s in got)
+
+
+def test_infill_lm_refuses_bad_arguments_and_folders_naming_them(runs, capsys):
+    r = runs / "runs"
+    infill = api.InfillLM(r / "noise-lm")
+    texts = ["w1 w2", "w3"]
+    cases = [(lambda: infill.sample([]), r"^texts: an empty list"),
+             (lambda: infill.sample("w1 w2"), r"^texts: must be a list, got one str"),
+             (lambda: infill.sample(["w1", 3]), r"^texts\[1\]: not a string \(int\)"),
+             (lambda: infill.sample(["w1", " "]), r"^texts\[1\]: an empty text"),
+             (lambda: infill.sample(texts, 0), r"^per_text: must be a whole number >= 1, got 0"),
+             (lambda: infill.sample(texts, seed=-1), r"^seed: must be a whole number >= 0, got -1"),
+             (lambda: infill.sample(texts, seed=1.5), r"^seed: must be a whole number"),
+             (lambda: infill.sample(texts, mask_ratio=1.5), r"^mask_ratio: must be a number in \[0, 1\] or None"),
+             (lambda: infill.sample(texts, mask_ratio="0.4"), r"^mask_ratio: must be a number"),
+             (lambda: infill.sample(texts, top_k=0), r"^top_k: must be a whole number >= 1"),
+             (lambda: infill.sample(texts, temperature=0), r"^temperature: must be a finite number > 0"),
+             (lambda: infill.sample(texts, max_new_tokens=0), r"^max_new_tokens: must be a whole number >= 1"),
+             (lambda: infill.sample(texts, batch_size=0), r"^batch_size: must be a whole number >= 1"),
+             (lambda: infill.sample(texts, text_pairs=["w1"]), r"^text_pairs: 1 pairs for 2 texts"),
+             (lambda: infill.sample(texts, text_pairs=["w1", 2]), r"^text_pairs\[1\]: not a string"),
+             (lambda: infill.sample(["w1", " ".join(["w2"] * 300)], mask_ratio=0),
+              r"^texts\[1\]: a context of 302 tokens leaves no room to generate within the model's 256 positions"),
+             (lambda: infill.sample(["w1", "w2"], text_pairs=["w3", " ".join(["w2"] * 300)], mask_ratio=0),
+              r"^text_pairs\[1\]: a context of 302 tokens")]
+    for call, message in cases:
+        with pytest.raises(api.ArgumentError, match=message):
+            call()
+    with pytest.raises(api.TextebmError, match=f"^path {r / 'ptb-lm' / 'model'}: a causal LM trained with objective "
+                                               "'causal', .*; expected an infill LM"):
+        api.InfillLM(r / "ptb-lm")
+    with pytest.raises(api.TextebmError, match="^path .*: a textebm cloze model.*expected a causal LM"):
+        api.InfillLM(r / "electric")
+    with pytest.raises(api.TextebmError, match="lm score / eval need a causal LM; this one was trained with "
+                                               "objective 'infill'"):
+        api.Scorer(r / "noise-lm")
+    assert capsys.readouterr().out == ""
+
+
 def test_joint_model_generates_and_bounds_perplexity_as_the_residual_commands(runs, tmp_path):
     base, unit = runs / "runs" / "base", runs / "runs" / "unit"
     joint = api.JointModel(unit, base=base)
@@ -579,6 +659,7 @@ def test_library_calls_print_nothing(runs, capsys):
     textebm.load(r / "det").refit_threshold(["the nation", "shall build", "roads and", "schools for"], fpr=0.1)
     textebm.load(r / "electric").rerank([[("w1 w2", -1.0), ("w2 w1", -1.5)]], lam=0.5)
     textebm.load(r / "ptb-lm").sample(2, max_new_tokens=5)
+    textebm.load(r / "noise-lm").sample(["w1 w2 w3"], 2)
     joint = textebm.JointModel(r / "unit", base=r / "base")
     joint.generate(_articles(1, 0), n=2)
     joint.perplexity(_articles(1, 0), samples=2, bootstrap=10)
@@ -691,7 +772,8 @@ def test_an_installed_wheel_loads_every_kind_of_folder(runs, tmp_path):
     subprocess.run([sys.executable, str(ROOT / "tests" / "wheel_smoke.py"), str(site), str(runs), str(out)],
                    check=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)})
     got, want = json.loads(out.read_text()), wheel_smoke.numbers(runs)
-    assert got.keys() == want.keys() == {"electric", "mlm", "ptb-lm", "ebm", "pos", "ner", "det", "loglik", "unit"}
+    assert got.keys() == want.keys() == {"electric", "mlm", "ptb-lm", "noise-lm", "ebm", "pos", "ner", "det", "loglik",
+                                         "unit"}
     for name in want:
         if name in ("pos", "ner"):
             assert got[name] == want[name]

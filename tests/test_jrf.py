@@ -227,6 +227,8 @@ def test_joint_from_a_supervised_tagger_learns_and_tag_predict_reads_it(tagged, 
 
 @pytest.mark.parametrize("method", ["pretrain", "joint"])
 def test_resume_after_interruptions_equals_an_uninterrupted_run(tagged, tmp_path, monkeypatch, method):  # noqa: F811
+    from kill_at_step import stop_after
+
     from textebm.tagging import recipes
 
     extra = (("--pretrain-steps", "9", "--max-steps", "9", "--pretrain-epochs", "1", "--epochs", "3")
@@ -235,14 +237,10 @@ def test_resume_after_interruptions_equals_an_uninterrupted_run(tagged, tmp_path
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(_args(method, tagged, whole, *args)) == 0
 
-    def stop(self, step):
-        if step == 6:
-            raise KeyboardInterrupt
-
     # pretrain: stopped in stage 1, then in stage 2; joint: stopped once
-    stages = [recipes.TRFRecipe, recipes.FineTuneRecipe] if method == "pretrain" else [recipes.JointRecipe]
+    stages = [recipes.TRFRecipe, recipes.TaggerRecipe] if method == "pretrain" else [recipes.TaggerJointRecipe]
     for i, recipe in enumerate(stages):
-        monkeypatch.setattr(recipe, "end_step", stop)
+        stop_after(6, recipe, monkeypatch)
         assert main([*_args(method, tagged, cut, *args), *(["--resume"] if i else [])]) == 130
         monkeypatch.undo()
     assert main([*_args(method, tagged, cut, *args), "--resume"]) == 0

@@ -159,7 +159,9 @@ def test_pretrain_method_learns_digits(ebm, tmp_path):
 
 
 def test_joint_resume_equals_an_uninterrupted_run_and_same_seed_same_numbers(tmp_path, monkeypatch):
-    from textebm.images import train as module
+    from kill_at_step import stop_after
+
+    from textebm.images.train import ImageJointRecipe
 
     args = ["ssl-images", "train", "--method", "joint", "--max-steps", "12", "--checkpoint-every", "5",
             "--labelled-proportion", "0.05", *SGLD, *FAST]
@@ -170,11 +172,7 @@ def test_joint_resume_equals_an_uninterrupted_run_and_same_seed_same_numbers(tmp
     assert main([*args, "--out", str(other), "--seed", "1"]) == 0
     assert not _same(_weights(whole), _weights(other))
 
-    def stop(self, step):
-        if step == 8:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(module.JointRecipe, "end_step", stop)
+    stop_after(8, ImageJointRecipe, monkeypatch)
     assert main([*args, "--out", str(cut)]) == 130
     monkeypatch.undo()
     assert (cut / "checkpoint").is_dir()  # step 5's, with the replay buffer and the sampler's generator

@@ -169,7 +169,9 @@ def test_a_labelled_subset_is_the_nested_split(tagged, tmp_path):
 
 
 def test_resume_after_an_interruption_equals_an_uninterrupted_run(tagged, tmp_path, monkeypatch):
-    from textebm.tagging import train as tag_train_module
+    from kill_at_step import stop_after
+
+    from textebm.tagging.recipes import TaggerRecipe
 
     # 20 batches an epoch: stopped at step 27, resumed from step 25's checkpoint, which holds the
     # dev accuracy after epoch 1
@@ -177,11 +179,7 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(tagged, tmp_pa
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert main(_train(tagged, whole, *args)) == 0
 
-    def stop(self, step):
-        if step == 27:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(tag_train_module.TaggerRecipe, "end_step", stop)
+    stop_after(27, TaggerRecipe, monkeypatch)
     assert main(_train(tagged, cut, *args)) == 130
     monkeypatch.undo()
     assert (cut / "checkpoint").is_dir()

@@ -8,8 +8,9 @@ usage: python toy_train.py OUT [--resume] [--overwrite] [--nan-at STEP] [--kill-
 
 Also run under `accelerate launch` by tests/test_distributed.py. --save-log FILE appends one line
 "RANK WORLD_SIZE BACKEND" to FILE each time the final model is saved. --kill-at STEP ends the
-process with status 137 right after optimizer step STEP (as a hard kill would), through the
-recipe's `end_step`; --interrupt-at STEP raises KeyboardInterrupt there instead (Ctrl-C).
+process with status 137 right after optimizer step STEP (as a hard kill would), when the loop
+asks the recipe for the next batch's loss; --interrupt-at STEP raises KeyboardInterrupt there
+instead (Ctrl-C).
 
 --streams adds two streams to the main one (see `streams`): "aux" in lockstep, "unl" cycling
 through its own epochs; every stream's squared error is part of the loss. --batch-log FILE then
@@ -146,6 +147,11 @@ class ToyRecipe(Recipe):
         self.step = 0
 
     def loss(self, model, batch, at):
+        if at.step and at.step == getattr(self.a, "kill_at", 0):  # optimizer step kill_at is done
+            os._exit(137)
+        if at.step and at.step == getattr(self.a, "interrupt_at", 0):
+            raise KeyboardInterrupt
+        self.step = at.step + 1  # the step this batch ends (validate's key)
         self.calls += 1
         if self.a.streams:
             loss = sum(mse(model, b) for b in batch.values())
@@ -168,13 +174,6 @@ class ToyRecipe(Recipe):
             Path(self.a.weights_log).mkdir(exist_ok=True)
             save_model(self.model, str(Path(self.a.weights_log) / f"step-{self.step}.safetensors"))
         return self.val_script[self.step]
-
-    def end_step(self, step):
-        self.step = step
-        if step == self.a.kill_at:
-            os._exit(137)
-        if step == self.a.interrupt_at:
-            raise KeyboardInterrupt
 
     def evaluate(self):
         return {"mse": float(mse(self.model, collate(self.items)))}

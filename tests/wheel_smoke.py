@@ -8,7 +8,8 @@ then compares OUT.json with `numbers(RUNS)` computed in-process from the source 
 
 RUNS holds tiny folders of every kind under the names docs/api.md uses (the `runs` fixture of
 tests/test_api.py): runs/electric, runs/mlm, runs/ptb-lm (Scorer), runs/ebm (Classifier), runs/pos,
-runs/ner (Tagger), runs/det, runs/loglik (Detector), runs/unit over runs/base (JointModel).
+runs/ner (Tagger), runs/det, runs/loglik (Detector), runs/unit over runs/base (JointModel),
+runs/noise-lm (InfillLM).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def numbers(runs: Path) -> dict:
         out[name] = textebm.load(r / name, device="cpu", precision="fp32").predict_proba(TEXTS).tolist()
     joint = textebm.JointModel(r / "unit", base=r / "base", device="cpu")
     out["unit"] = [g.energy_joint for g in joint.generate([PREFIX], n=3, top_k=5)]
+    out["noise-lm"] = [s.logprob for s in textebm.load(r / "noise-lm", device="cpu", precision="fp32").sample(TEXTS)]
     return out
 
 

@@ -10,7 +10,8 @@ whole 64-token windows of `news` against detectors trained on windows of varied 
 
 The recipe is docs/detection.md's on news, as the issue's first measurement ran it: one shared BPE
 vocabulary, 2 x 128 transformer generators (300 steps; the test negatives from a second seed),
-2,000 training windows of 64 tokens with k = 3 top-k-10 negatives, detectors of 300 steps.
+2,000 training windows of 64 tokens with k = 3 top-k-10 negatives, detectors trained one epoch
+(125 steps of 16 windows: `--max-steps 300` with the default one epoch).
 Every step is cached in WORK (a finished output is skipped), so the script resumes.
 
     OMP_NUM_THREADS=1 python bench/detection/lengths.py --work runs/det-lengths \
@@ -99,7 +100,7 @@ def main() -> None:
         if not f.is_file():
             f.parent.mkdir(exist_ok=True)
             f.write_text("\n".join(texts_of(data / corpus, split, args.human)) + "\n")
-    results = {"settings": {"min_length": args.min_length, "steps": args.steps, "human_per_source": args.human,
+    results = {"settings": {"min_length": args.min_length, "max_steps": args.steps, "human_per_source": args.human,
                             "train_windows": 2000, "length": 64, "k": 3, "top_k": 10, "precision": "fp32",
                             "cpu": platform.processor() or platform.machine(), "threads": os.environ.get(
                                 "OMP_NUM_THREADS", "torch default")},
@@ -123,7 +124,9 @@ def main() -> None:
                 ev.parent.mkdir(exist_ok=True)
                 textebm("detect", "eval", "--model", run, "--test", neg["test"], "--out", ev, log=log)
             m = json.loads(ev.read_text())
-            row = {"test_auroc": m["auroc"], "test_tpr_at_1pct_fpr": m["tpr_at_0.01_fpr"],
+            trained = json.loads((run / "metrics.json").read_text())["train"]
+            row = {"steps": trained["steps"], "epochs": trained.get("epochs_completed"), "test_auroc": m["auroc"],
+                   "test_tpr_at_1pct_fpr": m["tpr_at_0.01_fpr"],
                    "by_length": {b["bucket"]: {k: b[k] for k in ("auroc", "tpr", "fpr", "accuracy", "tpr_decision",
                                                                  "fpr_decision")}
                                  for b in m["by_length"]["buckets"]},
@@ -156,8 +159,10 @@ def main() -> None:
 
 def tables(res: dict) -> str:
     s = res["settings"]
+    steps = sorted({r["steps"] for r in res["detectors"].values()})
     lines = [f"# Detectors by length and domain (news, {s['train_windows']} windows of {s['length']} tokens, "
-             f"k = {s['k']}, {s['steps']} steps, {s['precision']}; --min-length {s['min_length']})", "",
+             f"k = {s['k']}, {'/'.join(map(str, steps))} steps of 16 windows (one epoch), {s['precision']}; "
+             f"--min-length {s['min_length']})", "",
              "## Test windows (news, a second generator seed): TPR / FPR by length", "",
              "At the operating threshold (1 % FPR on validation windows), then at the decision threshold "
              "(`detect score`'s: best balanced accuracy on validation).", "",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import platform
 from pathlib import Path
@@ -41,7 +42,7 @@ def cell(grid: Path, name: str) -> dict:
 
 
 def test_accuracy(run: Path, data: str) -> float:
-    return float(tag_eval(TagEvalConfig(model=str(run), data=data, split="test"))["accuracy"])
+    return float(tag_eval(TagEvalConfig(model=str(run), data=data, split="test"))["test_accuracy"])
 
 
 def main() -> None:
@@ -52,6 +53,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--ratio", type=int, default=10)
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     grid, work = Path(args.grid), Path(args.work)
     fields = {f.name for f in dataclasses.fields(TagTrainConfig)}
     rows = []

@@ -10,9 +10,9 @@ from textebm.version import __version__
 # textebm.api's public names, imported on first use (PEP 562), so that `import textebm` loads
 # neither torch nor transformers (`textebm --help` stays fast). tests/test_api.py keeps this list
 # equal to textebm.api.__all__.
-_API = ("load", "Scorer", "ScoredText", "Reranked", "Sample", "Classifier", "Tagger", "TaggedSentence", "Detector",
-        "JointModel", "JointGeneration", "JointPerplexity", "TextebmError", "InputError", "ArgumentError",
-        "TextTooLong")
+_API = ("load", "Scorer", "ScoredText", "Reranked", "Sample", "InfillLM", "InfillSample", "Classifier", "Tagger",
+        "TaggedSentence", "Detector", "JointModel", "JointGeneration", "JointPerplexity", "TextebmError", "InputError",
+        "ArgumentError", "TextTooLong")
 __all__ = ["__version__", *_API]
 
 

@@ -2,7 +2,7 @@
 
     import textebm
 
-    scorer = textebm.load("runs/electric")        # by the folder's kind: Scorer, Classifier, Tagger, Detector
+    scorer = textebm.load("runs/electric")        # by the folder's kind: Scorer, InfillLM, Classifier, Tagger, Detector
     scorer.score(["The cat sat on the mat."])[0].score
 
 Each class calls the library functions its command calls, so it gives the command's numbers on
@@ -10,8 +10,9 @@ the same inputs: `Scorer` those of `textebm score` (`textebm.scoring`), `Classif
 `classify eval` (`textebm.classify.predict`), `Tagger` those of `tag predict`
 (`textebm.tagging.folder`), `Detector` those of `detect score` and `detect threshold`
 (`textebm.detection.detect`), `JointModel` those of `residual generate` and `residual ppl`
-(`textebm.residual`); `Scorer.rerank` chooses as `textebm rerank` (`textebm.scoring.rerank`) and
-`Scorer.sample` draws as `lm sample --mode free` (`textebm.lm.generate`). Texts are batched and
+(`textebm.residual`); `Scorer.rerank` chooses as `textebm rerank` (`textebm.scoring.rerank`),
+`Scorer.sample` draws as `lm sample --mode free` and `InfillLM.sample` as `lm sample --mode
+infill` (`textebm.lm.sample_command`, `textebm.lm.generate`). Texts are batched and
 length-sorted inside; results come back in input order.
 
 Every loader takes `device` (None: the GPU when there is one, else the CPU), `precision` (as the
@@ -47,8 +48,17 @@ from textebm.energy import hidden_energy
 from textebm.errors import ArgumentError, InputError, TextebmError, TextTooLong
 from textebm.inference import inference_setup, set_threads
 from textebm.lm.generate import Sampling, banned_ids, generate_groups
-from textebm.lm.sample_command import JobSpec, job_text_ids, make_job
-from textebm.models.lm import special_ids
+from textebm.lm.sample_command import (
+    JobSpec,
+    encode_fields,
+    group_texts,
+    infill_mask_ratio,
+    job_text_ids,
+    make_job,
+    sample_jobs,
+    source_fields,
+)
+from textebm.models.lm import read_meta, special_ids
 from textebm.models.load import (
     CAUSAL_LM,
     CLASSIFIER,
@@ -58,6 +68,7 @@ from textebm.models.load import (
     find_model,
     inspect_folder,
     load_classifier,
+    load_lm,
     refuse_unfinished,
 )
 from textebm.precision import CHOICES as PRECISIONS
@@ -73,16 +84,16 @@ from textebm.seeds import derive_seed
 from textebm.tagging.folder import load_tagging_model, tag_sentences
 from textebm.tagging.metrics import is_bio, spans
 
-__all__ = ["load", "Scorer", "ScoredText", "Reranked", "Sample", "Classifier", "Tagger", "TaggedSentence",
-           "Detector", "JointModel", "JointGeneration", "JointPerplexity", "TextebmError", "InputError",
-           "ArgumentError", "TextTooLong"]
+__all__ = ["load", "Scorer", "ScoredText", "Reranked", "Sample", "InfillLM", "InfillSample", "Classifier", "Tagger",
+           "TaggedSentence", "Detector", "JointModel", "JointGeneration", "JointPerplexity", "TextebmError",
+           "InputError", "ArgumentError", "TextTooLong"]
 
 log = logging.getLogger(__name__)
 
 OPTION = "path"  # how messages about the model folder name it
 EXPECTED = ("a folder textebm wrote: a cloze model (`cloze train`) or a causal LM (`lm train`, `smollm2-135m`) "
-            "to score with, a classifier (`classify train`), a tagger (`tag train`) or a detector "
-            "(`detect train`, `detect fit`)")
+            "to score with, an infill LM (`lm train --objective infill`), a classifier (`classify train`), a "
+            "tagger (`tag train`) or a detector (`detect train`, `detect fit`)")
 
 
 # ---------------------------------------------------------------- arguments
@@ -151,6 +162,17 @@ def _texts(texts: Iterable[str], name: str = "texts") -> list[str]:
         if not t.strip():
             raise ArgumentError(name, "an empty text; there is nothing in it to score", i)
     return out
+
+
+def _rows(texts: Iterable[str], text_pairs: Iterable[str] | None) -> list[dict]:
+    """Data rows of `texts` ({"text": ...}), each with its `text_pairs` item as "text_pair" when given."""
+    rows = [{"text": t} for t in _texts(texts)]
+    if text_pairs is None:
+        return rows
+    pairs = _texts(text_pairs, "text_pairs")
+    if len(pairs) != len(rows):
+        raise ArgumentError("text_pairs", f"{len(pairs)} pairs for {len(rows)} texts; give each text its pair")
+    return [{**r, "text_pair": p} for r, p in zip(rows, pairs)]
 
 
 def _folder(path: str | Path, name: str = OPTION) -> Path:
@@ -339,6 +361,87 @@ def _hypotheses(hyps: Sequence[tuple[str, float]], index: int) -> list[tuple[str
     return out
 
 
+# ---------------------------------------------------------------- infill LMs
+
+
+@dataclass(frozen=True)
+class InfillSample:
+    """One text rewritten by an infill LM: what a row of `lm sample --mode infill` holds."""
+
+    source: int  # the index of the text it was sampled from (the row's source_id)
+    text: str  # the sentence the LM wrote after [sep], in reading order, without [eos]
+    context: str  # what the LM was shown: the text with each run of masked tokens as one [mask]
+    logprob: float  # log q of the tokens drawn (text and text_pair), q the top-k tempered distribution (gen_logprob)
+    n_tokens: int  # tokens drawn (text and text_pair), [eos] included where the LM ended a text itself (gen_tokens)
+    text_pair: str | None = None  # the text pair's sample, drawn independently; None without text_pairs
+    context_pair: str | None = None  # what the LM was shown of the pair
+
+
+class InfillLM:
+    """An infill LM of `lm train --objective infill`, paper a's noise model (sec. 2.4: the
+    negatives of `classify train`): `sample(texts)` masks each token of a text with probability
+    `mask_ratio`, shows the LM `[bos] m(x) [sep]` and lets it write the whole sentence, as `lm
+    sample --mode infill` does. Its probabilities are conditional on a masked copy of the text,
+    so it gives no score of a text (`lm score` refuses it too); `InfillSample.logprob` is the
+    proposal's log q of what it drew."""
+
+    def __init__(self, path: str | Path, *, device: str | torch.device | None = None, precision: str = "auto",
+                 threads: int = 0):
+        self.device, self.precision_ = _setup(device, precision, threads)
+        self.path = find_model(str(_folder(path)), CAUSAL_LM, OPTION).path.resolve()
+        objective = read_meta(self.path).objective  # before the weights
+        if objective != "infill":
+            raise TextebmError(f"{OPTION} {self.path}: a causal LM trained with objective {objective!r}, which writes "
+                               "texts from [bos] (`textebm.load` gives it as a Scorer); expected an infill LM (`lm "
+                               "train --objective infill`)")
+        self.model_, self.tokenizer_, self.meta_ = load_lm(self.path, dtype=self.precision_.dtype, device=self.device,
+                                                           option=OPTION)
+        self._sp = special_ids(self.tokenizer_, self.meta_)
+        if self._sp.mask is None or self._sp.sep is None:
+            raise TextebmError(f"{OPTION} {self.path}: the tokenizer has no {self.meta_.mask_token} / "
+                               f"{self.meta_.sep_token} token; the folder is not the one `lm train` wrote")
+
+    def __repr__(self) -> str:
+        return (f"InfillLM({str(self.path)!r}, mask_ratio={infill_mask_ratio(self.meta_, None)}, "
+                f"direction={self.meta_.direction!r}, device={str(self.device)!r}, "
+                f"precision={self.precision_.precision!r})")
+
+    def sample(self, texts: Iterable[str], per_text: int = 1, *, text_pairs: Iterable[str] | None = None,
+               mask_ratio: float | None = None, top_k: int = 20, temperature: float = 1.0,
+               max_new_tokens: int | None = None, seed: int = 0, batch_size: int = 32) -> list[InfillSample]:
+        """`per_text` samples of each text, text 0's first: the rows of `lm sample --mode infill
+        --per-example per_text` on a data file holding the texts (and `text_pairs`, each sampled
+        as a second, independent sequence), in its order. Each masks every token with probability
+        `mask_ratio` (None: the model's training ratio) and writes from the top-k at `temperature`
+        until [eos] or `max_new_tokens` (None: 2 x the text's tokens + 8). Sample j of text i
+        (mask and tokens) is seeded by (seed, i, j), as the command seeds it, so it depends
+        neither on `batch_size` nor on `per_text`."""
+        rows = _rows(texts, text_pairs)
+        if mask_ratio is not None and (isinstance(mask_ratio, bool) or not isinstance(mask_ratio, (int, float))
+                                       or not 0 <= mask_ratio <= 1):
+            raise ArgumentError("mask_ratio", f"must be a number in [0, 1] or None, got {mask_ratio!r}")
+        if max_new_tokens is not None:
+            _positive(max_new_tokens, "max_new_tokens")
+        _number(temperature, "temperature", 0.0, low_open=True)
+        sp, tokenizer = self._sp, self.tokenizer_
+        spec = JobSpec(mode="infill", seed=_whole(seed, "seed"), mask_ratio=infill_mask_ratio(self.meta_, mask_ratio),
+                       max_new_tokens=max_new_tokens)
+        names = ("texts", "text_pairs")
+        jobs = sample_jobs(spec, encode_fields(tokenizer, rows), _positive(per_text, "per_text"), sp, self.meta_,
+                           tokenizer, getattr(self.model_.config, "max_position_embeddings", None),
+                           lambda i, f, message: ArgumentError(names[f], message, i))
+        sampling = Sampling(_positive(top_k, "top_k"), float(temperature), sp.eos, sp.pad, tuple(banned_ids(sp)))
+        out: dict[tuple[int, int], InfillSample] = {}
+        for _, finished in generate_groups(self.model_, jobs, _positive(batch_size, "batch_size"), sampling,
+                                           lambda group: len(source_fields(rows[group[0]]))):
+            for (i, j), parts in finished:
+                written = group_texts(parts, tokenizer, sp.eos)  # text, then text_pair
+                shown = [parts[f][0].context_text for f in sorted(parts)]
+                out[i, j] = InfillSample(i, written[0], shown[0], sum(gen.logprob for _, gen in parts.values()),
+                                         sum(len(gen.tokens) for _, gen in parts.values()), *written[1:], *shown[1:])
+        return [out[i, j] for i in range(len(rows)) for j in range(per_text)]
+
+
 # ---------------------------------------------------------------- classifiers
 
 
@@ -364,13 +467,7 @@ class Classifier:
 
     def _outputs(self, texts: Iterable[str], text_pairs: Iterable[str] | None, batch_size: int) -> dict:
         """`classifier_predict`'s logits, probabilities and energies (float64, input order)."""
-        rows = [{"text": t} for t in _texts(texts)]
-        if text_pairs is not None:
-            pairs = _texts(text_pairs, "text_pairs")
-            if len(pairs) != len(rows):
-                raise ArgumentError("text_pairs", f"{len(pairs)} pairs for {len(rows)} texts; give each text its pair")
-            rows = [{**r, "text_pair": p} for r, p in zip(rows, pairs)]
-        examples = encode_examples(self.tokenizer_, rows, self.classes_, self.model_.spec.max_len)
+        examples = encode_examples(self.tokenizer_, _rows(texts, text_pairs), self.classes_, self.model_.spec.max_len)
         return classifier_predict(self.model_, examples, self.tokenizer_.pad_token_id or 0,
                                   _positive(batch_size, "batch_size"))
 
@@ -668,10 +765,11 @@ SYSTEMS: dict[str, type] = {CLOZE: Scorer, CAUSAL_LM: Scorer, CLASSIFIER: Classi
 
 
 def load(path: str | Path, device: str | torch.device | None = None, precision: str = "auto",
-         threads: int = 0) -> Scorer | Classifier | Tagger | Detector:
+         threads: int = 0) -> Scorer | InfillLM | Classifier | Tagger | Detector:
     """The object for a folder textebm wrote (a run or its `model/`), by what the folder holds: a
-    `Scorer` (cloze model, causal LM, or a `models fetch` id such as `smollm2-135m`), a
-    `Classifier`, a `Tagger` or a `Detector` (a folder with `detector.json`)."""
+    `Scorer` (cloze model, causal LM, or a `models fetch` id such as `smollm2-135m`), an
+    `InfillLM` (an LM of `lm train --objective infill`), a `Classifier`, a `Tagger` or a
+    `Detector` (a folder with `detector.json`)."""
     folder = _folder(path)
     if not folder.is_dir():
         if str(path) in MODELS:
@@ -683,4 +781,6 @@ def load(path: str | Path, device: str | torch.device | None = None, precision: 
     info = inspect_folder(folder)
     if info.kind not in SYSTEMS:
         raise TextebmError(f"{OPTION} {info.path}: {info.describe()}; expected {EXPECTED}")
+    if info.kind == CAUSAL_LM and read_meta(info.path).objective == "infill":
+        return InfillLM(folder, device=device, precision=precision, threads=threads)
     return SYSTEMS[info.kind](folder, device=device, precision=precision, threads=threads)

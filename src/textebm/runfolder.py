@@ -182,7 +182,7 @@ def holds_progress(run: Path) -> bool:
 
 
 def stages_with_progress(run: Path, entries: Sequence[str]) -> list[str]:
-    """The entries of RUN that are runs of their own (a recipe's first stage, `Recipe.prepare`)
+    """The entries of RUN that are runs of their own (a method's first stage, in its `run_files`)
     holding a checkpoint or a model."""
     return [n for n in entries if n not in RUN_ENTRIES and (run / n).is_dir() and holds_progress(run / n)]
 
@@ -280,20 +280,20 @@ def _gather(accelerator, obj) -> list:
     return gather_object([obj])
 
 
-def interrupted_message(folder: RunFolder, entries: Sequence[str] = ()) -> str:
+def interrupted_message(run: Path, entries: Sequence[str] = ()) -> str:
     """What the user reads after Ctrl-C: how to continue the run, or that nothing was kept."""
-    if folder.has_checkpoint():
-        step = read_json(folder.checkpoint / "state.json").get("step")
-        return (f"--out {folder.path}: the checkpoint of step {step} is kept; run the same command with "
+    if has_checkpoint(run):
+        step = read_json(run / CHECKPOINT_DIR / "state.json").get("step")
+        return (f"--out {run}: the checkpoint of step {step} is kept; run the same command with "
                 "--resume to continue it")
-    if (folder.path / "model").exists():  # stopped after the last step: the trained model is written
-        return (f"--out {folder.path}: stopped after training, while writing its metrics or evaluating; the trained "
+    if (run / "model").exists():  # stopped after the last step: the trained model is written
+        return (f"--out {run}: stopped after training, while writing its metrics or evaluating; the trained "
                 "model/ is kept (usable as it is), but no checkpoint of the last step: the same command with --resume "
                 "trains again from the start to the same weights (same seed) and finishes the run")
-    if stages := stages_with_progress(folder.path, entries):
-        return (f"--out {folder.path}: stopped before its first checkpoint; what its first stage trained "
+    if stages := stages_with_progress(run, entries):
+        return (f"--out {run}: stopped before its first checkpoint; what its first stage trained "
                 f"({', '.join(stages)}) is kept: run the same command with --resume to continue")
-    return f"--out {folder.path}: stopped before its first checkpoint, nothing was kept; run the command again"
+    return f"--out {run}: stopped before its first checkpoint, nothing was kept; run the command again"
 
 
 def options_dict(cfg: Any) -> dict:

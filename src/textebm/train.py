@@ -4,9 +4,10 @@ A command builds a `Recipe` (its model, data, loss, outputs and any state of its
 `train(opts, config, recipe)`. The loop owns what is common: device placement, mixed precision
 (fp32 / bf16 / fp16; bf16 works on CPU too), several processes (`accelerate launch`),
 length-bucketed batches, AdamW with warm-up and linear (or cosine) decay, gradient clipping, progress, NaN
-checks, atomic checkpoints and exact resume. `train` runs a recipe in its run folder (what the
-folder holds and the policy of writing it, --resume, --overwrite, failures: `textebm.runfolder`),
-`optimise` is the loop itself; the batch samplers are `textebm.data.batching`'s.
+checks, atomic checkpoints and exact resume. `train` runs a recipe in its run folder
+(`started_run`, after the policy of `textebm.runfolder`: what the folder holds, --resume,
+--overwrite, failures), `optimise` is the loop itself; the batch samplers are
+`textebm.data.batching`'s.
 
 Batches. The recipe's `collate` makes them from its items, and the loop passes them to
 `recipe.loss` as they are: tensors, a dataclass of tensors (`textebm.data.batching.Batch`), images;
@@ -35,15 +36,16 @@ models trained together are several prefixes of the recipe's one module). Each g
 weight decay off biases and norms; warm-up and decay scale every group alike; the history logs
 `lr_<name>` next to `lr`.
 
-First stages. `recipe.prepare(run)` runs before the loop, once RUN's config.json is written: a
-recipe whose model starts from a stage of its own (paper e's pre-training) trains it there as a run
-of its own in a folder of RUN named in `run_files` (it resumes by itself), then loads its result.
-A run stopped after such a stage made progress keeps it for --resume.
+Two stages. A method whose model starts from a first stage of its own (paper e's pre-training)
+opens its run folder with `started_run`, trains the first stage inside it as a run of its own (a
+`train` call into a folder of RUN named in the recipe's `run_files`, which resumes by itself),
+loads its result into the recipe's model, then trains in RUN with `run_loop`: every loop makes
+its own Accelerator, once. A run stopped after its first stage made progress keeps it for
+--resume.
 
 Schedules. `recipe.loss` gets a `Progress` (optimizer steps done, the run's total, the epoch):
 a schedule that depends on it (a loss weight's warm-up) resumes exactly, since the step count
-comes from the checkpoint. `recipe.end_step(step)` runs on every process after each optimizer
-step; the tests use it to kill a run hard.
+comes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ import math
 import random
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -62,7 +65,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from textebm.checkpoint import BEST_DIR, load_best, save_best
+from textebm.checkpoint import BEST_DIR, CHECKPOINT_DIR, has_checkpoint, load_best, save_best
 from textebm.data.batching import BucketBatchSampler, CycleBatchSampler
 from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
 from textebm.inference import set_threads
@@ -174,7 +177,8 @@ class Recipe:
 
     A recipe owns its model, data, loss, outputs and any state of its own. Set `model`,
     `dataset`, `lengths` and `collate`, and define `loss` and `save`; the other methods do nothing
-    unless a recipe needs them (the defaults below), and `streams` and `param_groups` are optional.
+    unless a recipe needs them (the defaults below), and `streams`, `param_groups`, `run_files`,
+    `keep_best` and `patience` are optional.
 
     `model` holds every trained parameter: several models trained together (paper e's TRF and its
     noise LM) are attributes of one module, at their own learning rates through `param_groups`
@@ -189,7 +193,8 @@ class Recipe:
     collate: Callable[[list], Any]  # items -> a batch: tensors, or a dataclass of them with `.to(device)`
     streams: dict[str, Stream] | None = None  # extra streams; `loss` then gets {MAIN: batch, name: batch}
     param_groups: Sequence[ParamGroup] = ()
-    run_files: Sequence[str] = ()  # what the command writes into RUN beside RUN_ENTRIES (in its marker)
+    run_files: Sequence[str] = ()  # what the command writes into RUN beside RUN_ENTRIES (in its marker;
+    # a first stage's run folder among them)
     keep_best: bool = False  # validate after every epoch and end with the best weights (`validate`)
     patience: int = 0  # with keep_best: stop after this many validations without a better one (0: never)
 
@@ -213,24 +218,12 @@ class Recipe:
         last step, and the run ends with the weights of the lowest."""
         raise NotImplementedError
 
-    def prepare(self, run: Path) -> bool:
-        """Before the loop, on every process, once RUN's config.json is written (also on --resume):
-        a first stage of training of the recipe's own, e.g. paper e's pre-training, a run of its
-        own in a folder of RUN named in `run_files` that resumes by itself, whose result the
-        recipe then loads into `model`. Return True when it ran the loop (it made an Accelerator of
-        its own, so `train` makes its one again); a run whose first stage holds a checkpoint or a
-        model is kept when a later failure stops it, for --resume."""
-        return False
-
     def start_epoch(self, epoch: int) -> None:
         """Before every epoch's batches, also a resumed epoch's."""
 
     def end_epoch(self, epoch: int) -> None:
         """After every full epoch, under no_grad and autocast. What it changes must live in the
         model's buffers or in `state()`, so that checkpoints carry it."""
-
-    def end_step(self, step: int) -> None:
-        """After every optimizer step (after logging and checkpointing), on every process."""
 
     def state(self) -> dict[str, torch.Tensor]:
         """Tensors of the recipe's own that a checkpoint keeps (a replay buffer, a running
@@ -357,53 +350,80 @@ def run_precision(opts: TrainOptions, run: Path):
     return resolve_precision(opts.precision)
 
 
-def train(opts: TrainOptions, config: dict, recipe: Recipe, accelerator=None) -> dict:
+def train(opts: TrainOptions, config: dict, recipe: Recipe) -> dict:
     """Train `recipe` under the run folder `opts.out`; return metrics.json.
 
-    The run-folder policy lives here (the optimisation is `optimise`): check the folder, write
-    config.json, set an earlier run aside under --overwrite (dropped once this one has a
-    checkpoint or a model, brought back if it fails before), continue from the checkpoint under
-    --resume, and after training write the model (`recipe.save`), metrics.json and the
-    evaluation (`recipe.evaluate`), then remove the checkpoint.
+    `started_run` keeps the run folder's policy, `run_loop` trains in it. A method of two stages
+    calls them itself: its first stage is a `train` call of its own inside the started run, its
+    second stage the `run_loop` (`tagging/train.py`'s pre-training).
     """
+    with started_run(opts, config, recipe) as run:
+        return run.finished if run.finished is not None else run_loop(opts, recipe, run)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run folder that `started_run` checked and started, or found to resume."""
+
+    path: Path
+    choice: Any  # the precision it trains in (`precision.PrecisionChoice`)
+    finished: dict | None  # under --resume, metrics.json of a run that had finished: nothing to train
+
+
+@contextmanager
+def started_run(opts: TrainOptions, config: dict, recipe: Recipe) -> Iterator[Run]:
+    """The run folder around a training: check the folder, write config.json, set an earlier run
+    aside under --overwrite (dropped once this one has a checkpoint or a model, brought back if it
+    fails before), or check config.json under --resume (the checkpoint is `optimise`'s). A failure
+    inside before the first checkpoint (or a first stage's) removes what the run wrote; a
+    divergence or Ctrl-C says what was kept."""
     if recipe.keep_best and type(recipe).validate is Recipe.validate:
         raise TextebmError(f"{type(recipe).__name__} has no validation loss to keep the best weights by")
     if recipe.patience and not recipe.keep_best:
         raise TextebmError("patience (stopping when the validation loss stops improving) needs keep_best")
+    from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
+
     setup_torch(opts)
-    run = Path(opts.out)
-    choice = run_precision(opts, run)
+    path = Path(opts.out)
+    choice = run_precision(opts, path)
     config = {**config, "precision_choice": choice.as_dict()}
     check_run_dir(opts, config)  # every process, before anything is written
-    accelerator = accelerator or make_accelerator(opts, choice.precision)
-    if accelerator.is_main_process:
+    # the processes of `accelerate launch` (one without it), set up as the loop's Accelerator sets them up
+    processes = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    if processes.is_main_process:
         log.info("precision %s", choice.reason)
-    accelerator.wait_for_everyone()
-    created = not run.exists()
+    processes.wait_for_everyone()
+    created = not path.exists()
     entries = [*RUN_ENTRIES, *recipe.run_files]
-    if accelerator.is_main_process and not opts.resume:
-        start_run(run, opts, config, entries)
-    accelerator.wait_for_everyone()
-    if opts.resume and run_completed(run):
-        log.info("%s already finished; nothing to resume", run)
-        return read_json(run / "metrics.json")
-    folder = RunFolder(run, accelerator)
+    if processes.is_main_process and not opts.resume:
+        start_run(path, opts, config, entries)
+    processes.wait_for_everyone()
+    if opts.resume and run_completed(path):
+        log.info("%s already finished; nothing to resume", path)
+        yield Run(path, choice, finished=read_json(path / "metrics.json"))
+        return
     try:
-        if recipe.prepare(run):  # a first stage trained with an Accelerator of its own
-            accelerator = make_accelerator(opts, choice.precision)
-            folder = RunFolder(run, accelerator)
-        done = optimise(opts, recipe, accelerator, folder)
-        return finish_run(opts, recipe, accelerator, folder, done, choice)
+        yield Run(path, choice, finished=None)
     except BaseException as e:
-        if accelerator.is_main_process and not opts.resume:
-            abandon_failed_start(run, created, entries)
+        if processes.is_main_process and not opts.resume:
+            abandon_failed_start(path, created, entries)
         if isinstance(e, TrainingDiverged):
-            where = (f"the last good checkpoint is kept in {folder.checkpoint}" if folder.has_checkpoint()
+            where = (f"the last good checkpoint is kept in {path / CHECKPOINT_DIR}" if has_checkpoint(path)
                      else "no checkpoint was written yet")
             raise TrainingDiverged(f"{e} ({where}). Try a lower --lr, --precision fp32, or --grad-clip.") from None
         if isinstance(e, KeyboardInterrupt) and not isinstance(e, TrainingInterrupted):
-            raise TrainingInterrupted(interrupted_message(folder, entries)) from None
+            raise TrainingInterrupted(interrupted_message(path, entries)) from None
         raise
+
+
+def run_loop(opts: TrainOptions, recipe: Recipe, run: Run) -> dict:
+    """Train `recipe` in a started run with an Accelerator of its own (`optimise`), then write the
+    model, metrics.json and the evaluation (`finish_run`); return metrics.json."""
+    accelerator = make_accelerator(opts, run.choice.precision)
+    folder = RunFolder(run.path, accelerator)
+    done = optimise(opts, recipe, accelerator, folder)
+    return finish_run(opts, recipe, accelerator, folder, done, run.choice)
 
 
 @dataclass
@@ -499,7 +519,6 @@ def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder)
                                        {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch,
                                         "history": history, "running": running, "validation": validation,
                                         "wall_seconds": time.perf_counter() - t0})
-            recipe.end_step(step)
             if step >= total:
                 break
         else:

@@ -10,29 +10,30 @@ Training runs on the one loop (checkpoints, --resume); the EBMs sample by SGLD w
 buffer (JEM); a diverging EBM stops with exit 2 and keeps its last checkpoint. eval runs in fp32.
 """
 
+from textebm.cli.show import eval_line, metrics_json
 from textebm.images.commands import SSLImagesEvalConfig
 from textebm.images.train import SSLImagesPretrainConfig, SSLImagesTrainConfig
 
 
 def train(cfg: SSLImagesTrainConfig) -> None:
     """Train a classifier: --method supervised, pretrain (from an EBM, --init) or joint; test error at the end."""
-    from textebm.images.train import format_metrics, ssl_images_train
+    from textebm.images.train import ssl_images_train
 
-    print(f"{cfg.out}: " + format_metrics(ssl_images_train(cfg)))
+    print(f"{cfg.out}: " + eval_line(ssl_images_train(cfg)))
 
 
 def pretrain(cfg: SSLImagesPretrainConfig) -> None:
     """Stage 1 of pre-training: an EBM u(x) = w^T h(x) on the unlabelled images (SGLD, replay buffer)."""
-    from textebm.images.train import format_metrics, ssl_images_pretrain
+    from textebm.images.train import ssl_images_pretrain
 
-    print(f"{cfg.out}: " + format_metrics(ssl_images_pretrain(cfg)))
+    print(f"{cfg.out}: " + eval_line(ssl_images_pretrain(cfg)))
 
 
 def evaluate(cfg: SSLImagesEvalConfig) -> None:
     """Accuracy and error of an image classifier on the held-out test set (or every image)."""
-    from textebm.images.commands import format_metrics, ssl_images_eval
+    from textebm.images.commands import ssl_images_eval
 
-    print(format_metrics(ssl_images_eval(cfg)))
+    print(metrics_json(ssl_images_eval(cfg), leave_out=("model", "data_sha256")))
 
 
 COMMANDS: dict = {

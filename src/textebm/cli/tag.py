@@ -9,6 +9,7 @@
 Training runs on the one loop (checkpoints, --resume); eval and predict run in fp32.
 """
 
+from textebm.cli.show import eval_line, metrics_json
 from textebm.tagging.commands import TagEvalConfig, TagPredictConfig
 from textebm.tagging.grid import TagGridConfig
 from textebm.tagging.train import TagTrainConfig
@@ -18,16 +19,14 @@ def train(cfg: TagTrainConfig) -> None:
     """Train a BiLSTM-CRF tagger (--method supervised | pretrain | joint), dev accuracy after each epoch."""
     from textebm.tagging.train import tag_train
 
-    m = tag_train(cfg)
-    print(f"{cfg.out}: " + ", ".join(f"{k}={v:.4g}" for k, v in m.get("eval", {}).items()
-                                     if isinstance(v, (int, float))))
+    print(f"{cfg.out}: " + eval_line(tag_train(cfg)))
 
 
 def evaluate(cfg: TagEvalConfig) -> None:
     """Token accuracy (and span F1 for BIO tags) of a tagger on a split."""
-    from textebm.tagging.commands import format_metrics, tag_eval
+    from textebm.tagging.commands import tag_eval
 
-    print(format_metrics(tag_eval(cfg)))
+    print(metrics_json(tag_eval(cfg), leave_out=("model", "data")))
 
 
 def predict(cfg: TagPredictConfig) -> None:

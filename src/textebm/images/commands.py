@@ -11,7 +11,6 @@ shape against the model's (an error naming the file).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import torch
@@ -72,7 +71,3 @@ def ssl_images_eval(cfg: SSLImagesEvalConfig) -> dict:
         mark_file(cfg.out, "ssl-images eval")
     return metrics
 
-
-def format_metrics(metrics: dict) -> str:
-    return json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()
-                       if k not in ("model", "data_sha256")})

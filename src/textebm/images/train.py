@@ -111,6 +111,21 @@ class SGLDOptions:
 SGLD_FIELDS = [f for f in SGLDOptions.__dataclass_fields__]
 
 
+@dataclass(frozen=True, kw_only=True)
+class EBMSpec:
+    """How a recipe fits an EBM term to images: JEM's noise on the data, SGLD samples per step (from
+    the recipe's `ChainSampler`), the penalty on the energies' size, and (joint) the term's weight."""
+
+    data_noise: float  # std of the Gaussian noise added to the images the EBM is fitted to
+    samples: int  # SGLD samples per step
+    energy_reg: float = 0.0  # energy_reg * mean(u^2)
+    weight: float = 1.0  # joint: the marginal's maximum-likelihood loss weight
+
+
+def ebm_spec(cfg: SGLDOptions, weight: float = 1.0) -> EBMSpec:
+    return EBMSpec(data_noise=cfg.data_noise, samples=cfg.samples, energy_reg=cfg.energy_reg, weight=weight)
+
+
 @dataclass(kw_only=True)
 class NetOptions:
     channels: int = field(default=32, metadata={"help": "channels of the first convolution", "min": 1})
@@ -213,7 +228,13 @@ def prepare_train(cfg: SSLImagesTrainConfig) -> tuple[Recipe, dict]:
                                     hidden=cfg.hidden, classes=data.classes))
     config["parameters"] = sum(p.numel() for p in model.parameters())
     if cfg.method == "joint":
-        recipe: Recipe = JointRecipe(model, data, split, cfg, _sampler(cfg, data.shape, cfg.seed))
+        # p(x) on the unlabelled images; with every image labelled, on the labelled ones (figure 1 at 100 %)
+        ebm_images = split.unlabelled or split.labelled
+        if len(ebm_images) < cfg.unlabelled_batch_size:
+            raise TextebmError(f"--unlabelled-batch-size {cfg.unlabelled_batch_size}: only {len(ebm_images)} "
+                               "unlabelled images; use a smaller batch or a smaller --labelled-proportion")
+        recipe: Recipe = ImageJointRecipe(model, data, split, ebm_images, cfg.unlabelled_batch_size,
+                                          ebm_spec(cfg, cfg.ebm_weight), _sampler(cfg, data.shape, cfg.seed), cfg.seed)
     else:
         recipe = ClassifierRecipe(model, data, split)
     return recipe, config
@@ -259,7 +280,7 @@ def prepare_pretrain(cfg: SSLImagesPretrainConfig) -> tuple[Recipe, dict]:
     record = split_record(data, cfg)
     config = {**options_dict(cfg), **record, "method": "pretrain (stage 1: the EBM)",
               "unlabelled_images": len(split.unlabelled), "parameters": sum(p.numel() for p in model.parameters())}
-    return EBMRecipe(model, data, split, cfg, _sampler(cfg, data.shape, cfg.seed), record), config
+    return EBMRecipe(model, data, split, ebm_spec(cfg), _sampler(cfg, data.shape, cfg.seed), cfg.seed, record), config
 
 
 def ssl_images_pretrain(cfg: SSLImagesPretrainConfig) -> dict:
@@ -292,6 +313,16 @@ def accuracy(model: ConvNet, images: torch.Tensor, labels: torch.Tensor, batch_s
     return {"accuracy": acc, "error": 1.0 - acc, "images": len(images)}
 
 
+def held_out_accuracy(model: ConvNet, data: ImageData, split: SSLSplit) -> dict[str, float]:
+    """The held-out test images' accuracy and error (metrics.json's `eval`)."""
+    return {f"test_{k}": v for k, v in accuracy(model, data.images[split.test], data.labels[split.test]).items()}
+
+
+def data_noise_generator(seed: int) -> torch.Generator:
+    """The generator of JEM's noise on the images an EBM is fitted to (`noisy`), kept in checkpoints."""
+    return torch.Generator().manual_seed(derive_seed(seed, "ssl-images", "data-noise"))
+
+
 class ClassifierRecipe(Recipe):
     """softmax(W h(x)) on the labelled images (supervised, and pre-training's stage 2)."""
 
@@ -303,48 +334,49 @@ class ClassifierRecipe(Recipe):
         self.run_files = (REPORT,)
 
     def loss(self, model, batch, at):
-        b = batch.get(MAIN, batch)  # the main stream's batch (joint), or the batch itself
-        ce = torch.nn.functional.cross_entropy(model(b["x"]), b["y"])
+        ce = torch.nn.functional.cross_entropy(model(batch["x"]), batch["y"])
         return ce, {}
 
     def evaluate(self):
-        return {f"test_{k}": v for k, v in accuracy(self.model, self.data.images[self.split.test],
-                                                    self.data.labels[self.split.test]).items()}
+        return held_out_accuracy(self.model, self.data, self.split)
 
     def save(self, folder):
         save_convnet(self.model, folder)
 
 
-class JointRecipe(ClassifierRecipe):
-    """Joint training: cross-entropy on labelled batches (main stream) + the marginal's ML loss on
-    unlabelled batches (the stream "unlabelled", cycling) with SGLD negatives."""
+class ImageJointRecipe(Recipe):
+    """Joint training: cross-entropy of softmax(Ψ(x)) on labelled batches (the main stream) +
+    `spec.weight` times the maximum-likelihood loss of the marginal logsumexp_y Ψ(x)[y] on batches
+    of `ebm_images` (the stream "unlabelled", cycling), with SGLD negatives from `sampler`."""
 
-    def __init__(self, model: ConvNet, data: ImageData, split: SSLSplit, cfg: SSLImagesTrainConfig,
-                 sampler: ChainSampler):
-        super().__init__(model, data, split)
-        self.cfg, self.sampler = cfg, sampler
-        # p(x) on the unlabelled images; with every image labelled, on the labelled ones (figure 1 at 100 %)
-        unl = _items(data, split.unlabelled or split.labelled)
-        if len(unl) < cfg.unlabelled_batch_size:
-            raise TextebmError(f"--unlabelled-batch-size {cfg.unlabelled_batch_size}: only {len(unl)} unlabelled "
-                               "images; use a smaller batch or a smaller --labelled-proportion")
+    def __init__(self, model: ConvNet, data: ImageData, split: SSLSplit, ebm_images: list[int], ebm_batch_size: int,
+                 spec: EBMSpec, sampler: ChainSampler, seed: int):
+        self.model, self.data, self.split, self.spec, self.sampler = model, data, split, spec, sampler
+        self.dataset = _items(data, split.labelled)
+        self.lengths = [1] * len(self.dataset)
+        self.collate = _collate
+        self.run_files = (REPORT,)
+        unl = _items(data, ebm_images)
         self.streams = {"unlabelled": Stream(dataset=unl, lengths=[1] * len(unl), collate=_collate,
-                                             batch_size=cfg.unlabelled_batch_size, lockstep=False)}
-        self.noise = torch.Generator().manual_seed(derive_seed(cfg.seed, "ssl-images", "data-noise"))
+                                             batch_size=ebm_batch_size, lockstep=False)}
+        self.noise = data_noise_generator(seed)
 
     def loss(self, model, batch, at):
         lab, unl = batch[MAIN], batch["unlabelled"]
-        x_unl = noisy(unl["x"], self.cfg.data_noise, self.noise)  # (U, H, W)
-        x_neg = self.sampler.sample(lambda x: -self.model.potential(x), self.cfg.samples, at.step,
+        x_unl = noisy(unl["x"], self.spec.data_noise, self.noise)  # (U, H, W)
+        x_neg = self.sampler.sample(lambda x: -self.model.potential(x), self.spec.samples, at.step,
                                     device=x_unl.device)  # (N, H, W)
         logits = model(torch.cat([lab["x"], x_unl, x_neg]))  # (B + U + N, K)
         b, u = lab["x"].shape[0], x_unl.shape[0]
-        total, ce, ml = joint_ssl_loss(logits[:b], lab["y"], logits[b:b + u], logits[b + u:], self.cfg.ebm_weight,
-                                       self.cfg.energy_reg)
+        total, ce, ml = joint_ssl_loss(logits[:b], lab["y"], logits[b:b + u], logits[b + u:], self.spec.weight,
+                                       self.spec.energy_reg)
         u_all = marginal_potential(logits[b:]).detach()  # (U + N,)
         self.sampler.check(u_all[:u], u_all[u:], at.step)
         return total, {"ce": float(ce.detach()), "ml": float(ml.detach()), "u_data": float(u_all[:u].mean()),
                        "u_samples": float(u_all[u:].detach().mean())}
+
+    def evaluate(self):
+        return held_out_accuracy(self.model, self.data, self.split)
 
     def state(self):
         return {**self.sampler.state(), "noise_generator": self.noise.get_state()}
@@ -352,6 +384,9 @@ class JointRecipe(ClassifierRecipe):
     def load_state(self, tensors):
         self.sampler.load_state(tensors)
         self.noise.set_state(tensors["noise_generator"].to(torch.uint8))
+
+    def save(self, folder):
+        save_convnet(self.model, folder)
 
 
 def noisy(x: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
@@ -364,23 +399,23 @@ def noisy(x: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tens
 class EBMRecipe(Recipe):
     """Stage 1 of pre-training: u(x) = wᵀh(x) on the unlabelled images by maximum likelihood."""
 
-    def __init__(self, model: ConvNet, data: ImageData, split: SSLSplit, cfg: SSLImagesPretrainConfig,
-                 sampler: ChainSampler, record: dict):
-        self.model, self.data, self.split, self.cfg, self.sampler, self.record = model, data, split, cfg, sampler, record
+    def __init__(self, model: ConvNet, data: ImageData, split: SSLSplit, spec: EBMSpec, sampler: ChainSampler,
+                 seed: int, record: dict):
+        self.model, self.data, self.split, self.spec, self.sampler, self.record = model, data, split, spec, sampler, record
         self.dataset = _items(data, split.unlabelled)
         self.lengths = [1] * len(self.dataset)
         self.collate = _collate
         self.run_files = (REPORT,)
-        self.noise = torch.Generator().manual_seed(derive_seed(cfg.seed, "ssl-images", "data-noise"))
+        self.noise = data_noise_generator(seed)
 
     def loss(self, model, batch, at):
-        x = noisy(batch["x"], self.cfg.data_noise, self.noise)  # (B, H, W)
-        x_neg = self.sampler.sample(lambda z: -self.model.potential(z), self.cfg.samples, at.step,
+        x = noisy(batch["x"], self.spec.data_noise, self.noise)  # (B, H, W)
+        x_neg = self.sampler.sample(lambda z: -self.model.potential(z), self.spec.samples, at.step,
                                     device=x.device)  # (N, H, W)
         u = model(torch.cat([x, x_neg]))[:, 0]  # (B + N,)
         b = x.shape[0]
         self.sampler.check(u[:b], u[b:], at.step)
-        loss = ebm_ml_loss(u[:b], u[b:], self.cfg.energy_reg)
+        loss = ebm_ml_loss(u[:b], u[b:], self.spec.energy_reg)
         return loss, {"u_data": float(u[:b].detach().mean()), "u_samples": float(u[b:].detach().mean())}
 
     @torch.no_grad()
@@ -420,8 +455,4 @@ def write_report(run: Path, config: dict, metrics: dict) -> None:
     text = f"# ssl-images: {config.get('method')}\n\n" + table(["", ""], rows) + "\n"
     with atomic_write(run / REPORT) as f:
         f.write(text)
-
-
-def format_metrics(metrics: dict) -> str:
-    return ", ".join(f"{k}={v:.4g}" for k, v in metrics.get("eval", {}).items() if isinstance(v, (int, float)))
 

@@ -1,5 +1,6 @@
 """`textebm lm sample`: noise samples and generations from a causal LM (the command: jobs, the
-output file, resume). The sampler itself is the library `textebm.lm.generate`.
+output file, resume). The sampler itself is the library `textebm.lm.generate`; the jobs and their
+texts (`sample_jobs`, `group_texts`) are shared with the Python API (`textebm.api.InfillLM`).
 
 Four modes, each built on the sequence layouts of `textebm.models.lm_format`:
 
@@ -33,6 +34,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -142,6 +144,11 @@ class JobSpec:
     max_new_tokens: int | None = None
 
 
+def infill_mask_ratio(meta, given: float | None) -> float:
+    """The masking probability M of infill samples: `given`, else the model's training ratio, else 0.4."""
+    return given if given is not None else meta.mask_ratio or DEFAULT_MASK_RATIO
+
+
 def check_mode(mode: str, meta, sp: SpecialIds) -> None:
     """Raise a TextebmError when the model cannot do `mode` (wrong objective or direction)."""
     if mode not in MODES:
@@ -212,11 +219,41 @@ def source_id(row: dict, index: int) -> str:
     return example_id(row, index)
 
 
-def _encode_fields(tokenizer, examples: list[dict]) -> list[list[list[int]]]:
+def encode_fields(tokenizer, examples: list[dict]) -> list[list[list[int]]]:
     """Token ids of each example's fields (text, then text_pair where present), one batched call."""
     texts = [row[f] for row in examples for f in source_fields(row)]
     flat = iter(tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
     return [[next(flat) for _ in source_fields(row)] for row in examples]
+
+
+def sample_jobs(spec: JobSpec, encoded: list[list[list[int]]], per_example: int, sp: SpecialIds, meta, tokenizer,
+                positions: int | None, refuse: Callable[[int, int, str], Exception],
+                skip: Callable[[int, int], bool] = lambda i, j: False) -> list[Job]:
+    """The jobs of samples 0 .. per_example-1 of every example (`encoded[i]`: its fields' ids,
+    `encode_fields`) but those `skip(i, j)`, in batching order (by context length, so a batch
+    holds neighbours). A job writes at most what the model's `positions` leave after its
+    context; a context that leaves none raises `refuse(i, field, message)` (the command's
+    message names the example, the API's the text)."""
+    limit = positions or 10**9
+    jobs = []
+    for i, field_ids in enumerate(encoded):
+        for j in range(per_example):
+            if skip(i, j):
+                continue
+            for f, ids in enumerate(field_ids):
+                job = make_job(spec, ids, (i, j, f), sp, meta, tokenizer)
+                if len(job.context) >= limit:
+                    raise refuse(i, f, f"a context of {len(job.context)} tokens leaves no room to generate "
+                                       f"within the model's {limit} positions")
+                job.max_new = min(job.max_new, limit - len(job.context))
+                jobs.append(job)
+    jobs.sort(key=lambda jb: (len(jb.context), jb.max_new, jb.example, jb.sample, jb.field))
+    return jobs
+
+
+def group_texts(parts: dict[int, tuple[Job, Generation]], tokenizer, eos: int) -> list[str]:
+    """The sampled texts of one output row, in field order (text, then text_pair), in reading order."""
+    return [tokenizer.decode(job_text_ids(*parts[f], eos), skip_special_tokens=False) for f in sorted(parts)]
 
 
 def _check_ids(rows: list[dict], order: dict[str, tuple[int, int]], path: Path) -> None:
@@ -242,7 +279,7 @@ def sample_file(cfg: SampleConfig) -> Path:
     model, tokenizer, meta = load_lm(model_path, dtype=choice.dtype, device=device)
     sp = special_ids(tokenizer, meta)
     check_mode(cfg.mode, meta, sp)
-    mask_ratio = (cfg.mask_ratio if cfg.mask_ratio is not None else meta.mask_ratio or DEFAULT_MASK_RATIO)
+    mask_ratio = infill_mask_ratio(meta, cfg.mask_ratio)
     spec = JobSpec(mode=cfg.mode, seed=cfg.seed, mask_ratio=mask_ratio, context_ratio=cfg.context_ratio,
                    context_tokens=cfg.context_tokens, max_new_tokens=cfg.max_new_tokens)
 
@@ -270,20 +307,10 @@ def sample_file(cfg: SampleConfig) -> Path:
     if done:
         log.info("resuming %s: %d of %d samples already written", partial.path, len(done), len(order))
 
-    jobs = []
-    limit = getattr(model.config, "max_position_embeddings", None) or 10**9
-    for i, field_ids in enumerate(_encode_fields(tokenizer, examples)):
-        for j in range(cfg.per_example):
-            if f"{sids[i]}-n{j}" in done:
-                continue
-            for f, ids in enumerate(field_ids):
-                job = make_job(spec, ids, (i, j, f), sp, meta, tokenizer)
-                if len(job.context) >= limit:
-                    raise TextebmError(f"example {sids[i]}: a context of {len(job.context)} tokens leaves "
-                                       f"no room to generate within the model's {limit} positions")
-                job.max_new = min(job.max_new, limit - len(job.context))
-                jobs.append(job)
-    jobs.sort(key=lambda jb: (len(jb.context), jb.max_new, jb.example, jb.sample, jb.field))
+    jobs = sample_jobs(spec, encode_fields(tokenizer, examples), cfg.per_example, sp, meta, tokenizer,
+                       getattr(model.config, "max_position_embeddings", None),
+                       lambda i, _f, message: TextebmError(f"example {sids[i]}: {message}"),
+                       lambda i, j: f"{sids[i]}-n{j}" in done)
 
     sampling = Sampling(cfg.top_k, cfg.temperature, sp.eos, sp.pad, tuple(banned_ids(sp)))
     t0, n_tokens = time.perf_counter(), 0
@@ -305,9 +332,7 @@ def sample_file(cfg: SampleConfig) -> Path:
 def _output_row(src: dict, sid: str, j: int, parts: dict[int, tuple[Job, Generation]], common: dict,
                 tokenizer, eos: int) -> dict:
     row: dict = {"id": f"{sid}-n{j}", "source_id": sid}
-    for f, name in enumerate(source_fields(src)):
-        jb, gen = parts[f]
-        row[name] = tokenizer.decode(job_text_ids(jb, gen, eos), skip_special_tokens=False)
+    row.update(zip(source_fields(src), group_texts(parts, tokenizer, eos)))
     if src.get("label") is not None:
         row["source_label"] = src["label"]
     row.update(common)

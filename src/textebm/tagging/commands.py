@@ -14,7 +14,6 @@ CoNLL file: token and predicted tag, tab-separated, a blank line after each sent
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 
@@ -98,8 +97,3 @@ def tag_predict(cfg: TagPredictConfig) -> int:
     log.info("tagged %d sentences into %s", len(rows), cfg.out)
     return len(rows)
 
-
-def format_metrics(metrics: dict) -> str:
-    """One line for the terminal: the figures of `tag eval`."""
-    return json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()
-                       if k not in ("model", "data")})

@@ -53,6 +53,7 @@ from textebm.tagging.grid_cost import cell_seconds
 from textebm.tagging.grid_report import write_report
 from textebm.tagging.recipes import STAGE1
 from textebm.tagging.train import (
+    METHODS as TRAIN_METHODS,
     STAGE1_SHAPING,
     TagTrainConfig,
     held_out,
@@ -64,7 +65,8 @@ log = logging.getLogger(__name__)
 
 KIND = "tag grid"  # the kind in the marker of an --out folder the grid wrote
 ENTRIES = ("runs", "cells", "results.json", "tables.md", "accuracy.png")
-METHODS = ("supervised", "pretrain", "frozen", "joint")  # frozen: pretrain --freeze, the ablation
+# `tag train`'s methods, and frozen (pretrain --freeze, the ablation) beside pretrain
+METHODS = tuple(m for method in TRAIN_METHODS for m in ((method, "frozen") if method == "pretrain" else (method,)))
 # `tag train` options the grid sets itself, per cell
 GRID_SET = ("data", "out", "method", "labelled", "proportion", "ratio", "seed", "split_seed", "init", "threads",
             "progress", "resume", "overwrite", "tag_column", "unlabelled", "from_pretrained", "stage1_cache")

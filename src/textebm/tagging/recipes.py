@@ -1,24 +1,25 @@
 """The training recipes of `tag train` on the one loop (`textebm.train`), free of the command's
 options (the command, `tagging/train.py`, builds them):
 
-    TaggerRecipe    the supervised tagger: CRF NLL per sentence, dev accuracy after each epoch
-    TRFRecipe       stage 1 of pre-training: the TRF language model of eq. (3) over the BiLSTM by
-                    DNCE on unlabelled sentences, the noise LM by maximum likelihood (paper e, 3.2)
-    FineTuneRecipe  stage 2 of pre-training: `prepare` runs stage 1 and loads its embeddings and
-                    BiLSTM; every weight then learns on the labelled sentences (the paper's code),
-                    or, with `freeze`, only the new output layer and A (sec. 3.2 read alone)
-    JointRecipe     the JRF (eq. 6): CRF NLL on a labelled batch + w(step) · DNCE of the marginal on
-                    an unlabelled batch + the noise LM's NLL (paper e, 3.3)
+    TaggerRecipe        the supervised tagger: CRF NLL per sentence, dev accuracy after each epoch;
+                        also stage 2 of pre-training, its tagger started from stage 1's encoder
+                        (`load_encoder`; with --freeze, `freeze_encoder`: only the new output
+                        layer and A learn)
+    TRFRecipe           stage 1 of pre-training: the TRF language model of eq. (3) over the BiLSTM
+                        by DNCE on unlabelled sentences, the noise LM by maximum likelihood (3.2)
+    TaggerJointRecipe   the JRF (eq. 6): CRF NLL on a labelled batch + w(step) · DNCE of the
+                        marginal on an unlabelled batch + the noise LM's NLL (3.3); from stage 1
+                        with `load_stage1`
 
 with `transfer_tagger` (a tagger moved onto a larger vocabulary, tagging as before) and
-`start_zeta` (ζ started at an estimate of log Z_l).
+`start_zeta` (ζ started at an estimate of log Z_l). A method that starts from stage 1 trains it
+first, as a run of its own; the command (`tagging/train.py`) runs the two stages.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +46,17 @@ from textebm.train import MAIN, ParamGroup, Recipe, Stream
 
 log = logging.getLogger(__name__)
 
-STAGE1 = "pretrain"  # RUN/pretrain: stage 1 of --method pretrain
+STAGE1 = "pretrain"  # RUN/pretrain: stage 1 of --method pretrain (and of joint --from-pretrained)
 TRF_FILE = "trf.safetensors"  # beside a stage-1 tagger: the TRF head and the noise LM
 
 
 class TaggerRecipe(Recipe):
-    """The supervised tagger on the loop: CRF NLL per sentence, dev accuracy after each epoch."""
+    """The supervised tagger on the loop: CRF NLL per sentence, dev accuracy after each epoch. Also
+    stage 2 of pre-training, on a tagger the command started from stage 1's encoder."""
 
     def __init__(self, model: BiLSTMCRF, vocab: WordVocab, rows: list[dict[str, Any]], eval_split: str,
                  eval_rows: list[dict[str, Any]], batch_size: int):
         self.model, self.vocab, self.eval_split, self.eval_rows = model, vocab, eval_split, eval_rows
-        self.tagger = model  # what is scored and saved (the loop's `model` may hold more: paper e's JRF)
         self.batch_size = batch_size
         tag_id = {t: k for k, t in enumerate(model.spec.tags)}
         spelt = bool(model.spec.char_vocab)  # a character CNN reads each token as written
@@ -64,7 +65,7 @@ class TaggerRecipe(Recipe):
         self.lengths = [len(item[0]) for item in self.dataset]
         self.collate = lambda items: tag_batch(items, vocab.pad_id)
         self.by_epoch: list[float] = []  # dev accuracy after each full epoch (kept in checkpoints)
-        self.stage1_run: Path | None = None  # where a method that starts from pre-training found its stage 1
+        self.stage1_run: Path | None = None  # the stage 1 of pre-training it started from (metrics.json names it)
         self._just_measured: float | None = None  # end_epoch's accuracy, for the validation that follows
 
     def loss(self, model, batch, at):
@@ -74,11 +75,11 @@ class TaggerRecipe(Recipe):
 
     def _scores(self) -> dict[str, float]:
         """Dev metrics in fp32 (autocast off), as `tag eval` computes them."""
-        device = next(self.tagger.parameters()).device
+        device = next(self.model.parameters()).device
         with torch.autocast(device.type, enabled=False):
-            pred = tag_sentences(self.tagger, self.vocab, self.eval_rows, self.batch_size)
+            pred = tag_sentences(self.model, self.vocab, self.eval_rows, self.batch_size)
         gold = [r["tags"] for r in self.eval_rows]
-        return tagging_scores(gold, pred, self.tagger.spec.tags, self.eval_split)
+        return tagging_scores(gold, pred, self.model.spec.tags, self.eval_split)
 
     def validate(self):
         """1 − dev accuracy (`--keep-best`): the accuracy `end_epoch` has just measured, or, after
@@ -111,7 +112,7 @@ class TaggerRecipe(Recipe):
         return out or None
 
     def save(self, folder):
-        save_tagger(self.tagger, folder)
+        save_tagger(self.model, folder)
         save_vocab(self.vocab, folder)
 
 
@@ -161,29 +162,16 @@ class TRFRecipe(Recipe):
 FROZEN = ("embed.", "char_embed.", "char_convs.", "lstm.")  # what stage 2 of pre-training takes from stage 1 (and keeps, with `freeze`)
 
 
-class FineTuneRecipe(TaggerRecipe):
-    """Stage 2 of pre-training: `prepare` runs stage 1 (RUN/pretrain) and loads its embeddings and
-    BiLSTM into the tagger; the output layer and A start fresh. Every weight then trains on the
-    labelled sentences, as thu-spmi/semi-EBM's `run_trf_finetune.sh` does (`run_crf.py --model`
-    restores all but `edge_mat` and `final_linear` and trains every trainable variable); with
-    `freeze` the embeddings and the BiLSTM stay as stage 1 left them (sec. 3.2's last sentence
-    read alone: "fine-tune ... the output layer"), the ablation."""
-
-    run_files = (STAGE1,)
-
-    def __init__(self, *args, stage1: Callable[[Path], Path], freeze: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.stage1, self.freeze = stage1, freeze
-        for name, p in self.model.named_parameters():
-            p.requires_grad_(not (freeze and name.startswith(FROZEN)))
-
-    def prepare(self, run):
-        folder = self.stage1(run)
-        self.stage1_run = folder.parent.resolve()
-        load_encoder(self.model, folder)
-        log.info("stage 2: %s on the labelled sentences", "the output layer and A, the encoder frozen" if self.freeze
-                 else "every weight fine-tuned from stage 1's encoder")
-        return True
+def freeze_encoder(tagger: BiLSTMCRF) -> None:
+    """Stage 2 of pre-training with --freeze (sec. 3.2's last sentence read alone: "fine-tune ...
+    the output layer"), the ablation: the embeddings, character CNN and BiLSTM (FROZEN) leave the
+    optimizer and stay as stage 1 left them; only the new output layer and A learn. Without it
+    every weight trains on the labelled sentences, as thu-spmi/semi-EBM's `run_trf_finetune.sh`
+    does (`run_crf.py --model` restores all but `edge_mat` and `final_linear` and trains every
+    trainable variable)."""
+    for name, p in tagger.named_parameters():
+        if name.startswith(FROZEN):
+            p.requires_grad_(False)
 
 
 def load_encoder(tagger: BiLSTMCRF, folder: Path) -> None:
@@ -200,42 +188,37 @@ def load_encoder(tagger: BiLSTMCRF, folder: Path) -> None:
                 p.copy_(kept[name])
 
 
-class JointRecipe(TaggerRecipe):
+def load_stage1(model: SemiSupervisedTagger, folder: Path, seed: int, zeta_draws: int) -> None:
+    """The JRF started from stage 1 of pre-training (this paper's run_trf_semi.py --model
+    <trf_pretrain>): its encoder and noise LM from the tagger folder `folder` (and its
+    `trf.safetensors`), a new output layer and A, ζ estimated anew for the JRF."""
+    load_encoder(model.tagger, folder)
+    noise = load_file(str(folder / TRF_FILE))
+    model.noise.load_state_dict({k[len("noise."):]: v for k, v in noise.items() if k.startswith("noise.")})
+    model.noise.to(next(model.tagger.parameters()).device)
+    # ζ from uniform sentences: on a trained TRF the noise LM as proposal spread far more (24 nats over
+    # seeds at 8 draws, 5 at 512, against about 2: bench/results/tagging/zeta_spread.json)
+    start_zeta(model, joint=True, seed=seed, draws=zeta_draws)
+    log.info("joint training from stage 1's encoder and noise LM (%s)", folder)
+
+
+class TaggerJointRecipe(Recipe):
     """The JRF (eq. 6): CRF NLL on a labelled batch + w(step) · DNCE of the marginal on an
-    unlabelled batch + the noise LM's NLL; the unlabelled sentences are the main stream. With
-    `stage1` (this paper's run_trf_semi.py --model <trf_pretrain>), `prepare` runs or reuses stage 1
-    of pre-training and starts from its encoder and noise LM, ζ estimated anew for the JRF."""
+    unlabelled batch + the noise LM's NLL. The unlabelled sentences are the main stream; the
+    labelled ones, the dev accuracy and the saved tagger are those of the supervised recipe of its
+    tagger (`self.supervised`), which it holds."""
 
     def __init__(self, model: SemiSupervisedTagger, vocab: WordVocab, rows: list[dict[str, Any]],
                  unlabelled: list[list[int]], eval_split: str, eval_rows: list[dict[str, Any]], batch_size: int,
-                 spec: DNCESpec, weight: float, ramp_steps: int, noise_lr: float, zeta_lr: float = 0.0,
-                 stage1: Callable[[Path], Path] | None = None, zeta_draws: int = 8, seed: int = 0):
-        super().__init__(model.tagger, vocab, rows, eval_split, eval_rows, batch_size)
-        labelled = Stream(dataset=self.dataset, lengths=self.lengths, collate=self.collate, batch_size=batch_size,
-                          lockstep=False)
-        self.streams = {"labelled": labelled}
+                 spec: DNCESpec, weight: float, ramp_steps: int, noise_lr: float, zeta_lr: float = 0.0):
+        self.supervised = TaggerRecipe(model.tagger, vocab, rows, eval_split, eval_rows, batch_size)
+        sup = self.supervised
         self.model, self.spec, self.weight, self.ramp_steps = model, spec, weight, ramp_steps
         self.dataset, self.lengths = unlabelled, [len(s) for s in unlabelled]
         self.collate = lambda items: pad_batch(items, vocab.pad_id)
+        self.streams = {"labelled": Stream(dataset=sup.dataset, lengths=sup.lengths, collate=sup.collate,
+                                           batch_size=batch_size, lockstep=False)}
         self.param_groups = trf_groups(noise_lr, zeta_lr)
-        self.stage1, self.zeta_draws, self.seed = stage1, zeta_draws, seed
-        if stage1 is not None:
-            self.run_files = (STAGE1,)
-
-    def prepare(self, run):
-        if self.stage1 is None:
-            return False
-        folder = self.stage1(run)
-        self.stage1_run = folder.parent.resolve()
-        load_encoder(self.model.tagger, folder)
-        noise = load_file(str(folder / TRF_FILE))
-        self.model.noise.load_state_dict({k[len("noise."):]: v for k, v in noise.items() if k.startswith("noise.")})
-        self.model.noise.to(next(self.model.tagger.parameters()).device)
-        # ζ from uniform sentences: on a trained TRF the noise LM as proposal spread far more (24 nats over
-        # seeds at 8 draws, 5 at 512, against about 2: bench/results/tagging/zeta_spread.json)
-        start_zeta(self.model, joint=True, seed=self.seed, draws=self.zeta_draws)
-        log.info("joint training from stage 1's encoder and noise LM (%s)", folder)
-        return True
 
     def loss(self, model, batch, at):
         lab, unl = batch["labelled"], batch[MAIN]
@@ -247,6 +230,25 @@ class JointRecipe(TaggerRecipe):
         return nll + w * out.dnce + out.noise_nll, {"crf_nll": float(nll.detach()), "dnce": float(out.dnce.detach()),
                                                     "noise_nll": float(out.noise_nll.detach()), "weight": w,
                                                     "nce_accuracy": out.accuracy}
+
+    # the tagger's own, as supervised training measures and writes it
+    def end_epoch(self, epoch):
+        self.supervised.end_epoch(epoch)
+
+    def validate(self):
+        return self.supervised.validate()
+
+    def state(self):
+        return self.supervised.state()
+
+    def load_state(self, tensors):
+        self.supervised.load_state(tensors)
+
+    def evaluate(self):
+        return self.supervised.evaluate()
+
+    def save(self, folder):
+        self.supervised.save(folder)
 
 
 def tagger_for(spec: TaggerSpec, vocab: WordVocab) -> BiLSTMCRF:

@@ -24,8 +24,9 @@ length learnt, π the unlabelled sentences' length distribution. Their recipes a
 pretrain: stage 1 is a run of its own in RUN/pretrain (`--pretrain-epochs`, `--pretrain-lr`,
 `--pretrain-steps`; the TRF language model of eq. (3) over the BiLSTM, on the unlabelled
 sentences only), keyed by its inputs (data, split, vocabulary, options) and resumed by itself;
-stage 2 is RUN's own run: the embeddings and the BiLSTM loaded from stage 1 and frozen, the linear
-output layer (new, as initialised) and A trained on the labelled sentences by the CRF NLL.
+stage 2 is RUN's own run, a second call of the loop: the embeddings and the BiLSTM loaded from
+stage 1, the linear output layer (new, as initialised) and A, every weight trained on the labelled
+sentences by the CRF NLL (with --freeze only the output layer and A).
 
 joint: one run, the unlabelled sentences the main stream (epochs count passes over them: they
 are the many, and the cost) and the labelled ones a cycling stream (they are few, so each
@@ -63,18 +64,20 @@ from textebm.seeds import seeded_sample
 from textebm.tagging.folder import load_tagging_model
 from textebm.tagging.recipes import (
     encode,
-    FineTuneRecipe,
-    JointRecipe,
+    freeze_encoder,
+    load_encoder,
+    load_stage1,
     STAGE1,
     start_zeta,
     tagger_for,
+    TaggerJointRecipe,
     TaggerRecipe,
     transfer_tagger,
     TRFRecipe,
 )
 from textebm.tagging.ssl import DNCESpec, SemiSupervisedTagger
 from textebm.tagging.vocab import MAX_WORD_CHARS, WordVocab, build_vocab
-from textebm.train import seed_everything, train, TrainOptions
+from textebm.train import run_loop, seed_everything, started_run, train, TrainOptions
 
 log = logging.getLogger(__name__)
 
@@ -440,28 +443,42 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
     if init is not None:
         inputs["init_sha256"] = file_sha256(init_path / "model.safetensors")
     config = {**options_dict(cfg), **inputs}
-    stage1 = None
+    trf_model = None  # stage 1's TRF, when the method starts from pre-training
     if cfg.method == "pretrain" or cfg.from_pretrained:
         stage1_tagger = tagger_for(tagger.spec, vocab)
         # joint --from-pretrained: stage 1 trains a copy (the loop may move it to a device), joint loads its weights
         trf_noise = copy.deepcopy(noise) if cfg.method == "joint" else noise
         trf_model = SemiSupervisedTagger(stage1_tagger, TRFHead(len(vocab), tagger.spec.hidden, pi), trf_noise)
-        stage1 = lambda run: train_stage1(cfg, run, trf_model, vocab, unlabelled, spec, inputs)
     if cfg.method == "joint":
         model = SemiSupervisedTagger(tagger, TRFHead(len(vocab), None, pi), noise)
-        if stage1 is None:
+        if trf_model is None:
             start_zeta(model, joint=True, seed=cfg.seed, draws=cfg.zeta_draws)
-        recipe = JointRecipe(model, vocab, rows, unlabelled, eval_split, eval_rows, cfg.batch_size, spec,
-                             cfg.unlabelled_weight, cfg.ramp_steps, cfg.noise_lr, cfg.zeta_lr, stage1=stage1,
-                             zeta_draws=cfg.zeta_draws, seed=cfg.seed)
-        recipe.keep_best = cfg.keep_best
-        return train(cfg, config, recipe)
-    # pretrain: stage 1 (RUN/pretrain, or the --stage1-cache), trained, resumed or found finished by the
-    # stage-2 recipe's prepare
-    freeze, legacy = stage2_frozen(cfg)
-    if legacy:  # an older run, frozen as it started: its config.json stays as written
-        config.pop("freeze", None)
-    recipe = FineTuneRecipe(tagger, vocab, rows, eval_split, eval_rows, cfg.batch_size, stage1=stage1, freeze=freeze)
+        recipe = TaggerJointRecipe(model, vocab, rows, unlabelled, eval_split, eval_rows, cfg.batch_size, spec,
+                                   cfg.unlabelled_weight, cfg.ramp_steps, cfg.noise_lr, cfg.zeta_lr)
+        supervised = recipe.supervised
+    else:  # pretrain: stage 2 trains the tagger on the labelled sentences, started from stage 1's encoder
+        freeze, legacy = stage2_frozen(cfg)
+        if legacy:  # an older run, frozen as it started: its config.json stays as written
+            config.pop("freeze", None)
+        if freeze:
+            freeze_encoder(tagger)
+        recipe = supervised = TaggerRecipe(tagger, vocab, rows, eval_split, eval_rows, cfg.batch_size)
     recipe.keep_best = cfg.keep_best
-    return train(cfg, config, recipe)
-
+    if trf_model is None:
+        return train(cfg, config, recipe)
+    # Two runs of the loop: RUN's folder is started first, so that its marker owns RUN/pretrain
+    # (--overwrite replaces it, a failure after it made progress keeps it); stage 1 is a run of its
+    # own there (trained, resumed, or found finished; or in the --stage1-cache), then RUN's own.
+    recipe.run_files = (STAGE1,)
+    with started_run(cfg, config, recipe) as run:
+        if run.finished is not None:
+            return run.finished
+        folder = train_stage1(cfg, run.path, trf_model, vocab, unlabelled, spec, inputs)
+        supervised.stage1_run = folder.parent.resolve()
+        if cfg.method == "joint":
+            load_stage1(model, folder, cfg.seed, cfg.zeta_draws)
+        else:
+            load_encoder(tagger, folder)
+            log.info("stage 2: %s on the labelled sentences", "the output layer and A, the encoder frozen" if freeze
+                     else "every weight fine-tuned from stage 1's encoder")
+        return run_loop(cfg, recipe, run)
