@@ -71,6 +71,8 @@ def main() -> None:
                          "with every window cut (--cut-fraction 1)")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--human", type=int, default=500, help="human texts per source")
+    ap.add_argument("--only-finished", action="store_true",
+                    help="train nothing: report the detectors already trained in --work")
     args = ap.parse_args()
     w = Path(args.work).resolve()
     w.mkdir(parents=True, exist_ok=True)
@@ -113,6 +115,8 @@ def main() -> None:
                 continue
             name = f"{det}-{variant}"
             run = w / "det" / name
+            if not (run / "detector.json").is_file() and args.only_finished:
+                continue
             if not (run / "detector.json").is_file():
                 opts = [o.format(gen=gens[0]) for o in DETECTORS[det]]
                 resume = ["--resume"] if (run / "config.json").is_file() else []
