@@ -6,7 +6,8 @@ whole 64-token windows of `news` against detectors trained on windows of varied 
     (`detect eval --buckets`: windows cut to 8-15, 16-31 and 32-63 tokens, and whole);
   * the false-positive rate on human texts of other sources and lengths (`detect score`): held-out
     news sentences (the same domain), tweets (`health-tweets`), Shakespeare speeches, State of the
-    Union sentences; by length bucket of the text's tokens.
+    Union sentences, Brown sentences (as the corpus writes them: tokens spaced); by length bucket of
+    the text's tokens.
 
 The recipe is docs/detection.md's on news, as the issue's first measurement ran it: one shared BPE
 vocabulary, 2 x 128 transformer generators (300 steps; the test negatives from a second seed),
@@ -33,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 BUCKETS = [(1, 8), (8, 16), (16, 32), (32, 64), (64, 65), (65, 10**9)]  # [lo, hi) text tokens
 BUCKET_NAMES = ["1-7", "8-15", "16-31", "32-63", "64", ">64"]
 SOURCES = {"news-sentences": ("news", "test"), "tweets": ("health-tweets", "test"),
-           "shakespeare": ("shakespeare", "test"), "sotu": ("sotu", "test")}
+           "shakespeare": ("shakespeare", "test"), "sotu": ("sotu", "test"), "brown": ("brown", "test")}
 DETECTORS = {  # name: detect train options (the generator is --init for unitransf)
     "unitransf": ["--energy", "unitransf", "--init", "{gen}", "--lr", "1e-3"],
     "bilstm": ["--energy", "bilstm", "--lr", "1e-3"],
