@@ -813,3 +813,31 @@ def test_every_public_name_is_on_docs_api():
     text = DOC.read_text(encoding="utf-8")
     missing = [n for n in [*api.__all__, *training.__all__] if f"`{n}`" not in text]
     assert not missing, f"public names of textebm.api or textebm.training not in docs/api.md: {missing}"
+
+
+def test_each_system_package_gives_its_commands_config_and_function():
+    """Issue 38: `from textebm.detection import DetectTrainConfig, detect_train` (and the other
+    systems') gives the very objects of textebm.training and the command line, loaded on first use."""
+    import subprocess
+    import sys
+
+    import textebm.classify
+    import textebm.cloze
+    import textebm.detection
+    import textebm.lm
+    import textebm.residual
+    import textebm.tagging
+    from textebm.residual import commands
+
+    for pkg in (textebm.classify, textebm.cloze, textebm.detection, textebm.lm, textebm.tagging):
+        for name in pkg.__all__:
+            assert getattr(pkg, name) is getattr(training, name), (pkg.__name__, name)
+    assert textebm.residual.residual_ppl is commands.residual_ppl
+    assert textebm.residual.ResidualGenerateConfig is commands.ResidualGenerateConfig
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        textebm.detection.nothing  # noqa: B018
+    # importing a library module of a system loads none of its command modules
+    code = ("import sys, textebm.detection.detect; "
+            "print('textebm.detection.train' in sys.modules, 'textebm.detection.commands' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.split() == \
+        ["False", "False"]

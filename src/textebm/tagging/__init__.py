@@ -8,8 +8,24 @@ applied by the `tag` commands.
 - `train.py`: `tag train` (`TagTrainConfig`; `--method supervised | pretrain | joint`: the
   labelled and unlabelled sets, the models, the run folders);
 - `recipes.py`: the three methods' recipes on the one loop (supervised CRF NLL; pre-training's
-  TRF by DNCE, then the output layer and A with the BiLSTM frozen; the JRF);
+  TRF by DNCE, then stage 2; the JRF);
 - `ssl.py`: the semi-supervised pieces: tagger + TRF + noise LM as one module, one DNCE step, the
   joint method's weight ramp;
 - `commands.py`: `tag eval` and `tag predict`.
 """
+
+# The command's config and run function, for Python (docs/api.md, "Training from Python"), loaded
+# on first use so that importing a library module of this package loads no command module.
+_EXPORTS = {
+    "TagTrainConfig": "train",
+    "tag_train": "train",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
