@@ -6,8 +6,9 @@ unlabelled pool (141 DNCE steps). This reruns them with the same settings but st
   * 1 DNCE step: the pre-training path with (almost) untrained weights, a control for stage 2 itself;
   * 5 passes (the paper's code: `run_trf_pretrain.sh`, 5 epochs over the pool);
 
-and reports test accuracy beside the grid's cell and the supervised cell of the same seed. If one
-step matches supervised and five passes beat one, stage 1's budget is what holds pre-training back.
+and reports test accuracy beside the grid's cell and the supervised cell of the same seed, and for
+the first seed the accuracy by word group (words of the labelled sentences, words only the
+unlabelled pool has, words of neither): where the errors are.
 
     OMP_NUM_THREADS=1 python bench/tagging/pretrain_budget.py --grid runs/tag-grid-v2 \
         --work runs/tag-pretrain-budget --out bench/results/tagging/pretrain-budget.json [--seeds 0 1 2]
@@ -25,7 +26,11 @@ import os
 import platform
 from pathlib import Path
 
+import numpy as np
+
+from textebm.data.tagging import load_tagged
 from textebm.tagging.commands import TagEvalConfig, tag_eval
+from textebm.tagging.folder import load_tagging_model, tag_sentences
 from textebm.tagging.train import TagTrainConfig
 from textebm.training import tag_train
 
@@ -43,6 +48,24 @@ def cell(grid: Path, name: str) -> dict:
 
 def test_accuracy(run: Path, data: str) -> float:
     return float(tag_eval(TagEvalConfig(model=str(run), data=data, split="test"))["test_accuracy"])
+
+
+def by_word_group(runs: dict[str, Path], data: str, sup_words: set[str], ssl_words: set[str]) -> dict:
+    """Test accuracy of each run on three groups of tokens: words of the supervised vocabulary (seen
+    in the labelled sentences), words only the pre-training vocabulary has (seen in the unlabelled
+    pool alone: their embeddings come from stage 1 and no labelled sentence trains them), and
+    words of neither (the unknown word; the character CNN reads their spelling)."""
+    rows = load_tagged(data, "test")
+    gold = [t for r in rows for t in r["tags"]]
+    group = np.array(["labelled" if w in sup_words else "pool-only" if w in ssl_words else "unknown"
+                      for r in rows for w in r["tokens"]])
+    out = {"tokens": {g: int((group == g).sum()) for g in ("labelled", "pool-only", "unknown")}}
+    for name, run in runs.items():
+        tagger, vocab, _ = load_tagging_model(run, "cpu")
+        pred = np.array([t for p in tag_sentences(tagger, vocab, rows, 64) for t in p])
+        ok = pred == np.array(gold)
+        out[name] = {g: float(ok[group == g].mean()) for g in ("labelled", "pool-only", "unknown")}
+    return out
 
 
 def main() -> None:
@@ -74,13 +97,20 @@ def main() -> None:
             row[name] = test_accuracy(out, opts["data"])
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if seed == args.seeds[0]:  # where the errors are: by word group, for the first seed
+            sup_run = grid / cell(grid, f"supervised-p0.01-r0-s{seed}")["run"]
+            runs = {"supervised": sup_run, "dnce-1-step": work / f"dnce-1-step-s{seed}", "grid_one_pass": base,
+                    "dnce-5-passes": work / f"dnce-5-passes-s{seed}"}
+            words = {k: set(load_tagging_model(r, "cpu")[1].words) for k, r in (("sup", sup_run), ("ssl", base))}
+            groups = by_word_group(runs, opts["data"], words["sup"], words["ssl"])
+            print(json.dumps(groups), flush=True)
     keys = ["supervised", "dnce-1-step", "grid_one_pass", "dnce-5-passes"]
     mean = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
     res = {"what": "test accuracy (brown-pos test) at 1 % labelled (450 sentences), U/L "
                    f"{args.ratio}, pre-training with every weight fine-tuned, by stage 1's DNCE budget",
            "cpu": platform.processor() or platform.machine(), "threads": os.environ.get("OMP_NUM_THREADS"),
            "precision": "bf16 training where the CPU multiplies bf16 natively (--precision auto), fp32 evaluation",
-           "rows": rows, "mean": mean}
+           "rows": rows, "mean": mean, "by_word_group_first_seed": groups}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps(mean))
