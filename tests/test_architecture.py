@@ -16,7 +16,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "textebm"
 LAYERS = [
     # 0 foundation: files, errors, options, seeds, precision, reports, checkpoints, grids
     {"version", "errors", "io", "options", "outputs", "cache", "seeds", "precision", "bootstrap", "figures",
-     "markdown", "specs", "checkpoint", "inference", "resumable", "grid", "fingerprint", "progress", "runfolder"},
+     "markdown", "specs", "checkpoint", "inference", "resumable", "grid", "fingerprint", "progress", "runfolder",
+     "lazy"},
     {"data", "tokenizer", "assets"},  # 1 readers, datasets, tokenizers, registry assets
     {"energy", "losses", "calibration", "langevin", "sampling"},  # 2 maths on tensors and arrays: heads,
     # objectives, metrics, SGLD, the token draw

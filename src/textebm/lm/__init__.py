@@ -1,17 +1,10 @@
 """Causal language models: the noise models and generators of papers a, c and d."""
 
+from textebm.lazy import lazy_exports
+
 # The command's config and run function, for Python (docs/api.md, "Training from Python"), loaded
-# on first use so that importing a library module of this package loads no command module.
-_EXPORTS = {
+# on first use: importing a library module of this package loads no command module.
+__getattr__, __all__ = lazy_exports(__name__, {
     "LMTrainConfig": "train",
     "lm_train": "train",
-}
-__all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+})
