@@ -270,21 +270,22 @@ class WindowBatch(Batch):
 
 
 def cut_rows(rows: list[dict], min_length: int, length: int, key: list, fraction: float = 1.0) -> list[dict]:
-    """Each row's window and negatives cut alike (`detect.cut`: the end holding the generated
-    continuation), with probability `fraction`, to n tokens, n uniform in [min_length, length];
-    the draws from (`key`, the row's place): the same cut for the same key, whatever else is in the
-    batch."""
-    out = []
-    for i, r in enumerate(rows):
-        rng = np.random.default_rng([*_ints(key), i])
-        n = int(rng.integers(min_length, length + 1))
-        if rng.random() >= fraction:
-            out.append(r)
-            continue
-        out.append({**r, "positive": detect.cut(r["positive"], n, r["direction"]),
-                    "negatives": [detect.cut(x, n, r["direction"]) for x in r["negatives"]],
-                    "context_len": max(0, n - (length - int(r["context_len"])))})  # the context goes first
-    return out
+    """Each row cut by `cut_row`, its draws from (`key`, the row's place): the same cut for the same
+    key, whatever else is in the batch."""
+    return [cut_row(r, min_length, length, [*_ints(key), i], fraction) for i, r in enumerate(rows)]
+
+
+def cut_row(row: dict, min_length: int, length: int, entropy: list[int], fraction: float = 1.0) -> dict:
+    """The row's window and negatives cut alike (`detect.cut`: the end holding the generated
+    continuation), with probability `fraction`, to n tokens, n uniform in [min_length, length],
+    drawn from numpy's generator of `entropy`; else the row as it is."""
+    rng = np.random.default_rng(entropy)
+    n = int(rng.integers(min_length, length + 1))
+    if rng.random() >= fraction:
+        return row
+    return {**row, "positive": detect.cut(row["positive"], n, row["direction"]),
+            "negatives": [detect.cut(x, n, row["direction"]) for x in row["negatives"]],
+            "context_len": max(0, n - (length - int(row["context_len"])))}  # the context goes first
 
 
 def _ints(key: list) -> list[int]:
@@ -327,8 +328,8 @@ class WindowBatcher:
             rows = [{**r, "negatives": [r["negatives"][self.picked(i, r)]]} for i, r in items]
         if self.min_length:
             length = len(rows[0]["positive"])
-            rows = [cut_rows([r], self.min_length, length, [self.seed, "length", self.epoch, i], self.cut_fraction)[0]
-                    for (i, _), r in zip(items, rows)]
+            rows = [cut_row(r, self.min_length, length, [*_ints([self.seed, "length", self.epoch, i]), 0],
+                            self.cut_fraction) for (i, _), r in zip(items, rows)]
         return rows
 
 
