@@ -24,7 +24,7 @@ OMP_NUM_THREADS=1 timeout $A $PY -m pytest -q -n 12 -p no:randomly --durations=1
 echo "suite rc=$? in $(( $(date +%s) - t0 )) s" | tee -a $O/suite.txt
 tail -25 $O/suite.txt
 if grep -q "failed\|error" $O/suite.txt; then
-  OMP_NUM_THREADS=1 timeout 60 $PY -m pytest -q --lf -x -p no:randomly tests > $O/suite-rerun.txt 2>&1
+  OMP_NUM_THREADS=1 timeout 60 $PY -m pytest -q --lf --tb=short -p no:randomly tests > $O/suite-rerun.txt 2>&1
   echo "rerun rc=$?" | tee -a $O/suite-rerun.txt; tail -40 $O/suite-rerun.txt
 fi; fi
 
