@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import same
 import torch
 
 import textebm
@@ -280,7 +282,7 @@ def test_a_fitted_calibrator_gives_the_calibrated_probabilities_of_classify_eval
                                      batch_size=7)
             assert got is clf
             probs = clf.predict_proba(test_texts)
-            np.testing.assert_allclose(probs, [r["probs"][key] for r in rows], atol=1e-7, err_msg=key)
+            np.testing.assert_allclose(probs, [r["probs"][key] for r in rows], atol=same(1e-7), err_msg=key)
             assert clf.predict(test_texts) == [clf.classes_[k] for k in probs.argmax(1)]
             if method == "tscal":
                 assert clf.calibrator_.temperature_ == pytest.approx(methods[key]["temperature"], rel=1e-9)

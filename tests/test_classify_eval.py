@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import patch_everywhere
+from conftest import patch_everywhere, same
 
 from textebm.cli import main
 
@@ -92,7 +92,7 @@ def test_metrics_come_from_fp32_predictions_and_record_the_precision(run, classi
     out = predict(model, ex, tok.pad_token_id, 64)  # eval's default batches: the same fp32 sums, bit for bit
     _, test = halve_dev(len(ex), 0)
     expected = calibration_summary(out["probs"][test], out["labels"][test], 10)
-    assert m["methods"]["baseline"] == pytest.approx(expected, abs=1e-9)
+    assert m["methods"]["baseline"] == pytest.approx(expected, abs=same(1e-9))
 
     bf16 = tmp_path / "bf16"
     assert _eval(run, classify_fixture / "data", bf16, "--precision", "bf16") == 0

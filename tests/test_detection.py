@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import toy_corpus, walking_doc
+from conftest import same, toy_corpus, walking_doc
 
 from textebm.cli import main
 
@@ -1092,7 +1092,7 @@ def test_the_stored_rule_equals_one_fitted_on_the_saved_model(trained):
     scorer = detect.EnergyScorer(trained["run"] / "model")
     real, fake = detect.window_scores(scorer.score_ids, read_window_file(trained["dev"]), 64)
     again = detect.fit_rule(real, fake.ravel())
-    assert rule.threshold == pytest.approx(again.threshold, abs=1e-9)
+    assert rule.threshold == pytest.approx(again.threshold, abs=same(1e-9))
     assert rule.temperature == pytest.approx(again.temperature, rel=1e-6)
     metrics = json.loads((trained["run"] / "metrics.json").read_text())["eval"]
     assert metrics["val_balanced_accuracy"] == pytest.approx(again.val["balanced_accuracy"])
@@ -1115,7 +1115,7 @@ def test_overwrite_replaces_the_decision_rule_with_the_run(corpus, trained, tmp_
     assert (run / "detector.json").read_text() != old_rule
     _, rule = detect.read_rule(run / "detector.json")
     real, fake = detect.window_scores(detect.EnergyScorer(run / "model").score_ids, read_window_file(trained["dev"]), 64)
-    assert rule.threshold == pytest.approx(detect.fit_rule(real, fake.ravel()).threshold, abs=1e-9)
+    assert rule.threshold == pytest.approx(detect.fit_rule(real, fake.ravel()).threshold, abs=same(1e-9))
     assert not (run / ".textebm-replaced").exists()
 
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import walking_world
+from conftest import same, walking_world
 
 from textebm.cli import main
 
@@ -56,7 +56,7 @@ def test_ppl_bounds_equal_the_library_and_bracket_the_base_lm_terms(world, tmp_p
     direct = bounds.window_bounds(base, en, w.key, w.ids, 14, 6, 0)
     assert wins[0]["key"] == w.key
     got = bounds.WindowBounds.from_row(wins[0]["terms"][0])
-    assert got.estimates[6] == pytest.approx(direct.estimates[6], abs=1e-9)
+    assert got.estimates[6] == pytest.approx(direct.estimates[6], abs=same(1e-9))
     assert math.isclose(m["base_ppl"], math.exp(-sum(sum(r["terms"][0]["lp_lm"]) for r in wins) / 18), rel_tol=1e-12)
     pos = next(r for r in rows if r["part"] == "position")["per_energy"][0]["positions"]
     assert len(pos) == 6 and "exact" in pos[-1]
@@ -86,8 +86,8 @@ def test_ppl_resumes_from_its_partial_rows_with_the_same_numbers(world, tmp_path
     assert _ppl(world, out, "--batch-size", "5", "--chunk", "4") == 0  # neither changes a number
     a = json.loads((full / "metrics.json").read_text())["models"][0]
     b = json.loads((out / "metrics.json").read_text())["models"][0]
-    assert a["joint_ppl_lower"] == pytest.approx(b["joint_ppl_lower"], rel=1e-9)
-    assert a["joint_ppl_upper"] == pytest.approx(b["joint_ppl_upper"], rel=1e-9)
+    assert a["joint_ppl_lower"] == pytest.approx(b["joint_ppl_lower"], rel=same(1e-9))
+    assert a["joint_ppl_upper"] == pytest.approx(b["joint_ppl_upper"], rel=same(1e-9))
 
 
 def test_generate_resamples_by_energy_and_reports(world, tmp_path):
@@ -309,7 +309,7 @@ def test_repetitions_writes_table_3_with_the_librarys_numbers(world, tmp_path):
     nt = bounds.next_token_joint(base, en, r["context"], 20 - len(r["context"]) - 1, 4, 4,
                                  derive_seed(0, r["key"], "joint"), include=[r["token"]])
     assert nt.candidates == r["terms"]["candidates"]
-    np.testing.assert_allclose(nt.log_z, r["terms"]["log_z"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(nt.log_z, r["terms"]["log_z"], rtol=0, atol=same(1e-9))
     text = (out / "report.md").read_text()
     assert text.startswith("# P(x_t | x_<t) on repetitions (table 3)")
     assert "| Context x_<t" in text and f"in {s['lowered']} of 3 examples" in text

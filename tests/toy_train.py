@@ -125,7 +125,8 @@ def expected_batches(epochs: int, processes: int = 1, rank: int = 0) -> list[dic
 
 
 def mse(m, batch):
-    ids, mask, y = batch[:3]
+    device = next(m.parameters()).device
+    ids, mask, y = (t.to(device) for t in batch[:3])
     return ((m(ids, mask) - y) ** 2).mean()
 
 

@@ -13,6 +13,11 @@ A=${1:-220}; B=${2:-150}
 NTRAIN=${NTRAIN:-4000}; NDEV=${NDEV:-500}; NTEST=${NTEST:-100}; SAMPLES=${SAMPLES:-500}
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 PY=${PY:-python3}
+# packages the device image lacks (jiwer for rerank, gguf), carried as wheels in .whl (device README)
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl &&
+    export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
 { date -u; nvidia-smi -L; $PY -c "import sys, torch; print(sys.version.split()[0], torch.__version__,
   torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda',
   'bf16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else '')"; } > $O/env.txt 2>&1
@@ -28,6 +33,7 @@ if grep -q "failed\|error" $O/suite.txt; then
   echo "rerun rc=$?" | tee -a $O/suite-rerun.txt; tail -40 $O/suite-rerun.txt
 fi; fi
 
+[ "$B" -gt 0 ] || exit 0
 # 2. paper d on the GPU, real data (news)
 G=${G:-/tmp/gpu-d}; rm -rf $G; mkdir -p $G; T="$PY -m textebm"
 WIN="--length 64 --contexts 48 --stride 16"

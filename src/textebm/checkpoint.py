@@ -1,7 +1,8 @@
 """Training checkpoints as safetensors + JSON, written atomically; nothing is ever unpickled.
 
 Layout of `RUN/checkpoint/`:
-  model.safetensors       model weights (shared/tied tensors handled by safetensors.torch.save_model)
+  model.safetensors       model weights (`save_weights`: a tied parameter once, as safetensors'
+                          save_model stores it)
   optimizer.safetensors   optimizer state tensors, keys `state.{param_index}.{name}`
   optimizer.json          optimizer param_groups and the non-tensor state
   scheduler.json          LR scheduler state_dict
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors.torch import load_file, save_file
 
 from textebm.errors import TextebmError
 from textebm.io import atomic_dir, atomic_write, read_json
@@ -85,7 +86,7 @@ def save_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler,
     """Write RUN/checkpoint atomically (the previous checkpoint stays until the new one is whole)."""
     target = Path(run_dir) / CHECKPOINT_DIR
     with atomic_dir(target) as tmp:
-        save_model(model, str(tmp / "model.safetensors"))
+        save_weights(model, tmp / "model.safetensors")
         opt_tensors, opt_meta = optimizer_to_files(optimizer)
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
         _write(tmp / "optimizer.json", opt_meta)
@@ -111,8 +112,8 @@ def load_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler,
     ckpt = Path(run_dir) / CHECKPOINT_DIR
     if not has_checkpoint(run_dir):
         raise TextebmError(f"{ckpt}: no checkpoint to resume from")
-    missing, unexpected = load_model(model, str(ckpt / "model.safetensors"), strict=False)
-    if unexpected or [m for m in missing if not _is_tied(model, m)]:
+    missing, unexpected = load_weights(model, ckpt / "model.safetensors")
+    if missing or unexpected:
         raise TextebmError(f"{ckpt}/model.safetensors does not match the model "
                            f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     device = next(model.parameters()).device
@@ -129,7 +130,7 @@ def load_checkpoint(run_dir: Path, model: torch.nn.Module, optimizer, scheduler,
 def save_best(run_dir: Path, model: torch.nn.Module, entry: dict) -> None:
     """Write RUN/best atomically: the weights of the best validation so far and its `entry`."""
     with atomic_dir(Path(run_dir) / BEST_DIR) as tmp:
-        save_model(model, str(tmp / "model.safetensors"))
+        save_weights(model, tmp / "model.safetensors")
         _write(tmp / "best.json", entry)
 
 
@@ -138,8 +139,8 @@ def load_best(run_dir: Path, model: torch.nn.Module) -> dict | None:
     best = Path(run_dir) / BEST_DIR
     if not (best / "best.json").is_file():
         return None
-    missing, unexpected = load_model(model, str(best / "model.safetensors"), strict=False)
-    if unexpected or [m for m in missing if not _is_tied(model, m)]:
+    missing, unexpected = load_weights(model, best / "model.safetensors")
+    if missing or unexpected:
         raise TextebmError(f"{best}/model.safetensors does not match the model "
                            f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     return read_json(best / "best.json")
@@ -151,20 +152,39 @@ def load_extra_state(run_dir: Path, rank: int = 0) -> dict[str, torch.Tensor]:
     return load_file(str(f)) if f.is_file() else {}
 
 
-def _is_tied(model: torch.nn.Module, name: str) -> bool:
-    # safetensors' save_model drops one name of each tied pair; load_model reports it as missing.
-    return name in tied_names(model)
-
-
-def tied_names(model: torch.nn.Module) -> set[str]:
-    """Parameter names that share storage with another (safetensors stores one of each)."""
-    seen: dict[int, str] = {}
-    tied: set[str] = set()
+def tied_groups(model: torch.nn.Module) -> list[list[str]]:
+    """The names of each parameter that the model holds under more than one name (tied weights:
+    one Parameter object), each group sorted."""
+    names: dict[int, list[str]] = {}
     for n, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in seen:
-            tied.update({n, seen[id(p)]})
-        seen[id(p)] = n
-    return tied
+        names.setdefault(id(p), []).append(n)
+    return [sorted(g) for g in names.values() if len(g) > 1]
+
+
+def save_weights(model: torch.nn.Module, path: str | Path) -> None:
+    """The model's weights as one safetensors file, as `safetensors.torch.save_model` writes it
+    (the same bytes wherever it works): a tied parameter once, under the first of its names in
+    sorted order, the others named in the metadata. Unlike save_model, every tensor is written
+    from its own copy: on a GPU, cuDNN keeps an LSTM's weights as views of one flat buffer, which
+    save_model refuses ("None is covering the entire storage")."""
+    state = model.state_dict()
+    metadata: dict[str, str] = {}
+    for keep, *drop in tied_groups(model):
+        for name in drop:
+            metadata[name] = keep
+            del state[name]
+    save_file({k: v.detach().clone(memory_format=torch.contiguous_format) for k, v in state.items()},
+              str(path), metadata=metadata or None)
+
+
+def load_weights(model: torch.nn.Module, path: str | Path) -> tuple[list[str], list[str]]:
+    """Load a file of `save_weights` (or of safetensors' save_model) into `model`, in place, on
+    whatever device it sits; return (missing, unexpected) names, a tied parameter counted present
+    when the file holds it under any of its names."""
+    state = load_file(str(path))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    held = {n for group in tied_groups(model) if any(k in state for k in group) for n in group}
+    return [m for m in missing if m not in held], list(unexpected)
 
 
 def _write(path: Path, obj: Any) -> None:

@@ -228,7 +228,7 @@ def resolve_precision(requested: str = "auto", device: str | None = None, infere
     choice is for running a trained model (`resolve_inference`), else for training."""
     if requested not in CHOICES:
         raise TextebmError(f"--precision must be one of {', '.join(CHOICES)}, got {requested!r}")
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or inference_device().type
     if inference:
         return resolve_inference(requested, device)
     cap = cpu_capability()
@@ -310,5 +310,8 @@ def resolve_inference(requested: str, device: str) -> PrecisionChoice:
 
 
 def inference_device() -> torch.device:
-    """Where inference and evaluation run: the GPU when there is one, else the CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """Where inference, evaluation and (through accelerate) training run: the GPU when there is
+    one, else the CPU; the CPU also where accelerate is told so (`accelerate launch --cpu`, or
+    ACCELERATE_USE_CPU=1), so that `--precision auto` resolves for the device the run uses."""
+    use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+    return torch.device("cuda" if torch.cuda.is_available() and not use_cpu else "cpu")

@@ -12,8 +12,8 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from safetensors.torch import save_model
 
+from textebm.checkpoint import save_weights
 from textebm.errors import InputError
 from textebm.io import write_json
 
@@ -79,5 +79,5 @@ def save_with_spec(model, path: str | Path, spec_file: str) -> None:
     `spec_from_dict` reads the spec back."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(path / "model.safetensors"))
+    save_weights(model, path / "model.safetensors")
     write_json(path / spec_file, dataclasses.asdict(model.spec))

@@ -349,8 +349,8 @@ def evaluate_cloze(model, ids: list[list[int]], batch_size: int, seed: int, spli
     mean PLL per token; mlm: the perplexity of [MASK]-ed positions."""
 
     model.eval()
-    g = torch.Generator().manual_seed(seed + 7919)
     device = next(model.parameters()).device
+    g = torch.Generator(device=device).manual_seed(seed + 7919)  # draws where the batch is (a GPU's own)
     batcher = ClozeBatcher(model.spec.pad_id)
     spec = model.spec
 

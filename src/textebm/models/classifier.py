@@ -25,6 +25,7 @@ from torch import nn
 
 from textebm import specs
 from textebm.energy import ENERGY_CHOICES, POOLINGS, energy_head, pool, sequence_energy
+from textebm.checkpoint import save_weights
 from textebm.errors import InputError
 from textebm.io import write_json
 from textebm.models.kinds import ModelKind
@@ -99,10 +100,9 @@ class EBMClassifier(nn.Module):
 
 
 def save_classifier(model: EBMClassifier, tokenizer, path: str | Path) -> None:
-    from safetensors.torch import save_model
 
     path = Path(path)
     model.encoder.config.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    save_model(model, str(path / "model.safetensors"))
+    save_weights(model, path / "model.safetensors")
     write_json(path / SPEC_FILE, dataclasses.asdict(model.spec))

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from textebm import specs
 from textebm.energy import fp32_linear
+from textebm.checkpoint import save_weights
 from textebm.errors import InputError, TextebmError
 from textebm.io import write_json
 from textebm.models.kinds import ModelKind
@@ -236,14 +237,13 @@ def real_positions(input_ids: Tensor, attention_mask: Tensor) -> Tensor:
 
 
 def save_cloze(model: ClozeModel, tokenizer, path: str | Path) -> None:
-    from safetensors.torch import save_model
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     if model.encoder is not None:
         model.encoder.config.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    save_model(model, str(path / "model.safetensors"))
+    save_weights(model, path / "model.safetensors")
     write_json(path / SPEC_FILE, dataclasses.asdict(model.spec))
 
 

@@ -39,7 +39,7 @@ import torch
 from safetensors import SafetensorError
 
 from textebm.assets import resolve_model
-from textebm.checkpoint import tied_names
+from textebm.checkpoint import load_weights
 from textebm.errors import TextebmError
 from textebm.fingerprint import folder_sha256
 from textebm.io import read_json_object
@@ -406,14 +406,11 @@ def _with_weights(model: torch.nn.Module, weights: Path, option: str, spec_file:
                   ignore: tuple[str, ...] = ()) -> torch.nn.Module:
     """`model` with the weights of `weights`, every tensor accounted for (tied ones aside), placed
     and in eval mode; a file that does not fit is a TextebmError naming it."""
-    from safetensors.torch import load_model
-
     try:
-        missing, unexpected = load_model(model, str(weights), strict=False)
+        missing, unexpected = load_weights(model, weights)
     except LOAD_ERRORS as e:
         raise _load_error(option, weights.parent, e) from None
     unexpected = [k for k in unexpected if not k.startswith(ignore)] if ignore else list(unexpected)
-    missing = [k for k in missing if k not in tied_names(model)]
     if missing or unexpected:
         raise TextebmError(f"{option} {weights.parent}: {weights.name} does not fit {spec_file} and config.json "
                            f"(missing {missing[:3]}, unexpected {unexpected[:3]})")

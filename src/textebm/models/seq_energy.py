@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from textebm import specs
 from textebm.data.batching import right_pad
 from textebm.energy import fp32_linear, pool
+from textebm.checkpoint import save_weights
 from textebm.errors import InputError
 from textebm.io import write_json
 from textebm.models.kinds import ModelKind
@@ -297,7 +298,6 @@ def save_energy(model: nn.Module, spec: EnergySpec, tokenizer, path, vocab=None)
     and, for a re-tokenising energy, the shared vocabulary in vocab/."""
     from pathlib import Path
 
-    from safetensors.torch import save_model
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -307,7 +307,7 @@ def save_energy(model: nn.Module, spec: EnergySpec, tokenizer, path, vocab=None)
     tokenizer.save_pretrained(path)
     if spec.retokenize:
         vocab.save_pretrained(path / "vocab")
-    save_model(model, str(path / "model.safetensors"))
+    save_weights(model, path / "model.safetensors")
     write_json(path / SPEC_FILE, spec_dict(spec))
 
 
