@@ -21,12 +21,6 @@ def same(tight: float) -> float:
     return max(tight, 1e-6) if torch.cuda.is_available() else tight
 
 
-def cpu_only(monkeypatch) -> None:
-    """Run the test's training on the CPU also on a machine with a GPU (accelerate's --cpu):
-    same seed, same numbers is claimed on a CPU; GPU kernels are not bitwise deterministic."""
-    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Under CI=true a skip is a failure: the reference tests must run there, not vanish."""

@@ -34,6 +34,9 @@ def free_port() -> int:
 def _run(cmd: list[str], env_extra: dict | None, home: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "ACCELERATE_USE_CPU": "1",  # no CUDA: MULTI_CPU state, gloo backend
+           # and no GPU in sight: on a one-GPU machine, accelerate's barrier (device_ids=[rank])
+           # failed rank 1 with a CUDA error (H200, accelerate 1.15, torch 2.11)
+           "CUDA_VISIBLE_DEVICES": "",
            "HF_HOME": str(home),  # no user accelerate config file
            **(env_extra or {})}
     # own process group, so that a timeout also ends the launcher's worker processes

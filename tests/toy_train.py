@@ -165,7 +165,7 @@ class ToyRecipe(Recipe):
             main = batch["main"] if self.a.streams else batch
             pred = model(*main[:2]).mean()
             loss = loss + 0.1 * (pred - self.buffer.mean()) ** 2
-            self.buffer = torch.cat([self.buffer[1:], pred.detach().float().reshape(1)])
+            self.buffer = torch.cat([self.buffer[1:], pred.detach().float().cpu().reshape(1)])
         if self.a.nan_at and self.calls >= self.a.nan_at:
             loss = loss * float("nan")
         return loss, {}
