@@ -351,6 +351,42 @@ def test_pretrain_freeze_keeps_stage_1s_network_and_trains_the_head_only(tagged,
     assert not (tmp_path / "j").exists()
 
 
+def test_stage2_labelled_words_keeps_the_supervised_vocabulary_with_stage_1s_vectors(tagged, tmp_path):  # noqa: F811
+    """--stage2-words labelled: stage 2's tagger holds the words of the labelled sentences (the
+    supervised tagger's vocabulary), each with its stage-1 vector (--freeze: still byte for byte at
+    the end); a word only the unlabelled pool has reads as the unknown word. Without --freeze it
+    learns; with another method the option is refused."""
+    import shutil
+
+    from textebm.tagging.folder import load_tagging_model
+
+    data = tmp_path / "data"  # `tagged` with a new noun in each training sentence, seen once: in the pool or not
+    shutil.copytree(tagged, data)
+    rows = [json.loads(line) for line in (data / "train.jsonl").read_text().splitlines()]
+    for i, r in enumerate(rows):
+        r["tokens"][1] = f"zorb{i}"
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run, sup = tmp_path / "lab", tmp_path / "sup"
+    assert main(_args("pretrain", data, run, *PRETRAIN, "--freeze", "--stage2-words", "labelled")) == 0
+    assert main(_args("supervised", data, sup, "--epochs", "1")) == 0
+    _, stage1_vocab, _ = load_tagging_model(run / "pretrain", "cpu")
+    tagger, vocab, _ = load_tagging_model(run, "cpu")
+    assert vocab.words == load_tagging_model(sup, "cpu")[1].words
+    pool_only = [w for w in stage1_vocab.words if w not in vocab.index]
+    assert pool_only and vocab.encode(pool_only[:3]) == [vocab.unk_id] * 3
+    first = _weights(run / "pretrain" / "model")["embed.weight"]
+    for w in vocab.words[2:]:  # after padding and the unknown word
+        assert torch.equal(tagger.embed.weight[vocab.index[w]], first[stage1_vocab.index[w]]), w
+    assert torch.equal(tagger.embed.weight[vocab.unk_id], first[stage1_vocab.unk_id])
+    assert json.loads((run / "config.json").read_text())["stage2_words"] == "labelled"
+    free = tmp_path / "free"
+    assert main(_args("pretrain", data, free, *PRETRAIN, "--stage2-words", "labelled")) == 0
+    m = json.loads((free / "metrics.json").read_text())
+    assert m["eval"]["dev_accuracy"] > _majority(tagged) + 0.3, m["eval"]
+    assert main(_args("joint", tagged, tmp_path / "j", *JOINT, "--stage2-words", "labelled")) == 2
+    assert not (tmp_path / "j").exists()
+
+
 def test_a_stage1_cache_is_shared_by_content_and_refused_for_other_inputs(tagged, tmp_path, capsys,  # noqa: F811
                                                                          caplog):
     """--stage1-cache: pre-training, its frozen ablation and joint --from-pretrained of the same pool

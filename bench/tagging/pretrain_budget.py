@@ -5,6 +5,9 @@ unlabelled pool (141 DNCE steps). This reruns them with the same settings but st
 
   * 1 DNCE step: the pre-training path with (almost) untrained weights, a control for stage 2 itself;
   * 5 passes (the paper's code: `run_trf_pretrain.sh`, 5 epochs over the pool);
+  * the remedy the word groups point to, on the grid's stage 1 (one pass, the grid's own cache) and
+    on the 5 passes: stage 2 keeps the labelled sentences' words (`--stage2-words labelled`), so a
+    word only the unlabelled pool has reads as the unknown word, as the supervised tagger reads it;
 
 and reports test accuracy beside the grid's cell and the supervised cell of the same seed, and for
 the first seed the accuracy by word group (words of the labelled sentences, words only the
@@ -34,8 +37,12 @@ from textebm.tagging.folder import load_tagging_model, tag_sentences
 from textebm.tagging.train import TagTrainConfig
 from textebm.training import tag_train
 
-VARIANTS = {"dnce-1-step": {"pretrain_steps": 1, "pretrain_epochs": 1},
-            "dnce-5-passes": {"pretrain_steps": 0, "pretrain_epochs": 5}}
+# name: (the options it changes, whether stage 1 comes from the grid's own cache)
+VARIANTS = {"dnce-1-step": ({"pretrain_steps": 1, "pretrain_epochs": 1}, False),
+            "dnce-5-passes": ({"pretrain_steps": 0, "pretrain_epochs": 5}, False),
+            "one-pass-labelled-words": ({"stage2_words": "labelled"}, True),
+            "dnce-5-passes-labelled-words": ({"pretrain_steps": 0, "pretrain_epochs": 5, "stage2_words": "labelled"},
+                                             False)}
 
 
 def cell(grid: Path, name: str) -> dict:
@@ -86,11 +93,12 @@ def main() -> None:
                "supervised": cell(grid, f"supervised-p0.01-r0-s{seed}")["accuracy"]}
         base = grid / pre["run"]
         opts = {k: v for k, v in json.loads((base / "config.json").read_text()).items() if k in fields}
-        for name, change in VARIANTS.items():
+        for name, (change, grids_stage1) in VARIANTS.items():
             out = work / f"{name}-s{seed}"
             if not (out / "metrics.json").is_file() or not json.loads((out / "metrics.json").read_text()).get(
                     "completed"):
-                cfg = TagTrainConfig(**{**opts, **change, "out": str(out), "stage1_cache": str(work / "stage1"),
+                cache = opts["stage1_cache"] if grids_stage1 else str(work / "stage1")
+                cfg = TagTrainConfig(**{**opts, **change, "out": str(out), "stage1_cache": cache,
                                         "resume": (out / "config.json").is_file(), "overwrite": False,
                                         "progress": False})
                 tag_train(cfg)
@@ -99,15 +107,15 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         if seed == args.seeds[0]:  # where the errors are: by word group, for the first seed
             sup_run = grid / cell(grid, f"supervised-p0.01-r0-s{seed}")["run"]
-            runs = {"supervised": sup_run, "dnce-1-step": work / f"dnce-1-step-s{seed}", "grid_one_pass": base,
-                    "dnce-5-passes": work / f"dnce-5-passes-s{seed}"}
+            runs = {"supervised": sup_run, "grid_one_pass": base, **{v: work / f"{v}-s{seed}" for v in VARIANTS}}
             words = {k: set(load_tagging_model(r, "cpu")[1].words) for k, r in (("sup", sup_run), ("ssl", base))}
             groups = by_word_group(runs, opts["data"], words["sup"], words["ssl"])
             print(json.dumps(groups), flush=True)
-    keys = ["supervised", "dnce-1-step", "grid_one_pass", "dnce-5-passes"]
+    keys = ["supervised", "grid_one_pass", *VARIANTS]
     mean = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
     res = {"what": "test accuracy (brown-pos test) at 1 % labelled (450 sentences), U/L "
-                   f"{args.ratio}, pre-training with every weight fine-tuned, by stage 1's DNCE budget",
+                   f"{args.ratio}, pre-training with every weight fine-tuned, by stage 1's DNCE budget and "
+                   "stage 2's words (all of stage 1's, or the labelled sentences' alone)",
            "cpu": platform.processor() or platform.machine(), "threads": os.environ.get("OMP_NUM_THREADS"),
            "precision": "bf16 training where the CPU multiplies bf16 natively (--precision auto), fp32 evaluation",
            "rows": rows, "mean": mean, "by_word_group_first_seed": groups}

@@ -86,7 +86,7 @@ SSL_OPTIONS = ["ratio", "unlabelled", "unlabelled_max_tokens", "dnce_alpha", "no
                "noise_hidden", "zeta_lr", "zeta_draws"]  # pretrain, joint
 INIT_KEEPS = ("embed", "hidden", "layers", "lowercase", "char_embed", "char_filters")  # joint takes them from --init
 STAGE1_OPTIONS = ["pretrain_epochs", "pretrain_steps", "pretrain_lr", "stage1_cache"]  # pretrain; joint --from-pretrained
-PRETRAIN_OPTIONS = [*STAGE1_OPTIONS, "freeze"]
+PRETRAIN_OPTIONS = [*STAGE1_OPTIONS, "freeze", "stage2_words"]
 JOINT_OPTIONS = ["unlabelled_weight", "ramp_steps", "init", "from_pretrained"]
 
 
@@ -182,6 +182,11 @@ class TagTrainConfig(TrainOptions):
     freeze: bool = field(default=False, metadata={
         "help": "pretrain: stage 2 trains only the new output layer and A, the embeddings and BiLSTM kept as stage "
                 "1 left them (the ablation; default: every weight fine-tuned, as the paper's code does)"})
+    stage2_words: str = field(default="all", metadata={
+        "choices": ["all", "labelled"],
+        "help": "pretrain: the words stage 2's tagger keeps: all (stage 1's vocabulary, the unlabelled pool's words "
+                "too) or labelled (the words of the labelled sentences, as the supervised tagger's; a word only the "
+                "pool has reads as the unknown word, whose vector and the character CNN then stand for it)"})
     # joint
     unlabelled_weight: float = field(default=0.1, metadata={
         "help": "joint: the DNCE loss's weight after the ramp (thu-spmi/semi-EBM: 0.1)", "min": 0})
@@ -219,7 +224,7 @@ def unused_options(method: str, *, from_pretrained: bool = False, init: bool = F
         return [(SSL_OPTIONS + PRETRAIN_OPTIONS + JOINT_OPTIONS, "with --method supervised")]
     if method == "pretrain":
         return [(JOINT_OPTIONS, "with --method pretrain")]
-    groups = [(["freeze"], "with --method joint")]
+    groups = [(["freeze", "stage2_words"], "with --method joint")]
     if not from_pretrained:
         groups.append((STAGE1_OPTIONS, "with --method joint unless --from-pretrained"))
     if init:
@@ -479,6 +484,26 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
             load_stage1(model, folder, cfg.seed, cfg.zeta_draws)
         else:
             load_encoder(tagger, folder)
-            log.info("stage 2: %s on the labelled sentences", "the output layer and A, the encoder frozen" if freeze
-                     else "every weight fine-tuned from stage 1's encoder")
+            if cfg.stage2_words == "labelled":
+                recipe = labelled_words(recipe, cfg, freeze)
+            log.info("stage 2: %s on the labelled sentences (%d words)", "the output layer and A, the encoder frozen"
+                     if freeze else "every weight fine-tuned from stage 1's encoder", len(recipe.vocab))
         return run_loop(cfg, recipe, run)
+
+
+def labelled_words(recipe: TaggerRecipe, cfg: TagTrainConfig, freeze: bool) -> TaggerRecipe:
+    """Stage 2 with --stage2-words labelled: the tagger of `recipe` (stage 1's encoder loaded) moved
+    to the vocabulary the supervised tagger builds from the labelled sentences (the same rule and
+    options), each word with its stage-1 vector, on stage 1's characters. A word that only the
+    unlabelled pool has then reads as the unknown word at training and at test, as the supervised
+    tagger reads it: its stage-1 vector, which no labelled sentence trains, no longer stands for it
+    (bench/results/tagging/pretrain-budget.json: those words were where pre-training lost)."""
+    vocab = recipe.vocab
+    rows = recipe.rows
+    kept = dataclasses.replace(build_vocab(rows, vocab.lowercase, cfg.min_count, cfg.max_words), chars=vocab.chars)
+    tagger = transfer_tagger(recipe.model, vocab, kept, cfg.dropout)
+    if freeze:
+        freeze_encoder(tagger)
+    stage2 = TaggerRecipe(tagger, kept, rows, recipe.eval_split, recipe.eval_rows, recipe.batch_size)
+    stage2.keep_best, stage2.run_files, stage2.stage1_run = recipe.keep_best, recipe.run_files, recipe.stage1_run
+    return stage2
