@@ -15,7 +15,8 @@
 #
 #   bash bench/generation/pipeline-v2.sh WORK [STAGE...]
 #   stages: base negatives probe mlm energies baselines ppl table3      (default: all, in order)
-#   CORPORA="news" CURVE="6000 25000 0" ... override the settings below
+#   CORPORA="news" CURVE="6000 25000 0" ... override the settings below (the sizes too: tests/
+#   test_pipeline.py runs every stage end to end on a toy corpus with tiny ones)
 set -euo pipefail
 W=${1:?usage: pipeline-v2.sh WORK [STAGE...]}; shift || true
 STAGES=${*:-base negatives probe mlm energies baselines ppl table3}
@@ -26,14 +27,22 @@ ENERGIES=${ENERGIES:-lmstats unit-cont unit-mean bit-cont}
 WINDOWS=${WINDOWS:-300}            # test prefixes of residual ppl
 SAMPLES=${SAMPLES:-1000}           # base-LM samples per prefix behind log Z
 K=${K:-8}                          # negatives per training prefix (a pool; the loss draws one per epoch)
+DEV_WINDOWS=${DEV_WINDOWS:-1000}   # dev windows with negatives (the energies' early stopping)
+BOOT=${BOOT:-1000}                 # bootstrap resamples of ppl's and table 3's intervals
+ENERGY_EPOCHS=${ENERGY_EPOCHS:-20}
 mkdir -p "$W"; cd "$W"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 done_run() { [ -f "$1/metrics.json" ] && grep -q '"completed": true' "$1/metrics.json"; }
 resume() { [ -f "$1/config.json" ] && echo --resume || true; }
 Q="--no-progress"
-LM="--arch transformer --layers 2 --width 128 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002"
-STOP="--epochs 30 --keep-best --patience 1"   # to the dev optimum
-WIN="--length 64 --contexts 48 --stride 16"
+LM=${LM:---arch transformer --layers 2 --width 128 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002}
+STOP=${STOP:---epochs 30 --keep-best --patience 1}   # to the dev optimum
+WIN=${WIN:---length 64 --contexts 48 --stride 16}
+MLM=${MLM:---layers 2 --width 128 --heads 4 --max-len 80 --batch-size 32 --lr 0.0005 --epochs 30 --keep-best --patience 2}
+RALM=${RALM:---layers 2 --width 128 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002}   # phi: UniT's size
+BALM=${BALM:---arch transformer --layers 3 --width 192 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002}
+TABLE3=${TABLE3:---examples 30 --candidates 10 --completions 100}
+EBATCH=${EBATCH:-32}
 
 if has base; then
   for c in $CORPORA; do [ -d data/$c ] || $T data prepare $c --out data/$c; done
@@ -50,7 +59,7 @@ if has negatives; then  # untruncated (top-k 0): eq. 3 and Theorem 1 need P_LM's
     [ -f neg/$c-train.jsonl ] || $T negatives generate --data data/$c --generator base/$c --vocab vocab \
       --split train $WIN --k $K --top-k 0 --max-windows 0 --out neg/$c-train.jsonl $Q
     [ -f neg/$c-dev.jsonl ] || $T negatives generate --data data/$c --generator base/$c --vocab vocab \
-      --split dev $WIN --k $K --top-k 0 --max-windows 1000 --out neg/$c-dev.jsonl $Q
+      --split dev $WIN --k $K --top-k 0 --max-windows $DEV_WINDOWS --out neg/$c-dev.jsonl $Q
   done
 fi
 
@@ -66,8 +75,7 @@ fi
 
 if has mlm; then  # BiT's body: a masked LM of the corpus, to its dev optimum
   for c in $CORPORA; do
-    done_run mlm/$c || $T cloze train --data data/$c --tokenizer vocab --objective mlm --layers 2 --width 128 \
-      --heads 4 --max-len 80 --batch-size 32 --lr 0.0005 --epochs 30 --keep-best --patience 2 --out mlm/$c \
+    done_run mlm/$c || $T cloze train --data data/$c --tokenizer vocab --objective mlm $MLM --out mlm/$c \
       $(resume mlm/$c) $Q
   done
 fi
@@ -75,16 +83,16 @@ fi
 energy() {  # energy NAME CORPUS WINDOWS: one energy of the learning curve
   local e=$1 c=$2 n=$3 out=energy/$2-$1-w$3
   local common="--train neg/$c-train.jsonl --val neg/$c-dev.jsonl --vocab vocab --loss bce --negatives random \
-    --max-windows $n --schedule cosine --warmup 0.05 --keep-best --patience 2 --epochs 20 --precision fp32 $Q"
+    --max-windows $n --schedule cosine --warmup 0.05 --keep-best --patience 2 --epochs $ENERGY_EPOCHS --precision fp32 $Q"
   done_run $out && return 0
   case $e in
     lmstats) $T detect train $common --energy lmstats --base base/$c --lr 0.01 --batch-size 64 --out $out $(resume $out) ;;
     unit-cont) $T detect train $common --energy unitransf --init base/$c --pool continuation --dropout 0.1 \
-      --grad-clip 10 --lr 0.0003 --batch-size 32 --out $out $(resume $out) ;;
+      --grad-clip 10 --lr 0.0003 --batch-size $EBATCH --out $out $(resume $out) ;;
     unit-mean) $T detect train $common --energy unitransf --init base/$c --dropout 0.1 \
-      --grad-clip 10 --lr 0.0003 --batch-size 32 --out $out $(resume $out) ;;
+      --grad-clip 10 --lr 0.0003 --batch-size $EBATCH --out $out $(resume $out) ;;
     bit-cont) $T detect train $common --energy bitransf --init mlm/$c --pool continuation --dropout 0.1 \
-      --grad-clip 0.25 --lr 0.0003 --batch-size 32 --out $out $(resume $out) ;;
+      --grad-clip 0.25 --lr 0.0003 --batch-size $EBATCH --out $out $(resume $out) ;;
   esac
 }
 
@@ -100,11 +108,9 @@ fi
 if has baselines; then  # RALM (eq. 6, phi the size of UniT) and BALM (parameters of base + energy), to the dev optimum
   mkdir -p baseline
   for c in $CORPORA; do
-    done_run baseline/$c-ralm || $T lm train --data data/$c --residual-of base/$c --layers 2 --width 128 \
-      --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002 $STOP --out baseline/$c-ralm \
+    done_run baseline/$c-ralm || $T lm train --data data/$c --residual-of base/$c $RALM $STOP --out baseline/$c-ralm \
       $(resume baseline/$c-ralm) $Q
-    done_run baseline/$c-balm || $T lm train --data data/$c --tokenizer vocab --arch transformer --layers 3 \
-      --width 192 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002 $STOP --out baseline/$c-balm \
+    done_run baseline/$c-balm || $T lm train --data data/$c --tokenizer vocab $BALM $STOP --out baseline/$c-balm \
       $(resume baseline/$c-balm) $Q
   done
 fi
@@ -119,7 +125,7 @@ if has ppl; then  # fp32: the effects are small; paired bootstrap intervals over
       es=""; for e in $ENERGIES; do done_run energy/$c-$e-w$n && es="$es energy/$c-$e-w$n"; done
       [ -n "$es" ] || continue
       $T residual ppl --base base/$c --energy $es ${cmp:+--compare $cmp} --data data/$c --split test \
-        --windows $WINDOWS --samples $SAMPLES --precision fp32 --bootstrap 1000 --out $out
+        --windows $WINDOWS --samples $SAMPLES --precision fp32 --bootstrap $BOOT --out $out
     done
   done
 fi
@@ -130,7 +136,7 @@ if has table3; then  # the paper's table 3: P(x_t | x_<t) of the base LM and the
     for e in bit-cont unit-cont; do
       done_run energy/$c-$e-w0 || continue
       [ -f table3/$c-$e/metrics.json ] || $T residual repetitions --base base/$c --energy energy/$c-$e-w0 \
-        --data data/$c --split test --examples 30 --candidates 10 --completions 100 --bootstrap 1000 \
+        --data data/$c --split test $TABLE3 --bootstrap $BOOT \
         --out table3/$c-$e || echo "table3: $c $e did not finish (see above); the pipeline goes on" >&2
     done
   done
