@@ -30,7 +30,7 @@ quickstart: venv
 	$(PY) -m textebm quickstart --out $(QUICKSTART_OUT)
 
 test: dev
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 bench: venv
 	$(PY) bench/bench_lm.py
