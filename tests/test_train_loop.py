@@ -16,6 +16,7 @@ import pytest
 from safetensors.torch import load_file
 
 import toy_train as toy
+from forked import run_main
 from textebm.checkpoint import optimizer_from_files, optimizer_to_files
 from textebm.data.batching import BucketBatchSampler, CycleBatchSampler
 from textebm.errors import TextebmError
@@ -32,10 +33,9 @@ from textebm.train import (
 HERE = Path(__file__).parent
 
 
-def run_toy(out, *args, env_extra=None):
-    env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, str(HERE / "toy_train.py"), str(out), *args],
-                          capture_output=True, text=True, env=env)
+def run_toy(out, *args):
+    """toy_train.py OUT ARGS as a process of its own (forked from a server that imported torch once)."""
+    return run_main("toy_train", [str(out), *map(str, args)])
 
 
 def weights(run):
