@@ -4,6 +4,8 @@ each time: the child is forked from a server process that imported torch and the
 its own, so a hard exit (`os._exit(137)`, a kill) ends it alone and nothing leaks between runs.
 
     res = run_main("toy_train", [str(out), "--kill-at", "7"])   # a subprocess.CompletedProcess
+    res = run_main("textebm.cli", ["lm", "train", ...], env={"OMP_NUM_THREADS": "1"})
+    res = run_main("kill_at_step", ["10", "lm", "train", ...], entry="run")
 
 The toy loop's tests start 52 such runs; as subprocesses each one paid about 2.5 s of start-up.
 """
@@ -20,15 +22,23 @@ import tempfile
 _CONTEXT = None
 
 
-def _context(preload: str):
+PRELOAD = ["torch", "textebm.cli", "toy_train", "kill_at_step"]
+
+
+def _context():
     global _CONTEXT
     if _CONTEXT is None:
         _CONTEXT = multiprocessing.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(["torch", preload])
+        _CONTEXT.set_forkserver_preload(PRELOAD)
     return _CONTEXT
 
 
-def _child(module: str, argv: list[str], out: str, err: str) -> None:
+def _child(module: str, entry: str, argv: list[str], env: dict[str, str], out: str, err: str) -> None:
+    os.environ.update(env)
+    if "OMP_NUM_THREADS" in env:  # torch read it when the server imported it
+        import torch
+
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     # what a fresh `python script.py` has: stdout and stderr of its own, line-buffered text
     for fd, path in ((1, out), (2, err)):
         f = os.open(path, os.O_WRONLY | os.O_TRUNC)
@@ -36,15 +46,17 @@ def _child(module: str, argv: list[str], out: str, err: str) -> None:
         os.close(f)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
-    sys.exit(importlib.import_module(module).main(argv))
+    sys.exit(getattr(importlib.import_module(module), entry)(argv))
 
 
-def run_main(module: str, argv: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python -m module argv...` as a forked child: its exit status, stdout and stderr."""
+def run_main(module: str, argv: list[str], env: dict[str, str] | None = None, entry: str = "main",
+             timeout: float = 600) -> subprocess.CompletedProcess:
+    """`module.entry(argv)` (its `main`: `python -m module argv...`) as a forked child, with `env`
+    added to the environment: its exit status, stdout and stderr."""
     with tempfile.TemporaryDirectory() as d:
         out, err = os.path.join(d, "out"), os.path.join(d, "err")
         open(out, "w").close(), open(err, "w").close()
-        p = _context(module).Process(target=_child, args=(module, argv, out, err))
+        p = _context().Process(target=_child, args=(module, entry, argv, dict(env or {}), out, err))
         p.start()
         p.join(timeout)
         if p.exitcode is None:

@@ -51,7 +51,12 @@ def stop_after(step: int, recipe: type, monkeypatch) -> None:
     monkeypatch.setattr(recipe, "loss", loss)
 
 
+def run(argv: list[str]) -> int:
+    """`python kill_at_step.py ARGV...` as a function (tests/forked.py runs it in a child)."""
+    interrupt = len(argv) > 1 and argv[1] == "--interrupt"
+    kill_at(int(argv[0]), interrupt)
+    return main(argv[2 if interrupt else 1:])
+
+
 if __name__ == "__main__":
-    interrupt = sys.argv[2] == "--interrupt"
-    kill_at(int(sys.argv[1]), interrupt)
-    raise SystemExit(main(sys.argv[3 if interrupt else 2:]))
+    raise SystemExit(run(sys.argv[1:]))

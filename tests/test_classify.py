@@ -15,6 +15,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from forked import run_main
 
 from textebm.classify.data import Collator, Encoded, noise_stream
 from textebm.cli import main
@@ -94,11 +95,6 @@ def test_noise_batches_are_padded_inputs_and_data_batches_carry_no_noise():
 def test_joint_training_resumed_after_a_kill_draws_the_same_noise(classify_fixture, tmp_path):
     """`classify train --energy hidden` killed mid-epoch 2 and resumed ends with bitwise the same
     weights and NCE history as an uninterrupted run: the noise stream resumes where it stopped."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from safetensors.torch import load_file
 
     d = classify_fixture
@@ -106,16 +102,13 @@ def test_joint_training_resumed_after_a_kill_draws_the_same_noise(classify_fixtu
             "--noise", str(d / "noise.jsonl"), "--noise-ratio", "2", "--epochs", "2", "--batch-size", "16",
             "--checkpoint-every", "4", "--log-every", "2", "--precision", "fp32", "--no-progress",
             "--eval-split", ""]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    textebm = [sys.executable, "-m", "textebm"]
-    kill_at_10 = [sys.executable, str(Path(__file__).parent / "kill_at_step.py"), "10"]
-    full = subprocess.run([*textebm, *args, "--out", str(tmp_path / "full")], capture_output=True, text=True, env=env)
+    env = {"OMP_NUM_THREADS": "1"}
+    full = run_main("textebm.cli", [*args, "--out", str(tmp_path / "full")], env)
     assert full.returncode == 0, full.stderr[-3000:]
-    cut = subprocess.run([*kill_at_10, *args, "--out", str(tmp_path / "cut")], capture_output=True, text=True, env=env)
+    cut = run_main("kill_at_step", ["10", *args, "--out", str(tmp_path / "cut")], env, entry="run")
     assert cut.returncode == 137, cut.stderr[-3000:]
     assert json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())["step"] == 8  # epoch 1, batch 2
-    resumed = subprocess.run([*textebm, *args, "--out", str(tmp_path / "cut"), "--resume"], capture_output=True,
-                             text=True, env=env)
+    resumed = run_main("textebm.cli", [*args, "--out", str(tmp_path / "cut"), "--resume"], env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "cut" / "model" / "model.safetensors"))

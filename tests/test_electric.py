@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from forked import run_main
 
 from textebm.cli import main
 from textebm.losses.electric import (electra_rtd, electra_token_log_prob, electric_nce, electric_nce_naive,
@@ -286,16 +285,14 @@ def test_flops_budget_sets_the_steps(corpus, tmp_path):
 
 
 def test_cloze_train_resumed_after_a_kill_equals_an_uninterrupted_run(corpus, tmp_path):
-    args = [sys.executable, "-m", "textebm", "cloze", "train", "--data", str(corpus), "--objective", "electric",
+    args = ["cloze", "train", "--data", str(corpus), "--objective", "electric",
             "--epochs", "2", "--checkpoint-every", "4", "--eval-split", "", *TINY]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    full = subprocess.run([*args, "--out", str(tmp_path / "full")], capture_output=True, text=True, env=env)
+    env = {"OMP_NUM_THREADS": "1"}
+    full = run_main("textebm.cli", [*args, "--out", str(tmp_path / "full")], env)
     assert full.returncode == 0, full.stderr
-    kill = [sys.executable, str(Path(__file__).parent / "kill_at_step.py"), "10", *args[3:]]
-    cut = subprocess.run([*kill, "--out", str(tmp_path / "cut")], capture_output=True, text=True, env=env)
+    cut = run_main("kill_at_step", ["10", *args, "--out", str(tmp_path / "cut")], env, entry="run")
     assert cut.returncode == 137 and not (tmp_path / "cut" / "model").exists()
-    resumed = subprocess.run([*args, "--out", str(tmp_path / "cut"), "--resume"], capture_output=True, text=True,
-                             env=env)
+    resumed = run_main("textebm.cli", [*args, "--out", str(tmp_path / "cut"), "--resume"], env)
     assert resumed.returncode == 0, resumed.stderr
     a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "cut" / "model" / "model.safetensors"))

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from forked import run_main
 
 from textebm.cli import main
 from textebm.models.lm_format import IGNORE_INDEX, SpecialIds, causal_example, infill_example, mask_tokens
@@ -116,17 +115,15 @@ def test_infill_lm_resumed_after_a_kill_equals_an_uninterrupted_run(data, tmp_pa
     collates one batch ahead, so a checkpoint taken between steps has already drawn the next
     batch's): a run killed in the middle of an epoch and resumed sees the same masks and ends with
     bitwise the same weights. 120 texts in batches of 16: 8 steps an epoch, the checkpoint at 6."""
-    args = [sys.executable, "-m", "textebm", "lm", "train", "--data", str(data), "--objective", "infill",
+    args = ["lm", "train", "--data", str(data), "--objective", "infill",
             "--epochs", "2", "--checkpoint-every", "3", *TINY]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    full = subprocess.run([*args, "--out", str(tmp_path / "full")], capture_output=True, text=True, env=env)
+    env = {"OMP_NUM_THREADS": "1"}
+    full = run_main("textebm.cli", [*args, "--out", str(tmp_path / "full")], env)
     assert full.returncode == 0, full.stderr
-    kill_at_7 = [sys.executable, str(Path(__file__).parent / "kill_at_step.py"), "7", *args[3:]]
-    cut = subprocess.run([*kill_at_7, "--out", str(tmp_path / "cut")], capture_output=True, text=True, env=env)
+    cut = run_main("kill_at_step", ["7", *args, "--out", str(tmp_path / "cut")], env, entry="run")
     assert cut.returncode == 137 and not (tmp_path / "cut" / "model").exists()
     assert json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())["batch_in_epoch"] == 6
-    resumed = subprocess.run([*args, "--out", str(tmp_path / "cut"), "--resume"], capture_output=True,
-                             text=True, env=env)
+    resumed = run_main("textebm.cli", [*args, "--out", str(tmp_path / "cut"), "--resume"], env)
     assert resumed.returncode == 0, resumed.stderr
     a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "cut" / "model" / "model.safetensors"))
