@@ -17,11 +17,11 @@ from conftest import toy_corpus, walking_doc
 PIPELINE = Path(__file__).resolve().parents[1] / "bench" / "generation" / "pipeline-v2.sh"
 TINY = {
     "CORPORA": "toy", "CURVE": "0", "ENERGIES": "lmstats bit-cont", "K": "2", "DEV_WINDOWS": "24",
-    "WINDOWS": "3", "SAMPLES": "8", "BOOT": "50", "ENERGY_EPOCHS": "2", "EBATCH": "8",
+    "WINDOWS": "3", "SAMPLES": "8", "BOOT": "50", "ENERGY_EPOCHS": "1", "EBATCH": "8",
     "LM": "--arch transformer --layers 1 --width 32 --heads 2 --context 48 --chunk 32 --batch-size 8 --lr 3e-3",
-    "STOP": "--epochs 2 --keep-best --patience 1",
+    "STOP": "--epochs 1 --keep-best --patience 1",
     "WIN": "--length 20 --contexts 14 --stride 10",
-    "MLM": "--layers 1 --width 32 --heads 2 --max-len 48 --batch-size 8 --lr 3e-3 --epochs 2 --keep-best --patience 1",
+    "MLM": "--layers 1 --width 32 --heads 2 --max-len 48 --batch-size 8 --lr 3e-3 --epochs 1 --keep-best --patience 1",
     "RALM": "--layers 1 --width 32 --heads 2 --context 48 --chunk 32 --batch-size 8 --lr 3e-3",
     "BALM": "--arch transformer --layers 1 --width 48 --heads 2 --context 48 --chunk 32 --batch-size 8 --lr 3e-3",
     "TABLE3": "--examples 2 --candidates 3 --completions 4",
