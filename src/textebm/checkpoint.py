@@ -173,7 +173,8 @@ def save_weights(model: torch.nn.Module, path: str | Path) -> None:
         for name in drop:
             metadata[name] = keep
             del state[name]
-    save_file({k: v.detach().clone(memory_format=torch.contiguous_format) for k, v in state.items()},
+    # a copy in host memory each (from a GPU: the one copy to the host, no second one on the device)
+    save_file({k: v.detach().to("cpu", copy=True).contiguous() for k, v in state.items()},
               str(path), metadata=metadata or None)
 
 
