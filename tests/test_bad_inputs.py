@@ -580,6 +580,7 @@ CASES = [
      lambda w: ["lm", "score", "--model", w["lm"], "--input", w["root"] / "nope.jsonl", "--out",
                 w["root"] / "scores.jsonl"], "nope.jsonl"),
     ("lm-eval --batch-size 0", lambda w: _eval(w, "--batch-size", "0"), "--batch-size"),
+    ("lm-eval --chunk -1", lambda w: _eval(w, "--chunk", "-1"), "--chunk"),
     ("lm-eval --metrics a folder",
      lambda w: ["lm", "eval", "--model", w["lm"], "--data", w["data"], "--split", "test", "--metrics", w["adir"]],
      "adir"),

@@ -279,3 +279,32 @@ def test_keep_best_ends_at_the_dev_optimum_and_stops_with_patience(data, tmp_pat
     assert main(["lm", "train", "--data", str(data), "--out", str(tmp_path / "e"), "--keep-best", "--eval-split", "",
                  *TINY]) == 2
     assert "--keep-best" in capsys.readouterr().err and not (tmp_path / "e").exists()
+
+
+def test_lm_eval_chunk_scores_running_text_as_lm_train_evaluates_it(tmp_path, capsys):
+    """`lm eval --chunk N` joins each document's texts and cuts them into pieces of N tokens: on the
+    dev split it gives the per-token NLL that `lm train --chunk N` measured there (another
+    batching, the same sums). Without --chunk a text longer than the model takes is refused, the
+    message naming --chunk; a --chunk the model cannot take is refused too."""
+    from conftest import toy_corpus, walking_doc
+
+    toy_corpus(tmp_path, walking_doc)
+    run = tmp_path / "lm"
+    assert main(["lm", "train", "--data", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "vocab"),
+                 "--layers", "1", "--width", "32", "--heads", "2", "--context", "20", "--chunk", "16",
+                 "--max-steps", "6", "--batch-size", "8", "--out", str(run), "--no-progress",
+                 "--precision", "fp32"]) == 0
+    trained = json.loads((run / "metrics.json").read_text())["eval"]
+    out = tmp_path / "eval.json"
+    assert main(["lm", "eval", "--model", str(run), "--data", str(tmp_path / "data"), "--split", "dev",
+                 "--chunk", "16", "--batch-size", "5", "--precision", "fp32", "--metrics", str(out)]) == 0
+    got = json.loads(out.read_text())["eval_dev"]
+    assert got["tokens"] == trained["dev_tokens"] and got["chunk"] == 16
+    assert got["nll_per_token"] == pytest.approx(trained["dev_nll_per_token"], abs=1e-6)
+    capsys.readouterr()
+    assert main(["lm", "eval", "--model", str(run), "--data", str(tmp_path / "data"), "--split", "dev",
+                 "--precision", "fp32"]) == 2  # sentences of up to 12 words: some pass 18 tokens
+    assert "--chunk 18" in capsys.readouterr().err
+    assert main(["lm", "eval", "--model", str(run), "--data", str(tmp_path / "data"), "--split", "dev",
+                 "--chunk", "19", "--precision", "fp32"]) == 2
+    assert "--chunk 19" in capsys.readouterr().err

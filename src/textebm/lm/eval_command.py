@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from textebm.data.readers import (
     read_examples,
     read_numbered_examples,
 )
+from textebm.data.streams import chunks, doc_streams
 from textebm.errors import InputError, TextebmError, TextTooLong
 from textebm.inference import inference_setup, set_threads
 from textebm.io import read_json, write_json
@@ -29,6 +31,7 @@ from textebm.lm.scoring import (
     check_scorable,
     item_texts,
     perplexity_metrics,
+    score_ids,
     score_texts,
 )
 from textebm.models.lm import read_meta
@@ -96,14 +99,14 @@ def score_file(cfg: LMScoreConfig) -> Path:
     return Path(cfg.out)
 
 
-def _too_long(e: TextTooLong, path: Path, pair_at: list[int | None]) -> InputError:
+def _too_long(e: TextTooLong, path: Path, pair_at: list[int | None], hint: str = "") -> InputError:
     """The too-long text of `path` named by its file and line (its index in `item_texts` order:
     every text first, then the text_pairs)."""
     lines = [line for line, _ in read_numbered_examples(path)]
     pair = e.index >= len(lines)
     i = pair_at.index(e.index) if pair else e.index
     return InputError(path, f"{'its text_pair' if pair else 'this text'} has {e.tokens} tokens; the model takes "
-                            f"at most {e.limit}", lines[i])
+                            f"at most {e.limit}{hint}", lines[i])
 
 
 def _score_row(row: dict, index: int, res: ScoreResult, pair: ScoreResult | None, tokenizer,
@@ -137,6 +140,10 @@ class LMEvalConfig:
                                                    "(default: --model when it is a run directory)"})
     metrics: str = field(default="", metadata={"help": "merge the result into this JSON file instead"})
     batch_size: int = field(default=16, metadata={"help": "texts per forward pass", "min": 1})
+    chunk: int = field(default=0, metadata={
+        "help": "score running text: each document's texts (rows sharing `doc`) joined and cut into pieces of "
+                "this many tokens, as `lm train --chunk` trains and evaluates (0: each text whole; one longer "
+                "than the model takes is refused)", "min": 0})
     precision: str = field(default="auto", metadata={"help": PRECISION_HELP, "choices": list(PRECISIONS)})
     threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={
@@ -198,14 +205,27 @@ def eval_split(cfg: LMEvalConfig) -> dict:
     if target is not None:
         check_metrics_target(target[0], key, cfg.overwrite, target[1])
     folder = scorable_folder(cfg.model)
-    texts, pair_at = item_texts(load_split(cfg.data, cfg.split))
+    rows = load_split(cfg.data, cfg.split)
+    texts, pair_at = item_texts(rows)
     model, tokenizer, meta, choice = _load(folder, cfg.precision)
-    try:
-        results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
-    except TextTooLong as e:
-        data = Path(cfg.data)
-        raise _too_long(e, data / f"{cfg.split}.jsonl" if data.is_dir() else data, pair_at) from None
-    metrics = {"split": cfg.split, **perplexity_metrics(results, texts), "model": str(folder.resolve()),
+    if cfg.chunk:
+        room = model.config.max_position_embeddings - 2  # [bos] and [eos] take two positions
+        if cfg.chunk > room:
+            raise TextebmError(f"--chunk {cfg.chunk}: {folder} takes at most {room} tokens a piece")
+        pieces = [p for p in chunks(doc_streams(rows, tokenizer), cfg.chunk) if p]
+        results = score_ids(model, tokenizer, meta, pieces, cfg.batch_size, progress=True)
+        nll, tokens = -math.fsum(r.logprob for r in results), sum(r.num_tokens for r in results)
+        scores = {"pieces": len(pieces), "chunk": cfg.chunk, "tokens": tokens, "nll_per_token": nll / max(tokens, 1),
+                  "perplexity": math.exp(nll / max(tokens, 1))}  # each piece's [eos] counted, as lm train's
+    else:
+        try:
+            results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
+        except TextTooLong as e:
+            data = Path(cfg.data)
+            raise _too_long(e, data / f"{cfg.split}.jsonl" if data.is_dir() else data, pair_at,
+                            f" (--chunk {e.limit} scores the split as running text, in pieces)") from None
+        scores = perplexity_metrics(results, texts)
+    metrics = {"split": cfg.split, **scores, "model": str(folder.resolve()),
                "precision": choice.precision, "precision_choice": choice.as_dict()}
     if target is not None:
         merge_metrics(target[0], key, metrics)

@@ -147,8 +147,17 @@ def score_texts(model, tokenizer, meta, texts: list[str], batch_size: int = 16, 
     """log P(x) of each text under the model's layout, per token and in total (input order)."""
 
     check_scorable(meta)
-    sp = special_ids(tokenizer, meta)
     encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+    return score_ids(model, tokenizer, meta, encoded, batch_size, bucket, progress)
+
+
+def score_ids(model, tokenizer, meta, encoded: list[list[int]], batch_size: int = 16, bucket: bool = True,
+              progress: bool = False) -> list[ScoreResult]:
+    """`score_texts` of texts already tokenized (pieces of running text, say): each sequence in
+    the model's layout, [bos] x [eos], as the LM's training and its evaluation read it."""
+
+    check_scorable(meta)
+    sp = special_ids(tokenizer, meta)
     seqs = [causal_example(ids, sp, meta.direction)[0] for ids in encoded]  # [bos] x [eos]
     limit = getattr(model.config, "max_position_embeddings", None)
     too_long = [i for i, s in enumerate(seqs) if limit and len(s) > limit]
