@@ -15,6 +15,7 @@ unlabelled pool has, words of neither): where the errors are.
 
     OMP_NUM_THREADS=1 python bench/tagging/pretrain_budget.py --grid runs/tag-grid-v2 \
         --work runs/tag-pretrain-budget --out bench/results/tagging/pretrain-budget.json [--seeds 0 1 2]
+    # another cell, some variants: --proportion 0.02 --variants one-pass-labelled-words
 
 Every run is cached (a finished one is skipped; an interrupted one resumes).
 """
@@ -82,18 +83,21 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/tagging/pretrain-budget.json")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--ratio", type=int, default=10)
+    ap.add_argument("--proportion", type=float, default=0.01, help="the grid row (0.01, 0.02, 0.1)")
+    ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     grid, work = Path(args.grid), Path(args.work)
     fields = {f.name for f in dataclasses.fields(TagTrainConfig)}
     rows = []
     for seed in args.seeds:
-        pre = cell(grid, f"pretrain-p0.01-r{args.ratio}-s{seed}")
+        pre = cell(grid, f"pretrain-p{args.proportion}-r{args.ratio}-s{seed}")
         row = {"seed": seed, "grid_one_pass": pre["accuracy"], "dnce_steps_one_pass": pre["dnce_steps"],
-               "supervised": cell(grid, f"supervised-p0.01-r0-s{seed}")["accuracy"]}
+               "supervised": cell(grid, f"supervised-p{args.proportion}-r0-s{seed}")["accuracy"]}
         base = grid / pre["run"]
         opts = {k: v for k, v in json.loads((base / "config.json").read_text()).items() if k in fields}
-        for name, (change, grids_stage1) in VARIANTS.items():
+        for name in args.variants:
+            change, grids_stage1 = VARIANTS[name]
             out = work / f"{name}-s{seed}"
             if not (out / "metrics.json").is_file() or not json.loads((out / "metrics.json").read_text()).get(
                     "completed"):
@@ -106,14 +110,14 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
         if seed == args.seeds[0]:  # where the errors are: by word group, for the first seed
-            sup_run = grid / cell(grid, f"supervised-p0.01-r0-s{seed}")["run"]
-            runs = {"supervised": sup_run, "grid_one_pass": base, **{v: work / f"{v}-s{seed}" for v in VARIANTS}}
+            sup_run = grid / cell(grid, f"supervised-p{args.proportion}-r0-s{seed}")["run"]
+            runs = {"supervised": sup_run, "grid_one_pass": base, **{v: work / f"{v}-s{seed}" for v in args.variants}}
             words = {k: set(load_tagging_model(r, "cpu")[1].words) for k, r in (("sup", sup_run), ("ssl", base))}
             groups = by_word_group(runs, opts["data"], words["sup"], words["ssl"])
             print(json.dumps(groups), flush=True)
-    keys = ["supervised", "grid_one_pass", *VARIANTS]
+    keys = ["supervised", "grid_one_pass", *args.variants]
     mean = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
-    res = {"what": "test accuracy (brown-pos test) at 1 % labelled (450 sentences), U/L "
+    res = {"what": f"test accuracy (brown-pos test) at {args.proportion:.0%} labelled, U/L "
                    f"{args.ratio}, pre-training with every weight fine-tuned, by stage 1's DNCE budget and "
                    "stage 2's words (all of stage 1's, or the labelled sentences' alone)",
            "cpu": platform.processor() or platform.machine(), "threads": os.environ.get("OMP_NUM_THREADS"),
