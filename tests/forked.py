@@ -35,6 +35,7 @@ def _context():
 
 def _child(module: str, entry: str, argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> None:
     os.chdir(cwd)  # the caller's, not the server's (started wherever the first run was)
+    os.environ.clear()  # the caller's environment now, as a subprocess would inherit it
     os.environ.update(env)
     if "OMP_NUM_THREADS" in env:  # torch read it when the server imported it
         import torch
@@ -57,7 +58,7 @@ def run_main(module: str, argv: list[str], env: dict[str, str] | None = None, en
     with tempfile.TemporaryDirectory() as d:
         out, err = os.path.join(d, "out"), os.path.join(d, "err")
         open(out, "w").close(), open(err, "w").close()
-        p = _context().Process(target=_child, args=(module, entry, argv, dict(env or {}), os.getcwd(), out, err))
+        p = _context().Process(target=_child, args=(module, entry, argv, {**os.environ, **(env or {})}, os.getcwd(), out, err))
         p.start()
         p.join(timeout)
         if p.exitcode is None:
