@@ -313,5 +313,8 @@ def inference_device() -> torch.device:
     """Where inference, evaluation and (through accelerate) training run: the GPU when there is
     one, else the CPU; the CPU also where accelerate is told so (`accelerate launch --cpu`, or
     ACCELERATE_USE_CPU=1), so that `--precision auto` resolves for the device the run uses."""
-    use_cpu = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
-    return torch.device("cuda" if torch.cuda.is_available() and not use_cpu else "cpu")
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    from accelerate.utils import parse_flag_from_env  # the flag as accelerate itself reads it
+
+    return torch.device("cpu" if parse_flag_from_env("ACCELERATE_USE_CPU") else "cuda")

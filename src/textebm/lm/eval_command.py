@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -214,9 +213,8 @@ def eval_split(cfg: LMEvalConfig) -> dict:
             raise TextebmError(f"--chunk {cfg.chunk}: {folder} takes at most {room} tokens a piece")
         pieces = [p for p in chunks(doc_streams(rows, tokenizer), cfg.chunk) if p]
         results = score_ids(model, tokenizer, meta, pieces, cfg.batch_size, progress=True)
-        nll, tokens = -math.fsum(r.logprob for r in results), sum(r.num_tokens for r in results)
-        scores = {"pieces": len(pieces), "chunk": cfg.chunk, "tokens": tokens, "nll_per_token": nll / max(tokens, 1),
-                  "perplexity": math.exp(nll / max(tokens, 1))}  # each piece's [eos] counted, as lm train's
+        # each piece's [eos] counted, as lm train's; no word figures (a piece is no sentence)
+        scores = {"pieces": len(pieces), "chunk": cfg.chunk, **perplexity_metrics(results)}
     else:
         try:
             results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)

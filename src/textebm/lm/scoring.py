@@ -146,7 +146,6 @@ def score_texts(model, tokenizer, meta, texts: list[str], batch_size: int = 16, 
                 progress: bool = False) -> list[ScoreResult]:
     """log P(x) of each text under the model's layout, per token and in total (input order)."""
 
-    check_scorable(meta)
     encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
     return score_ids(model, tokenizer, meta, encoded, batch_size, bucket, progress)
 
@@ -181,11 +180,15 @@ def item_texts(rows: list[dict]) -> tuple[list[str], list[int | None]]:
     return texts, pair_at
 
 
-def perplexity_metrics(results: list[ScoreResult], texts: list[str]) -> dict:
-    """Token- and word-level perplexity from per-text scores (words: whitespace split + [eos])."""
+def perplexity_metrics(results: list[ScoreResult], texts: list[str] | None = None) -> dict:
+    """Token-level perplexity from per-sequence scores, and word-level from the `texts` they scored
+    (words: whitespace split + [eos]); token-level only without `texts` (pieces of running text)."""
     nll = -math.fsum(r.logprob for r in results)
     tokens = sum(r.num_tokens for r in results)
+    out = {"tokens": tokens, "nll_per_token": nll / max(tokens, 1), "perplexity": math.exp(nll / max(tokens, 1))}
+    if texts is None:
+        return out
     words = sum(len(t.split()) + 1 for t in texts)
-    return {"texts": len(texts), "tokens": tokens, "words": words,
-            "nll_per_token": nll / max(tokens, 1), "perplexity": math.exp(nll / max(tokens, 1)),
-            "nll_per_word": nll / max(words, 1), "word_perplexity": math.exp(nll / max(words, 1))}
+    return {"texts": len(texts), "tokens": tokens, "words": words, "nll_per_token": out["nll_per_token"],
+            "perplexity": out["perplexity"], "nll_per_word": nll / max(words, 1),
+            "word_perplexity": math.exp(nll / max(words, 1))}
