@@ -57,7 +57,7 @@ class TaggerRecipe(Recipe):
     def __init__(self, model: BiLSTMCRF, vocab: WordVocab, rows: list[dict[str, Any]], eval_split: str,
                  eval_rows: list[dict[str, Any]], batch_size: int):
         self.model, self.vocab, self.eval_split, self.eval_rows = model, vocab, eval_split, eval_rows
-        self.rows, self.batch_size = rows, batch_size
+        self.batch_size = batch_size
         tag_id = {t: k for k, t in enumerate(model.spec.tags)}
         spelt = bool(model.spec.char_vocab)  # a character CNN reads each token as written
         self.dataset = [(vocab.encode(r["tokens"]), [tag_id[t] for t in r["tags"]],

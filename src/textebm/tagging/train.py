@@ -485,21 +485,21 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
         else:
             load_encoder(tagger, folder)
             if cfg.stage2_words == "labelled":
-                recipe = labelled_words(recipe, cfg, freeze)
+                recipe = labelled_words(recipe, rows, cfg, freeze)
             log.info("stage 2: %s on the labelled sentences (%d words)", "the output layer and A, the encoder frozen"
                      if freeze else "every weight fine-tuned from stage 1's encoder", len(recipe.vocab))
         return run_loop(cfg, recipe, run)
 
 
-def labelled_words(recipe: TaggerRecipe, cfg: TagTrainConfig, freeze: bool) -> TaggerRecipe:
+def labelled_words(recipe: TaggerRecipe, rows: list[dict[str, Any]], cfg: TagTrainConfig, freeze: bool
+                   ) -> TaggerRecipe:
     """Stage 2 with --stage2-words labelled: the tagger of `recipe` (stage 1's encoder loaded) moved
-    to the vocabulary the supervised tagger builds from the labelled sentences (the same rule and
+    to the vocabulary the supervised tagger builds from the labelled sentences `rows` (the same rule and
     options), each word with its stage-1 vector, on stage 1's characters. A word that only the
     unlabelled pool has then reads as the unknown word at training and at test, as the supervised
     tagger reads it: its stage-1 vector, which no labelled sentence trains, no longer stands for it
     (bench/results/tagging/pretrain-budget.json: those words were where pre-training lost)."""
     vocab = recipe.vocab
-    rows = recipe.rows
     kept = dataclasses.replace(build_vocab(rows, vocab.lowercase, cfg.min_count, cfg.max_words), chars=vocab.chars)
     tagger = transfer_tagger(recipe.model, vocab, kept, cfg.dropout)
     if freeze:
