@@ -148,9 +148,9 @@ class ToyRecipe(Recipe):
         self.step = 0
 
     def loss(self, model, batch, at):
-        if at.step and at.step == getattr(self.a, "kill_at", 0):  # optimizer step kill_at is done
+        if self.a.kill_at and at.step == self.a.kill_at:  # optimizer step kill_at is done
             os._exit(137)
-        if at.step and at.step == getattr(self.a, "interrupt_at", 0):
+        if self.a.interrupt_at and at.step == self.a.interrupt_at:
             raise KeyboardInterrupt
         self.step = at.step + 1  # the step this batch ends (validate's key)
         self.calls += 1
