@@ -41,8 +41,8 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(args.work)
     lines = []
-    corpora = sorted(p.name for p in (work / "ppl").iterdir() if (p / "metrics.json").is_file()) \
-        if (work / "ppl").is_dir() else []
+    corpora = (sorted(p.name for p in (work / "ppl").iterdir() if (p / "metrics.json").is_file())
+               if (work / "ppl").is_dir() else [])
     for c in corpora:
         m = _load(work / "ppl" / c / "metrics.json")
         rows = [["base LM", f"{m['base_ppl']:.2f}"]]

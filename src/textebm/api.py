@@ -191,8 +191,8 @@ def _number(value: float, name: str, low: float, high: float = math.inf, low_ope
     """`value` as a float, checked to be a finite number in [low, high) ((low, high) with `low_open`)."""
     ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
     if not ok or value < low or (low_open and value == low) or value >= high:
-        where = f"{'(' if low_open else '['}{low:g}, {high:g})" if math.isfinite(high) else \
-            (f"> {low:g}" if low_open else f">= {low:g}")
+        where = (f"{'(' if low_open else '['}{low:g}, {high:g})" if math.isfinite(high)
+                 else (f"> {low:g}" if low_open else f">= {low:g}"))
         raise ArgumentError(name, f"must be a finite number {'in ' if math.isfinite(high) else ''}{where}, "
                                   f"got {value!r}")
     return float(value)

@@ -24,8 +24,8 @@ def generate(cfg: ResidualGenerateConfig) -> None:
 
     m = residual_generate(cfg)
     g = m["groups"]
-    div = "; unique 4-grams " + ", ".join(f"{k} {v['unique_4gram']:.3f}" for k, v in g.items()) \
-        if g["joint"]["unique_4gram"] is not None else ""
+    div = ("; unique 4-grams " + ", ".join(f"{k} {v['unique_4gram']:.3f}" for k, v in g.items())
+           if g["joint"]["unique_4gram"] is not None else "")
     print(f"{cfg.out}: {m['prefixes']} prefixes, ESS mean {m['ess_mean']:.1f} of {m['n']}{div}; report in "
           f"{cfg.out}/report.md")
 

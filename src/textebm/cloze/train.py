@@ -167,8 +167,8 @@ def build_cloze(want: ClozeBuildSpec, train_texts: list[str]):
     if want.objective == "mlm" and mask is None:
         raise TextebmError("--objective mlm needs a tokenizer with a [MASK] token")
     tower = None
-    option, scale = ("--twotower-scale", want.twotower_scale) if want.objective == "twotower" else \
-        ("--noise-scale", want.noise_scale)
+    option, scale = (("--twotower-scale", want.twotower_scale) if want.objective == "twotower"
+                     else ("--noise-scale", want.noise_scale))
     if want.objective in ("electric", "electra", "twotower"):
         try:
             tower = scaled_tower(**shape, scale=scale)

@@ -60,8 +60,8 @@ def convert(
         given = {s: read_examples(f, **fields) for s, f in files.items() if f is not None}
     missing = [s for s in ("dev", "test") if s not in given]
     if missing:
-        fractions = {"train": 0.8, "dev": 0.1, "test": 0.1} if len(missing) == 2 else \
-            {"train": 0.9, missing[0]: 0.1}
+        fractions = ({"train": 0.8, "dev": 0.1, "test": 0.1} if len(missing) == 2
+                     else {"train": 0.9, missing[0]: 0.1})
         given.update(split_examples(given["train"], seed, fractions))
     splits = {s: [_rename_id(ex) for ex in given[s]] for s in ("train", "dev", "test")}
     labelled = any("label" in ex for ex in splits["train"])

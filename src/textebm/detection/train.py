@@ -162,8 +162,8 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
     """(module, EnergySpec, input tokenizer) of a fresh or initialised energy."""
 
     pad = vocab.pad_token_id if vocab.pad_token_id is not None else 0
-    pool = want.pool if want.energy == "bitransf" or (want.energy == "unitransf" and want.pool == "continuation") \
-        else "first"
+    pool = (want.pool if want.energy == "bitransf" or (want.energy == "unitransf" and want.pool == "continuation")
+            else "first")
     spec = EnergySpec(kind=want.energy, vocab_size=len(vocab), length=length, pad_id=pad, init=want.init, pool=pool,
                       dropout=want.dropout if want.energy in ("unitransf", "bitransf") else 0.0,
                       contexts=[want.prefix_len] if pool == "continuation" else [])

@@ -68,8 +68,8 @@ HEAD_SPLIT_TYPES = ("llama",)
 def _body_and_head(model):
     """(decoder body, output layer) of a causal LM whose logits are head(body(...)), else None."""
     head, body = getattr(model, "lm_head", None), getattr(model, "model", None)
-    if getattr(getattr(model, "config", None), "model_type", None) in HEAD_SPLIT_TYPES and head is not None \
-            and body is not None:
+    if (getattr(getattr(model, "config", None), "model_type", None) in HEAD_SPLIT_TYPES and head is not None
+            and body is not None):
         return body, head
     return None
 

@@ -316,8 +316,8 @@ class NextToken:
         joint model's estimated as Σ_w P_LM(w) Z(x_<t w) / Z(x_<t) (both Z from samples: it may
         come out above 1)."""
         lm = float(np.exp(np.logaddexp.reduce(self.lp_lm)))
-        joint = None if self.log_z_context is None else \
-            float(np.exp(np.logaddexp.reduce(np.add(self.lp_lm, self.log_z)) - self.log_z_context))
+        joint = (None if self.log_z_context is None
+                 else float(np.exp(np.logaddexp.reduce(np.add(self.lp_lm, self.log_z)) - self.log_z_context)))
         return {"lm": lm, "joint": joint}
 
     def as_row(self) -> dict:

@@ -432,8 +432,8 @@ def _generation_metrics(rows: list[dict], st: _Setup, cfg, elapsed: float) -> di
     known = {"joint": [r["energies"][r["index"]] for r in rows], "base": [r["energies"][0] for r in rows]}
     for name, seqs in groups.items():
         lp = st.base.continuation_logprobs(prefixes, seqs, cfg.batch_size).sum(1)  # (N,)
-        e = np.asarray(known[name]) if name in known else \
-            st.energies[0].energies([p + s for p, s in zip(prefixes, seqs)], cfg.batch_size)
+        e = (np.asarray(known[name]) if name in known
+             else st.energies[0].energies([p + s for p, s in zip(prefixes, seqs)], cfg.batch_size))
         out["groups"][name] = {**ngram_ratios(seqs), "lm_logprob_mean": float(lp.mean()),
                                "energy_mean": float(e.mean()), "lm_logprob": lp.tolist(), "energy": e.tolist()}
     return out
@@ -544,8 +544,8 @@ def residual_repetitions(cfg: ResidualRepetitionsConfig) -> dict:
                                              cfg.candidates, cfg.completions, derive_seed(cfg.seed, it["key"], "joint"),
                                              include=[it["token"]], chunk=cfg.chunk, batch_size=cfg.batch_size)
             except FloatingPointError as e:
-                raise TextebmError(f"--energy {cfg.energy}: {e} (window {it['key']}); nothing was written for it") \
-                    from None
+                raise TextebmError(
+                    f"--energy {cfg.energy}: {e} (window {it['key']}); nothing was written for it") from None
             partial.append([{**it, "terms": nt.as_row()}])
             bar.update(1)
     elapsed = time.perf_counter() - t0
