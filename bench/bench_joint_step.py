@@ -47,7 +47,7 @@ def main() -> None:
     from textebm.data.readers import load_split
     from textebm.losses.nce import nce_loss
     from textebm.data.batching import BucketBatchSampler
-    from textebm.train import stream_sampler, TrainOptions
+    from textebm.data.batching import stream_sampler
 
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
@@ -63,7 +63,7 @@ def main() -> None:
     pad = tok.pad_token_id
     collate = Collator(pad)
     stream = noise_stream(examples, noise, args.k, args.batch_size, pad)
-    noise_batches = list(stream_sampler(stream, TrainOptions(out="", batch_size=args.batch_size), len(batches)))
+    noise_batches = list(stream_sampler(stream, 0, len(batches)))
 
     def own_noise(b: list[int]) -> list[int]:  # each example's own noise samples, in its batch
         return [examples[i].noise[j % len(examples[i].noise)] for i in b for j in range(args.k)]

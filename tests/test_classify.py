@@ -20,7 +20,7 @@ from forked import run_main
 from textebm.classify.data import Collator, Encoded, noise_stream
 from textebm.cli import main
 from textebm.data.batching import BucketBatchSampler
-from textebm.train import stream_sampler, TrainOptions
+from textebm.data.batching import stream_sampler
 
 from conftest import _sentence
 
@@ -39,7 +39,7 @@ def _noise_sampler(examples, noise_len, k, batch_size, seed):
     """The noise stream's sampler as `train` builds it for `classify train`."""
     noise = [([5] * n, None) for n in noise_len]
     stream = noise_stream(examples, noise, k, batch_size, pad_id=0)
-    return stream, stream_sampler(stream, TrainOptions(out="unused", batch_size=batch_size, seed=seed), 0)
+    return stream, stream_sampler(stream, seed, 0)
 
 
 @pytest.mark.parametrize("k", [1, 3])

@@ -18,15 +18,13 @@ from safetensors.torch import load_file
 import toy_train as toy
 from forked import run_main
 from textebm.checkpoint import optimizer_from_files, optimizer_to_files
-from textebm.data.batching import BucketBatchSampler, CycleBatchSampler
+from textebm.data.batching import BucketBatchSampler, CycleBatchSampler, Stream, stream_sampler
 from textebm.errors import TextebmError
 from textebm.train import (
     cosine_schedule,
     linear_schedule,
     make_optimizer,
     ParamGroup,
-    Stream,
-    stream_sampler,
     TrainOptions,
 )
 
@@ -248,7 +246,7 @@ def test_lockstep_stream_covers_its_epoch_items_and_stays_aligned_when_sharded(n
 
     main = BucketBatchSampler(lengths, B, opts.seed)
     aux = stream_sampler(Stream(dataset=pool_lengths, lengths=pool_lengths, collate=list, batch_size=k * B,
-                                epoch_items=items), opts, len(main))
+                                epoch_items=items), opts.seed, len(main))
     for e in (0, 1):
         main.set_epoch(e)
         aux.set_epoch(e)
@@ -285,7 +283,7 @@ def test_cycling_stream_runs_through_its_own_epochs():
     """51 items at batch size 8: 6 full batches an epoch (the short one dropped); with 12 main
     batches an epoch, main epoch e reads its batches 12e .. 12e+11 of the stream's own epochs."""
     unl = toy.streams()["unl"]
-    s = stream_sampler(unl, toy.options("unused"), 12)
+    s = stream_sampler(unl, toy.options("unused").seed, 12)
     assert isinstance(s, CycleBatchSampler) and len(s) == 12
     seq = []
     for e in range(3):

@@ -37,8 +37,9 @@ import torch
 from safetensors.torch import save_file, save_model
 
 from textebm.errors import TextebmError
-from textebm.runfolder import options_dict
-from textebm.train import ParamGroup, Recipe, Stream, train, TrainOptions
+from textebm.options import options_dict
+from textebm.data.batching import Stream
+from textebm.train import ParamGroup, Recipe, train, TrainOptions
 
 
 class Toy(torch.nn.Module):
@@ -110,11 +111,12 @@ def expected_batches(epochs: int, processes: int = 1, rank: int = 0) -> list[dic
     as accelerate shards it, one dict per step."""
     from accelerate.data_loader import BatchSamplerShard
 
-    from textebm.train import batch_sampler, stream_sampler
+    from textebm.data.batching import BucketBatchSampler
+    from textebm.data.batching import stream_sampler
 
     opts = options("unused")
-    samplers = {"main": batch_sampler([len(i) for i, _ in data()], opts)}
-    samplers.update({n: stream_sampler(st, opts, len(samplers["main"])) for n, st in streams().items()})
+    samplers = {"main": BucketBatchSampler([len(i) for i, _ in data()], opts.batch_size, opts.seed)}
+    samplers.update({n: stream_sampler(st, opts.seed, len(samplers["main"])) for n, st in streams().items()})
     steps = []
     for epoch in range(epochs):
         for s in samplers.values():

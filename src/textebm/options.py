@@ -198,3 +198,21 @@ def refuse_unused(cfg: Any, names: list[str], why: str) -> None:
         flags = ", ".join("--" + n.replace("_", "-") for n in set_)
         raise TextebmError(f"{flags} {'has' if len(set_) == 1 else 'have'} no effect {why}; leave "
                            f"{'it' if len(set_) == 1 else 'them'} out")
+
+
+def options_dict(cfg: Any) -> dict:
+    """A config dataclass as plain JSON (for RUN/config.json)."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
+
+
+def option_defaults(cfg: Any, config: dict) -> dict:
+    """The defaults, as plain JSON, of the options of `cfg` (a config dataclass) that `config`
+    records. A run's config.json written before an option existed lacks its key, and ran as its
+    default does (an option added later defaults to the earlier behaviour), so --resume reads a
+    missing key as the default: such a run resumes, unless the option is now given another value."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = field_default(f)
+        if f.name in config and value is not dataclasses.MISSING:
+            out[f.name] = str(value) if isinstance(value, Path) else value
+    return out

@@ -25,12 +25,13 @@ import math
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 from textebm.errors import TextebmError
+from textebm.io import read_json
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +221,18 @@ def bf16_products(device: str) -> str:
         return "cast"
     speedup, error = fpmath_probe()
     return "fpmath" if error <= FPMATH_MAX_ERROR and speedup >= MIN_SPEEDUP else "cast"
+
+
+def resolve_for_run(requested: str, run: Path, resume: bool) -> PrecisionChoice:
+    """`--precision` resolved for a training run in `run`: a resumed run keeps the precision it
+    started with (RUN/config.json's `precision_choice`, when it was asked for the same way)."""
+    if resume and (run / "config.json").is_file():
+        old = read_json(run / "config.json").get("precision_choice")
+        if isinstance(old, dict) and old.get("requested") == requested:
+            choice = resolve_precision(old["precision"])
+            return replace(choice, requested=requested,
+                           reason=f"{old['precision']}: as when the run started ({old.get('reason')})")
+    return resolve_precision(requested)
 
 
 def resolve_precision(requested: str = "auto", device: str | None = None, inference: bool = False

@@ -17,7 +17,6 @@ reads the checkpoint on every process; `interrupted_message` says what a stopped
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -34,7 +33,7 @@ from textebm.checkpoint import (
 )
 from textebm.errors import TextebmError
 from textebm.io import read_json, write_json
-from textebm.options import field_default
+from textebm.options import option_defaults
 from textebm.outputs import (
     MARKER,
     check_not_input,
@@ -57,17 +56,6 @@ LAST_DIR = "last"  # under keep_best, the last step's model when the run keeps a
 
 
 RUN_ENTRIES = ["config.json", CHECKPOINT_DIR, "metrics.json", "model", BEST_DIR, LAST_DIR]  # what a run folder holds
-
-
-def eval_split_of(cfg) -> str:
-    """The split a training command evaluates on: --eval-split when given ('' skips it); by
-    default "dev" for a dataset folder and none for a single file (which is the train split only)."""
-    if cfg.eval_split is not None:
-        return cfg.eval_split
-    if Path(cfg.data).is_dir():
-        return "dev"
-    log.info("--data %s is a single file (the train split only): no evaluation after training", cfg.data)
-    return ""
 
 
 def check_keep_best(cfg, eval_split: str, measure: str) -> None:
@@ -100,12 +88,7 @@ def check_run_dir(opts: Any, config: dict | None) -> None:
     run = Path(opts.out)
     cfg_file = run / "config.json"
     recover_run_folder(run)
-    check_not_input(run, [(f"--{name.replace('_', '-')}", getattr(opts, name, "")) for name in INPUT_OPTIONS])
-    if opts.resume:
-        if not cfg_file.is_file():
-            raise TextebmError(f"--out {run}: nothing to resume (no config.json)")
-        if config is None:
-            return
+    if opts.resume and cfg_file.is_file() and config is not None:
         old = {**option_defaults(opts, config), **read_json(cfg_file)}
         diff = sorted(k for k in set(old) | set(config)
                       if k not in RESUME_FREE and old.get(k) != config.get(k))
@@ -113,6 +96,10 @@ def check_run_dir(opts: Any, config: dict | None) -> None:
             raise TextebmError(f"--out {run}: --resume with different settings: "
                                + ", ".join(f"{k}={old.get(k)!r}->{config.get(k)!r}" for k in diff)
                                + "; pass the run's settings, or --overwrite to start it again")
+    check_not_input(run, [(f"--{name.replace('_', '-')}", getattr(opts, name, "")) for name in INPUT_OPTIONS])
+    if opts.resume:
+        if not cfg_file.is_file():
+            raise TextebmError(f"--out {run}: nothing to resume (no config.json)")
         return
     marker = read_marker(run)
     if (not opts.overwrite and marker is not None and marker["kind"] == run_kind(opts) and cfg_file.is_file()
@@ -294,21 +281,3 @@ def interrupted_message(run: Path, entries: Sequence[str] = ()) -> str:
         return (f"--out {run}: stopped before its first checkpoint; what its first stage trained "
                 f"({', '.join(stages)}) is kept: run the same command with --resume to continue")
     return f"--out {run}: stopped before its first checkpoint, nothing was kept; run the command again"
-
-
-def options_dict(cfg: Any) -> dict:
-    """A config dataclass as plain JSON (for RUN/config.json)."""
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
-
-
-def option_defaults(cfg: Any, config: dict) -> dict:
-    """The defaults, as plain JSON, of the options of `cfg` (a config dataclass) that `config`
-    records. A run's config.json written before an option existed lacks its key, and ran as its
-    default does (an option added later defaults to the earlier behaviour), so --resume reads a
-    missing key as the default: such a run resumes, unless the option is now given another value."""
-    out = {}
-    for f in dataclasses.fields(cfg):
-        value = field_default(f)
-        if f.name in config and value is not dataclasses.MISSING:
-            out[f.name] = str(value) if isinstance(value, Path) else value
-    return out

@@ -6,8 +6,8 @@ A command builds a `Recipe` (its model, data, loss, outputs and any state of its
 length-bucketed batches, AdamW with warm-up and linear (or cosine) decay, gradient clipping, progress, NaN
 checks, atomic checkpoints and exact resume. `train` runs a recipe in its run folder
 (`started_run`, after the policy of `textebm.runfolder`: what the folder holds, --resume,
---overwrite, failures), `optimise` is the loop itself; the batch samplers are
-`textebm.data.batching`'s.
+--overwrite, failures), `optimise` is the loop itself; the streams, their batch samplers and
+loaders are `textebm.data.batching`'s.
 
 Batches. The recipe's `collate` makes them from its items, and the loop passes them to
 `recipe.loss` as they are: tensors, a dataclass of tensors (`textebm.data.batching.Batch`), images;
@@ -50,7 +50,6 @@ comes from the checkpoint.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import random
@@ -63,16 +62,15 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Sampler
 
 from textebm.checkpoint import BEST_DIR, CHECKPOINT_DIR, has_checkpoint, load_best, save_best
-from textebm.data.batching import BucketBatchSampler, CycleBatchSampler
+from textebm.data.batching import Stream, stream_loader, stream_sampler
 from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
 from textebm.inference import set_threads
 from textebm.io import atomic_dir, read_json, write_json
 from textebm.options import threads_field
 from textebm.outputs import seal_marker
-from textebm.precision import resolve_precision
+from textebm.precision import resolve_for_run
 from textebm.progress import on_terminal
 from textebm.runfolder import (  # the run folder's policy, which the loop below follows
     LAST_DIR,
@@ -134,19 +132,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-@dataclass(kw_only=True)
-class Stream:
-    """An extra data stream: `train(..., streams={name: Stream(...)})` (see the module doc)."""
-
-    dataset: Sequence  # the items; collate gets a list of them
-    lengths: Sequence[int]  # one per dataset item, for bucketing
-    collate: Callable[[list], Any]
-    batch_size: int  # items per batch and process
-    lockstep: bool = True  # True: one epoch per main epoch, as many batches; False: its own epochs
-    epoch_items: Callable[[int], Sequence[int]] | None = None  # dataset indices of the stream's epoch e
-    seed_offset: int = 1  # its sampler's seed is opts.seed + seed_offset
 
 
 @dataclass(kw_only=True)
@@ -236,24 +221,11 @@ class Recipe:
             raise TextebmError(f"the checkpoint holds recipe state {sorted(tensors)} this recipe does not take")
 
 
-def batch_sampler(lengths: Sequence[int], opts: TrainOptions) -> BucketBatchSampler:
-    """The main stream's sampler."""
-    return BucketBatchSampler(lengths, opts.batch_size, opts.seed)
-
-
-def stream_sampler(stream: Stream, opts: TrainOptions, main_batches: int) -> Sampler[list[int]]:
-    """The sampler of an extra stream, given the main stream's batches per epoch (all processes)."""
-    inner = BucketBatchSampler(stream.lengths, stream.batch_size, opts.seed + stream.seed_offset,
-                               epoch_items=stream.epoch_items)
-    return inner if stream.lockstep else CycleBatchSampler(inner, main_batches)
-
-
-def make_accelerator(opts: TrainOptions, precision: str | None = None):
-    """An Accelerator for `precision` (fp32 | bf16 | fp16; default: `opts.precision` resolved)."""
+def make_accelerator(opts: TrainOptions, precision: str):
+    """An Accelerator for `precision` (fp32 | bf16 | fp16: `--precision` as `started_run` resolved it)."""
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration
 
-    precision = precision or resolve_precision(opts.precision).precision
     _forget_previous_run()
     return Accelerator(
         mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision],
@@ -338,18 +310,6 @@ def group_lrs(optimizer: torch.optim.Optimizer) -> dict[str, float]:
     return {("lr_" + g["name"]) if g.get("name") else "lr": g["lr"] for g in optimizer.param_groups}
 
 
-def run_precision(opts: TrainOptions, run: Path):
-    """`--precision` resolved for this machine; a resumed run keeps the precision it started with."""
-
-    if opts.resume and (run / "config.json").is_file():
-        old = read_json(run / "config.json").get("precision_choice")
-        if isinstance(old, dict) and old.get("requested") == opts.precision:
-            choice = resolve_precision(old["precision"])
-            return dataclasses.replace(choice, requested=opts.precision,
-                                       reason=f"{old['precision']}: as when the run started ({old.get('reason')})")
-    return resolve_precision(opts.precision)
-
-
 def train(opts: TrainOptions, config: dict, recipe: Recipe) -> dict:
     """Train `recipe` under the run folder `opts.out`; return metrics.json.
 
@@ -386,7 +346,7 @@ def started_run(opts: TrainOptions, config: dict, recipe: Recipe) -> Iterator[Ru
 
     setup_torch(opts)
     path = Path(opts.out)
-    choice = run_precision(opts, path)
+    choice = resolve_for_run(opts.precision, path, opts.resume)
     config = {**config, "precision_choice": choice.as_dict()}
     check_run_dir(opts, config)  # every process, before anything is written
     # the processes of `accelerate launch` (one without it), set up as the loop's Accelerator sets them up
@@ -442,16 +402,17 @@ def optimise(opts: TrainOptions, recipe: Recipe, accelerator, folder: RunFolder)
     """The loop: AdamW on `recipe.loss` over the recipe's batches until the run's total steps,
     with a checkpoint in `folder` every --checkpoint-every steps (resumed from under --resume)."""
     seed_everything(opts.seed)
-    main = Stream(dataset=recipe.dataset, lengths=recipe.lengths, collate=recipe.collate, batch_size=opts.batch_size)
+    main = Stream(dataset=recipe.dataset, lengths=recipe.lengths, collate=recipe.collate, batch_size=opts.batch_size,
+                  seed_offset=0)
     extra = _check_streams(main, recipe.streams or {})
-    samplers = {MAIN: batch_sampler(main.lengths, opts)}
-    samplers.update({name: stream_sampler(st, opts, len(samplers[MAIN])) for name, st in extra.items()})
+    main_batches = math.ceil(len(main.lengths) / main.batch_size)  # = len(the main stream's sampler)
+    samplers = {name: stream_sampler(st, opts.seed, main_batches) for name, st in {MAIN: main, **extra}.items()}
     for name, st in extra.items():
         if st.lockstep and len(samplers[name]) != len(samplers[MAIN]):
             raise TextebmError(f"stream {name!r}: {len(samplers[name])} batches per epoch, the main stream "
                                f"{len(samplers[MAIN])}; a lockstep stream needs as many (e.g. K items per "
                                f"main item at batch size K x {main.batch_size}), or pass lockstep=False")
-    loaders = [_loader(st, samplers[name], opts.seed) for name, st in {MAIN: main, **extra}.items()]
+    loaders = [stream_loader(st, samplers[name], opts.seed) for name, st in {MAIN: main, **extra}.items()]
     optimizer = make_optimizer(recipe.model, opts, recipe.param_groups)
     model, optimizer, *loaders = accelerator.prepare(recipe.model, optimizer, *loaders)
     loaders = dict(zip(samplers, loaders))
@@ -623,14 +584,6 @@ def keep_best_weights(recipe: Recipe, folder: RunFolder, validation: list[dict],
     log.info("keeping the weights after step %d (epoch %d, validation loss %.4f; the last step's %.4f)",
              best["step"], best["epoch"] + 1, best["loss"], validation[-1]["loss"])
     return best
-
-
-def _loader(stream: Stream, sampler: Sampler[list[int]], seed: int) -> DataLoader:
-    # Each loader gets its own generator: drawing its base seed from the global RNG would shift
-    # dropout's random stream between an uninterrupted and a resumed run.
-    return DataLoader(list(range(len(stream.dataset))), batch_sampler=sampler,
-                      collate_fn=lambda idx: stream.collate([stream.dataset[i] for i in idx]),
-                      generator=torch.Generator().manual_seed(seed))
 
 
 def _check_streams(main: Stream, extra: dict[str, Stream]) -> dict[str, Stream]:

@@ -7,7 +7,7 @@ example (its samples e*K .. e*K+K-1, cycling through what the file has).
 Eq. (7) of He et al. takes two independent expectations, one over data and one over noise, so a
 noise sample need not share a batch with the sentence it was made from. textebm uses that to cut
 padding: the noise is a lockstep data stream of the training loop (`noise_stream`,
-textebm.train.Stream). Each epoch's pool is bucketed by its *own* length exactly as the data are
+textebm.data.batching.Stream). Each epoch's pool is bucketed by its *own* length exactly as the data are
 (shuffle, sort within windows, cut into batches of K x the data batch size, shuffle the batches),
 and step j of the epoch takes data batch j and noise batch j. Pairing each noise sample with its
 own source instead wasted over half of every joint batch in padding on rt-polarity (infill
@@ -25,11 +25,10 @@ from pathlib import Path
 
 import torch
 
-from textebm.data.batching import Batch, right_pad
+from textebm.data.batching import Batch, right_pad, Stream
 from textebm.data.readers import example_id
 from textebm.errors import InputError, TextebmError
 from textebm.io import iter_jsonl
-from textebm.train import Stream
 
 log = logging.getLogger(__name__)
 

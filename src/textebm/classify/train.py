@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from textebm.assets import resolve_model
 from textebm.calibration.metrics import calibration_summary
 from textebm.classify.data import (
     ClassifyBatch,
@@ -35,15 +34,15 @@ from textebm.classify.data import (
     warn_noise_reuse,
 )
 from textebm.classify.predict import predict, refresh_poscal_table
-from textebm.data.readers import load_split, split_file
+from textebm.data.readers import eval_split_of, load_split, split_file
 from textebm.energy import ENERGY_CHOICES, POOLINGS
 from textebm.errors import TextebmError
 from textebm.losses.nce import nce_loss
 from textebm.losses.poscal import poscal_penalty
 from textebm.models.classifier import ClassifierSpec, save_classifier
 from textebm.models.load import build_classifier
-from textebm.options import check_config, refuse_unused
-from textebm.runfolder import check_run_dir, eval_split_of, options_dict
+from textebm.options import check_config, options_dict, refuse_unused
+from textebm.runfolder import check_run_dir
 from textebm.train import MAIN, ParamGroup, Recipe, seed_everything, train, TrainOptions
 
 log = logging.getLogger(__name__)
@@ -97,23 +96,23 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     """Fine-tune a classifier, jointly with an EBM (--energy) or PosCal (--poscal)."""
 
     check_config(cfg)  # bounds and rules between options, also when called from Python
+    options = options_dict(cfg)  # as RUN/config.json records them
     check_run_dir(cfg, None)  # a bad --out fails before the data and the encoder are read
-    eval_split = eval_split_of(cfg)
-    seed_everything(cfg.seed)
-    rows = load_split(cfg.data, "train")
-    if cfg.limit:
-        rows = rows[:cfg.limit]
-    labels = label_vocab(rows, split_file(cfg.data, "train"))
+    eval_split = eval_split_of(cfg.data, cfg.eval_split)
+    rows = load_split(cfg.data, "train")[:cfg.limit or None]
     eval_rows = load_split(cfg.data, eval_split) if eval_split else []
+    files = {split: split_file(cfg.data, split) for split in ("train", eval_split) if split}
+    labels = label_vocab(rows, files["train"])
     if eval_split:  # checked before training, so a finished training is never thrown away
-        check_eval_labels(eval_rows, labels, split_file(cfg.data, eval_split))  # classify.data
+        check_eval_labels(eval_rows, labels, files[eval_split])  # classify.data
+    noise_rows = read_noise(cfg.noise) if cfg.energy != "none" else []  # read before the encoder loads
     spec = ClassifierSpec(labels=labels, energy=cfg.energy, head=cfg.head, pooling=cfg.pooling,
                           max_len=cfg.max_len, poscal_bins=cfg.poscal_bins if cfg.poscal else 0)
-    model, tokenizer = build_classifier(resolve_model(cfg.encoder), spec)
+    seed_everything(cfg.seed)  # the new head's initial weights
+    model, tokenizer = build_classifier(cfg.encoder, spec)  # a folder or a `models fetch` id
     examples = encode_examples(tokenizer, rows, labels, cfg.max_len)
     noise = None
     if cfg.energy != "none":
-        noise_rows = read_noise(cfg.noise)
         attach_noise(examples, rows, noise_rows, cfg.noise)
         warn_noise_reuse(examples, cfg.noise_ratio, cfg.epochs, cfg.noise)
         noise = encode(tokenizer, noise_rows, cfg.max_len)
@@ -131,7 +130,7 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
                                                     nce_warmup=cfg.nce_warmup,
                                                     poscal_lambda=cfg.poscal_lambda if cfg.poscal else 0.0),
                             batch_size=cfg.batch_size, eval_split=eval_split, eval_examples=eval_ex)
-    config = {**options_dict(cfg), "labels": labels, "train_examples": len(rows)}
+    config = {**options, "labels": labels, "train_examples": len(rows)}
     return train(cfg, config, recipe)
 
 

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from textebm.data.batching import right_pad
-from textebm.data.readers import load_split
+from textebm.data.readers import eval_split_of, load_split
 from textebm.errors import TextebmError
 from textebm.lm.scoring import item_texts
 from textebm.losses.electric import (
@@ -53,8 +53,8 @@ from textebm.models.cloze import (
     scaled_tower,
 )
 from textebm.models.load import load_encoder, load_tokenizer
-from textebm.options import check_config, keep_best_field, patience_field, refuse_unused
-from textebm.runfolder import check_keep_best, check_run_dir, eval_split_of, options_dict
+from textebm.options import check_config, keep_best_field, options_dict, patience_field, refuse_unused
+from textebm.runfolder import check_keep_best, check_run_dir
 from textebm.tokenizer import train_tokenizer
 from textebm.train import ParamGroup, Recipe, seed_everything, train, TrainOptions
 
@@ -400,7 +400,7 @@ def cloze_train(cfg: ClozeTrainConfig) -> dict:
 
     check_config(cfg)
     check_run_dir(cfg, None)  # a bad --out fails before the tokenizer and the model are built
-    eval_split = eval_split_of(cfg)
+    eval_split = eval_split_of(cfg.data, cfg.eval_split)
     check_keep_best(cfg, eval_split, "the evaluation split's loss")
     seed_everything(cfg.seed)
     train_texts = [t for t in item_texts(load_split(cfg.data, "train"))[0] if t.strip()]

@@ -1,13 +1,16 @@
-"""Pad token-id lists into batch tensors: right padding (training, scoring, encoders) and left
-padding (generation, so that every row's next token is in the last column)."""
+"""Batches: token-id lists padded into tensors (right padding for training, scoring and encoders;
+left padding for generation, so that every row's next token is in the last column), and the
+training loop's data streams with their length-bucketed samplers and loaders."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import DataLoader, Sampler
 
 from textebm.errors import TextebmError
 
@@ -137,3 +140,34 @@ class CycleBatchSampler(Sampler[list[int]]):
             yield from take
             left -= len(take)
             inner_epoch, skip = inner_epoch + 1, 0
+
+
+@dataclass(kw_only=True)
+class Stream:
+    """A data stream of the training loop: the main one (the recipe's dataset) or an extra one,
+    `recipe.streams = {name: Stream(...)}` (`textebm.train`'s module doc)."""
+
+    dataset: Sequence  # the items; collate gets a list of them
+    lengths: Sequence[int]  # one per dataset item, for bucketing
+    collate: Callable[[list], Any]
+    batch_size: int  # items per batch and process
+    lockstep: bool = True  # True: one epoch per main epoch, as many batches; False: its own epochs
+    epoch_items: Callable[[int], Sequence[int]] | None = None  # dataset indices of the stream's epoch e
+    seed_offset: int = 1  # its sampler's seed is the run's seed + seed_offset
+
+
+def stream_sampler(stream: Stream, seed: int, main_batches: int) -> Sampler[list[int]]:
+    """The batch sampler of a stream under the run's `seed` (the main stream: lockstep, seed
+    offset 0), given the main stream's batches per epoch (all processes)."""
+    inner = BucketBatchSampler(stream.lengths, stream.batch_size, seed + stream.seed_offset,
+                               epoch_items=stream.epoch_items)
+    return inner if stream.lockstep else CycleBatchSampler(inner, main_batches)
+
+
+def stream_loader(stream: Stream, sampler: Sampler[list[int]], seed: int) -> DataLoader:
+    """A DataLoader of the stream's items in the sampler's batches, through its collate."""
+    # Each loader gets its own generator: drawing its base seed from the global RNG would shift
+    # dropout's random stream between an uninterrupted and a resumed run.
+    return DataLoader(list(range(len(stream.dataset))), batch_sampler=sampler,
+                      collate_fn=lambda idx: stream.collate([stream.dataset[i] for i in idx]),
+                      generator=torch.Generator().manual_seed(seed))

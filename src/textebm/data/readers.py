@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,6 +22,8 @@ from typing import Any, Iterator
 from textebm.data.layout import SPLITS
 from textebm.errors import InputError
 from textebm.io import iter_jsonl
+
+log = logging.getLogger(__name__)
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 TEXT_SUFFIXES = (".txt", ".text")
@@ -99,6 +102,17 @@ def example_id(row: dict[str, Any], index: int) -> str:
     """The id of an example: its `id` field, else its 0-based position in its split. Every command
     that names examples (noise samples' `source_id`, scores, predictions) uses this one rule."""
     return str(row["id"]) if row.get("id") is not None else str(index)
+
+
+def eval_split_of(data: str | Path, eval_split: str | None) -> str:
+    """The split a training command evaluates on: `eval_split` (--eval-split) when given ('' skips
+    it); by default "dev" for a dataset folder and none for a single file (the train split only)."""
+    if eval_split is not None:
+        return eval_split
+    if Path(data).is_dir():
+        return "dev"
+    log.info("--data %s is a single file (the train split only): no evaluation after training", data)
+    return ""
 
 
 def split_file(data: str | Path, split: str) -> Path:

@@ -44,8 +44,8 @@ from textebm.models.seq_energy import (
     save_energy,
     spec_dict,
 )
-from textebm.options import check_config, keep_best_field, patience_field, refuse_unused
-from textebm.runfolder import check_run_dir, options_dict
+from textebm.options import check_config, keep_best_field, options_dict, patience_field, refuse_unused
+from textebm.runfolder import check_run_dir
 from textebm.seeds import derive_seed
 from textebm.tokenizer import same_vocab
 from textebm.train import Recipe, seed_everything, train, TrainOptions
@@ -168,11 +168,14 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
                       dropout=want.dropout if want.energy in ("unitransf", "bitransf") else 0.0,
                       contexts=[want.prefix_len] if pool == "continuation" else [])
     tokenizer, body = vocab, None
+    # the one causal LM an energy reads: unitransf's starting point (--init), lmstats' base (--base), fp32
+    lm_option, lm_path = {"unitransf": ("--init", want.init),
+                          "lmstats": ("--base", want.base)}.get(want.energy, ("", ""))
+    lm, tok, meta = load_lm(lm_path, dtype=torch.float32, option=lm_option) if lm_path else (None, None, None)
     if want.energy == "bilstm":
         spec.embed, spec.hidden, spec.layers = want.width, want.width, want.layers
     elif want.energy == "unitransf":
-        if want.init:
-            lm, tok, meta = load_lm(want.init, option="--init")
+        if lm is not None:
             if not hasattr(lm, "model") or not same_vocab(tok, vocab):
                 raise TextebmError(f"--init {want.init}: unitransf starts from a transformer LM in the shared "
                                    "vocabulary of --vocab (train one with `lm train --tokenizer VOCAB`)")
@@ -184,7 +187,7 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
                                    seed=want.seed).model
         body.config.architectures = [type(body).__name__]
     elif want.energy == "lmstats":
-        body = _lmstats_base(want, vocab, spec, length)
+        body = _lmstats_base(want, (lm, tok, meta), vocab, spec, length)
     elif want.energy == "bitransf":
         if want.init:
             body, tokenizer = load_encoder(want.init, option="--init")
@@ -203,11 +206,12 @@ def build_energy_model(want: EnergyBuildSpec, vocab, length: int):
     return build_energy(spec, body), spec, tokenizer
 
 
-def _lmstats_base(want: EnergyBuildSpec, vocab, spec: EnergySpec, length: int):
-    """The frozen fp32 base LM of an lmstats energy, checked as paper d's P_LM is
-    (`textebm.residual.joint.BaseLM`: a causal LM read left to right in the shared vocabulary);
-    records its [bos], the tokens it never writes and the prefix in `spec`."""
-    lm, tok, meta = load_lm(want.base, dtype=torch.float32, option="--base")
+def _lmstats_base(want: EnergyBuildSpec, loaded: tuple, vocab, spec: EnergySpec, length: int):
+    """The frozen fp32 base LM of an lmstats energy (`loaded`: `load_lm`'s (model, tokenizer, meta)
+    of --base), checked as paper d's P_LM is (`textebm.residual.joint.BaseLM`: a causal LM read left
+    to right in the shared vocabulary); records its [bos], the tokens it never writes and the prefix
+    in `spec`."""
+    lm, tok, meta = loaded
     name = f"--base {want.base}"
     if isinstance(lm, ResidualLM):
         raise TextebmError(f"{name}: a RALM; lmstats weighs the statistics of a plain causal LM (the base LM "
@@ -352,7 +356,9 @@ def detect_train(cfg: DetectTrainConfig) -> dict:
     """Train the energy, then fit and write its decision rule on the validation windows."""
 
     check_config(cfg)
+    options = options_dict(cfg)  # as RUN/config.json records them
     check_run_dir(cfg, None)
+    seed_everything(cfg.seed)  # the energy's initial weights; cuts and subsets of windows have seeds of their own
     vocab = load_tokenizer(cfg.vocab, "--vocab")
     in_vocab = {"vocab_size": len(vocab), "vocab_of": f"--vocab {cfg.vocab}"}
     train_rows = read_window_files(cfg.train, "--train", **in_vocab)
@@ -370,7 +376,6 @@ def detect_train(cfg: DetectTrainConfig) -> dict:
         train_rows = nested_subset(train_rows, cfg.max_windows, cfg.seed)
     if cfg.min_length:  # the rule and the validation loss see every length the detector is trained on
         val_rows = val_rows + cut_rows(val_rows, cfg.min_length, length, [cfg.seed, "val"])
-    seed_everything(cfg.seed)
     model, spec, tokenizer = build_energy_model(EnergyBuildSpec(
         energy=cfg.energy, init=cfg.init, base=cfg.base, prefix_len=prefix_len, layers=cfg.layers,
         width=cfg.width, heads=cfg.heads, max_tokens=cfg.max_tokens, pool=cfg.pool, dropout=cfg.dropout,
@@ -383,7 +388,7 @@ def detect_train(cfg: DetectTrainConfig) -> dict:
     log.info("%s energy: %s trained parameters, %d training windows x (1 + %d negatives), %d validation windows",
              cfg.energy, f"{n_params:,}", len(train_rows), len(train_rows[0]["negatives"]), len(val_rows))
 
-    config = {**options_dict(cfg), "parameters": n_params, "spec": spec_dict(spec)}
+    config = {**options, "parameters": n_params, "spec": spec_dict(spec)}
     # The prefixes it learnt from (paper d's p): recorded in energy.json for the joint model's
     # checks, not in config.json's spec, which is the architecture (the --train files are there).
     spec.contexts = sorted({int(r["context_len"]) for r in train_rows})

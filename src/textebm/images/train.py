@@ -35,6 +35,7 @@ from typing import ClassVar
 
 import torch
 
+from textebm.data.batching import Stream
 from textebm.errors import TextebmError
 from textebm.fingerprint import folder_sha256
 from textebm.images.data import (
@@ -56,11 +57,11 @@ from textebm.models.convnet import (
     save_convnet,
 )
 from textebm.models.load import IMAGE_NET, find_model, load_convnet
-from textebm.options import check_config, refuse_unused
+from textebm.options import check_config, options_dict, refuse_unused
 from textebm.precision import cpu_name
-from textebm.runfolder import check_run_dir, options_dict
+from textebm.runfolder import check_run_dir
 from textebm.seeds import derive_seed
-from textebm.train import MAIN, Recipe, seed_everything, Stream, train, TrainOptions
+from textebm.train import MAIN, Recipe, seed_everything, train, TrainOptions
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import ClassVar
 import torch
 
 from textebm.data.batching import right_pad
-from textebm.data.readers import load_split
+from textebm.data.readers import eval_split_of, load_split
 from textebm.data.streams import chunks, doc_streams
 from textebm.errors import TextebmError
 from textebm.fingerprint import folder_sha256
@@ -31,8 +31,8 @@ from textebm.models.lm import ensure_special_tokens, save_lm, special_ids
 from textebm.models.lm_format import IGNORE_INDEX, causal_example, infill_example
 from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
 from textebm.models.ralm import BaseRef, ResidualLM, save_residual_lm
-from textebm.options import check_config, keep_best_field, patience_field, refuse_unused
-from textebm.runfolder import check_keep_best, check_run_dir, eval_split_of, options_dict
+from textebm.options import check_config, keep_best_field, options_dict, patience_field, refuse_unused
+from textebm.runfolder import check_keep_best, check_run_dir
 from textebm.seeds import derive_seed
 from textebm.tokenizer import train_tokenizer
 from textebm.train import Recipe, seed_everything, train, TrainOptions
@@ -242,7 +242,7 @@ def lm_train(cfg: LMTrainConfig) -> dict:
 
     check_config(cfg)  # bounds and rules between options, also when called from Python
     check_run_dir(cfg, None)  # a bad --out fails before the tokenizer and the model are built
-    eval_split = eval_split_of(cfg)
+    eval_split = eval_split_of(cfg.data, cfg.eval_split)
     check_keep_best(cfg, eval_split, "the evaluation split's NLL")
     seed_everything(cfg.seed)
     train_rows = load_split(cfg.data, "train")

@@ -165,8 +165,10 @@ def folder_kind(path: str | Path) -> str:
     return inspect_folder(path).kind
 
 
-def find_model(name_or_path: str | Path, kind: str, option: str = "--model", ids: bool = True) -> FolderInfo:
-    """The folder of a model argument, checked to be of `kind`, before anything is loaded.
+def find_model(name_or_path: str | Path, kind: str, option: str = "--model", ids: bool = True,
+               also: tuple[str, ...] = ()) -> FolderInfo:
+    """The folder of a model argument, checked to be of `kind` (or one of the kinds `also` names),
+    before anything is loaded.
 
     `name_or_path`: a folder, a run folder holding `model/`, or (with `ids`) a `models fetch` id.
     Raises TextebmError naming the folder, what it holds and what was expected."""
@@ -181,7 +183,8 @@ def find_model(name_or_path: str | Path, kind: str, option: str = "--model", ids
             raise TextebmError(f"{option}: {str(e).rstrip('.')}; expected {NEEDS[kind]}") from None
     refuse_unfinished(path, option)
     info = inspect_folder(path)
-    if info.kind != kind and not (kind == CAUSAL_LM and info.kind == RESIDUAL_LM):  # a RALM is a causal LM
+    if info.kind != kind and info.kind not in also and not (kind == CAUSAL_LM and info.kind == RESIDUAL_LM):
+        # (a RALM is a causal LM)
         found = info.describe() if info.kind == NONE else f"{info.describe()}, not {NAMES[kind]}"
         raise TextebmError(f"{option} {info.path}: {found}; expected {NEEDS[kind]}")
     if info.kind in MARKED:
@@ -353,13 +356,14 @@ def load_encoder(name_or_path: str | Path, dtype: torch.dtype = torch.float32, o
     d's BiT starts from a masked LM trained on the same corpus."""
     from transformers import AutoConfig, AutoModel
 
-    if Path(name_or_path).expanduser().is_dir() and folder_kind(name_or_path) == CLOZE:
-        model, tokenizer = load_cloze(name_or_path, dtype=dtype, option=option)
+    info = find_model(name_or_path, ENCODER, option, also=(CLOZE,))
+    path = info.path
+    if info.kind == CLOZE:
+        model, tokenizer = _cloze_at(path, dtype, None, option)
         if model.encoder is None:
             raise TextebmError(f"{option} {name_or_path}: a two-tower cloze model has no encoder; expected "
                                f"{NEEDS[ENCODER]}")
         return model.encoder, tokenizer
-    path = find_model(name_or_path, ENCODER, option).path
     tokenizer = _tokenizer(option, path)
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
@@ -431,9 +435,13 @@ def load_cloze(name_or_path: str | Path, dtype: torch.dtype | None = None,
                device: str | torch.device | None = None, option: str = "--model"):
     """(ClozeModel, tokenizer) in eval mode from a folder written by `cloze train` (RUN or
     RUN/model). Checks `cloze.json` field by field (InputError naming the file)."""
+    return _cloze_at(find_model(name_or_path, CLOZE, option, ids=False).path, dtype, device, option)
+
+
+def _cloze_at(path: Path, dtype: torch.dtype | None, device: str | torch.device | None, option: str):
+    """`load_cloze` of a folder `find_model` checked."""
     from transformers import AutoConfig
 
-    path = find_model(name_or_path, CLOZE, option, ids=False).path
     spec_file = path / cloze.SPEC_FILE
     spec = cloze.spec_from_dict(read_json_object(spec_file, "cloze model description"), spec_file)
     tokenizer = _tokenizer(option, path)

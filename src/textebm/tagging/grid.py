@@ -41,13 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from textebm import grid
+from textebm.data.readers import eval_split_of
 from textebm.data.ssl_split import nested_split
 from textebm.data.tagging import load_tagged, load_unlabelled_text
 from textebm.errors import InputError, TextebmError
 from textebm.fingerprint import folder_sha256
 from textebm.io import read_json
 from textebm.options import check_config
-from textebm.runfolder import LAST_DIR, eval_split_of, run_completed
+from textebm.runfolder import LAST_DIR, run_completed
 from textebm.tagging.commands import TagEvalConfig, tag_eval
 from textebm.tagging.grid_cost import cell_seconds
 from textebm.tagging.grid_report import write_report
@@ -185,7 +186,8 @@ def _check_options(path, cfg: dict) -> None:
                            unknown="an option of `tag train`")
     for method in cfg["methods"]:
         grid.check_command(path, lambda m=method: train_config(cfg, m), head=f"`options` of {method}: ")
-        split = eval_split_of(train_config(cfg, method))
+        tc = train_config(cfg, method)
+        split = eval_split_of(tc.data, tc.eval_split)
         if split and not Path(cfg["data"], f"{split}.jsonl").is_file():
             raise InputError(path, f"`options` of {method}: `tag train` evaluates on the {split} split "
                                    f"(`eval_split`, by default dev), which {cfg['data']} lacks; set `eval_split` "
@@ -307,7 +309,7 @@ class TagGrid:
         """The sentences `tag train` keeps out of the pool of `method`'s cells (`held_out`: its
         evaluation split and test), so that the ratios planned here are the ones it accepts."""
         probe = train_config(self.cfg, method)
-        return held_out(probe.data, eval_split_of(probe))
+        return held_out(probe.data, eval_split_of(probe.data, probe.eval_split))
 
     def settings(self) -> list[Setting]:
         cfg, out = self.cfg, []

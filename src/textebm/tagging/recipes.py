@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from textebm.data.batching import right_pad
+from textebm.data.batching import right_pad, Stream
 from textebm.errors import TextebmError
 from textebm.losses.crf import crf_nll
 from textebm.models.crf import BiLSTMCRF, TaggerSpec, save_tagger
@@ -42,7 +42,7 @@ from textebm.tagging.ssl import (
     ramp_weight,
 )
 from textebm.tagging.vocab import WordVocab, save_vocab
-from textebm.train import MAIN, ParamGroup, Recipe, Stream
+from textebm.train import MAIN, ParamGroup, Recipe
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from textebm.data.conll import CONLL_SUFFIX
-from textebm.data.readers import split_path
+from textebm.data.readers import eval_split_of, split_path
 from textebm.data.ssl_split import nested_split
 from textebm.data.tagging import check_known_tags, load_tagged, load_unlabelled_text, tag_set
 from textebm.errors import TextebmError
@@ -58,8 +58,8 @@ from textebm.io import read_json
 from textebm.models.crf import BiLSTMCRF, TaggerSpec
 from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, length_distribution
-from textebm.options import check_config, field_default, refuse_unused
-from textebm.runfolder import check_keep_best, check_run_dir, eval_split_of, options_dict, RESUME_FREE, run_completed
+from textebm.options import check_config, field_default, options_dict, refuse_unused
+from textebm.runfolder import check_keep_best, check_run_dir, RESUME_FREE, run_completed
 from textebm.seeds import seeded_sample
 from textebm.tagging.folder import load_tagging_model
 from textebm.tagging.recipes import (
@@ -283,7 +283,7 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     """Train a tagger (see the module doc); returns metrics.json."""
     check_config(cfg)
     check_run_dir(cfg, None)  # a bad --out fails before the data is read
-    eval_split = eval_split_of(cfg)
+    eval_split = eval_split_of(cfg.data, cfg.eval_split)
     check_keep_best(cfg, eval_split, "dev accuracy")
     if cfg.stage1_cache and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise TextebmError("--stage1-cache builds stage 1 under a file lock, which several processes of one run "
