@@ -387,3 +387,19 @@ def test_repetitions_without_a_repetition_exit_2_naming_the_data(world, tmp_path
     err = capsys.readouterr().err
     assert f"--data {data}: no token of the real continuations" in err and "Traceback" not in err
     assert not out.exists() and not (tmp_path / "o.partial").exists()
+
+
+def test_negatives_of_the_generators_own_training_text_are_warned_about(world, tmp_path, caplog):
+    """The base LM fits its train split better than new text: windows cut from it get a warning
+    that names the split and what to use instead; the dev split, which it did not train on, none."""
+    args = ["negatives", "generate", "--data", str(world["data"]), "--generator", str(world["base"]), "--vocab",
+            str(world["vocab"]), "--length", "20", "--contexts", "14", "--k", "1", "--max-windows", "2",
+            "--no-progress"]
+    warned = []
+    for split in ("train", "dev"):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="textebm.detection.negatives"):
+            assert main([*args, "--split", split, "--out", str(tmp_path / f"{split}.jsonl")]) == 0
+        warned.append([r.getMessage() for r in caplog.records if "was trained on" in r.getMessage()])
+    assert len(warned[0]) == 1 and "--split train" in warned[0][0] and "--split dev" in warned[0][0]
+    assert warned[1] == []

@@ -39,7 +39,8 @@ from textebm.detection.negative_sampling import (
 from textebm.errors import TextebmError
 from textebm.fingerprint import folder_sha256, json_sha256
 from textebm.inference import inference_setup, set_threads
-from textebm.models.load import CAUSAL_LM, find_model, load_lm, load_tokenizer
+from textebm.io import read_json
+from textebm.models.load import CAUSAL_LM, FolderInfo, find_model, load_lm, load_tokenizer
 from textebm.options import check_config, threads_field
 from textebm.outputs import check_output_file
 from textebm.precision import CHOICES as PRECISIONS
@@ -91,7 +92,14 @@ class NegativesConfig:
             raise TextebmError(f"--contexts {bad[0]} leaves nothing to generate in a window of --length {self.length}")
 
 
-
+def trained_on(generator: FolderInfo, data: Path, split: str) -> bool:
+    """Whether `split` of the dataset folder `data` is the text the generator's `lm train` run
+    trained on: its train split, the run's --data being this folder (read from this working
+    directory). False where it cannot tell (a model folder without its run, another corpus)."""
+    if split != "train" or generator.run is None or not (generator.run / "config.json").is_file():
+        return False
+    trained = read_json(generator.run / "config.json").get("data")
+    return isinstance(trained, str) and Path(trained).resolve() == data.resolve()
 
 
 def generate_negatives(cfg: NegativesConfig) -> Path:
@@ -104,7 +112,15 @@ def generate_negatives(cfg: NegativesConfig) -> Path:
     check_output_file(out, cfg.overwrite, kind=KIND, inputs=[("--data", data / f"{cfg.split}.jsonl" if data.is_dir() else data)])
     partial = PartialFile(out, KIND)
     partial.check()
-    gen_path = find_model(cfg.generator, CAUSAL_LM, "--generator").path.resolve()  # what it holds: cheap
+    gen_info = find_model(cfg.generator, CAUSAL_LM, "--generator")  # what it holds: cheap
+    gen_path = gen_info.path.resolve()
+    if trained_on(gen_info, data, cfg.split):
+        log.warning("--split %s of --data %s is the text --generator %s was trained on: it scores that text better "
+                    "than new text (its training loss is below its dev loss), so an energy trained on these windows "
+                    "learns a gap that new text does not have (an energy that weighs the generator's likelihood, "
+                    "lmstats, most of all). For an energy meant for new text, cut the windows from text the "
+                    "generator did not train on: --split dev, or a part of the corpus held out from `lm train`",
+                    cfg.split, cfg.data, cfg.generator)
     vocab = load_tokenizer(cfg.vocab, "--vocab")
     wins = windows_of(cfg.data, cfg.split, vocab, cfg.length, cfg.contexts, stride=cfg.stride, seed=cfg.seed,
                       max_windows=cfg.max_windows, corpus=cfg.corpus)  # bad data fails before the model loads
