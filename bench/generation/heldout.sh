@@ -6,7 +6,8 @@
 # split by document into the energy's training and validation windows; residual ppl on test.
 #
 #   bash bench/generation/heldout.sh WORK [CORPUS]      (WORK: a pipeline-v2.sh folder with base/ and vocab/)
-# Every step is cached (a finished output is skipped, an interrupted one resumes).
+# Every step is cached (a finished output is skipped, an interrupted one resumes). EXTRA_ENERGIES:
+# more energy folders for residual ppl (e.g. a checkpoint of an energy trained on the train split).
 set -euo pipefail
 W=${1:?usage: heldout.sh WORK [CORPUS]}; C=${2:-news}
 T=${TEXTEBM:-textebm}
@@ -31,5 +32,6 @@ done_run $out || $T detect train $common --energy unitransf --init base/$C --poo
   --grad-clip 10 --lr 0.0003 --batch-size 32 --out $out $(resume $out)
 es="energy/$C-lmstats-held energy/$C-unit-cont-held"
 done_run energy/$C-unit-cont-w0 && es="$es energy/$C-unit-cont-w0"   # the same energy trained on the LM's own text
+es="$es ${EXTRA_ENERGIES:-}"                                           # any other energy folders to compare
 [ -f ppl-held/$C/metrics.json ] || $T residual ppl --base base/$C --energy $es --data data/$C --split test \
   --windows $WINDOWS --samples $SAMPLES --precision fp32 --bootstrap 1000 --out ppl-held/$C
