@@ -16,7 +16,7 @@ from conftest import toy_corpus, walking_doc
 
 PIPELINE = Path(__file__).resolve().parents[1] / "bench" / "generation" / "pipeline-v2.sh"
 TINY = {
-    "CORPORA": "toy", "CURVE": "0", "ENERGIES": "lmstats bit-cont", "K": "2", "DEV_WINDOWS": "24",
+    "CORPORA": "toy", "CURVE": "0", "ENERGIES": "lmstats-held bit-cont", "K": "2", "DEV_WINDOWS": "24",
     "WINDOWS": "3", "SAMPLES": "8", "BOOT": "50", "ENERGY_EPOCHS": "1", "EBATCH": "8",
     "LM": "--arch transformer --layers 1 --width 32 --heads 2 --context 48 --chunk 32 --batch-size 8 --lr 3e-3",
     "STOP": "--epochs 1 --keep-best --patience 1",
@@ -29,8 +29,8 @@ TINY = {
 
 
 def _run(work: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, **TINY, "TEXTEBM": f"{sys.executable} -m textebm", "OMP_NUM_THREADS": "1",
-           "HF_HOME": str(work.parent / "hf")}
+    env = {**os.environ, **TINY, "TEXTEBM": f"{sys.executable} -m textebm", "PYTHON": sys.executable,
+           "OMP_NUM_THREADS": "1", "HF_HOME": str(work.parent / "hf")}
     return subprocess.run(["bash", str(PIPELINE), str(work)], env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -45,7 +45,7 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
     ppl = json.loads((work / "ppl" / "toy-w0" / "metrics.json").read_text())
     assert ppl["precision"] == "fp32" and ppl["windows"] == 3
     assert sorted(m["energy"].split("/")[-2] for m in ppl["models"]) == [
-        "toy-bit-cont-w0", "toy-lmstats-w0"]
+        "toy-bit-cont-w0", "toy-lmstats-held-w0"]
     assert len(ppl["compare"]) == 2  # RALM and BALM, to their dev optimum
     assert ppl["differences"] and all("lo" in d["upper"] and "hi" in d["upper"] for d in ppl["differences"])
     for name in ("toy-bit-cont",):

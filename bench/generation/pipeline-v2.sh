@@ -8,7 +8,8 @@
 #   - energies on the continuation only (--pool continuation) beside the mean over the window,
 #     early stopping on the dev conditional-NCE loss; a learning curve over 6,000 / 25,000 / all
 #     training windows (--max-windows of detect train: a seeded subset, nested);
-#   - the sceptic's control (--energy lmstats: linear in the base LM's statistics), trained alike;
+#   - the sceptic's control (--energy lmstats: linear in the base LM's statistics), trained alike on
+#     windows of text the base LM did not train on (the dev split's, split by document: lmstats-held);
 #   - residual ppl in fp32 with paired bootstrap intervals (--bootstrap).
 # Every step is cached (a finished output is skipped, an interrupted one resumes), so the script
 # can be stopped and started again, and a later session continues it.
@@ -21,9 +22,11 @@ set -euo pipefail
 W=${1:?usage: pipeline-v2.sh WORK [STAGE...]}; shift || true
 STAGES=${*:-base negatives probe mlm energies baselines ppl table3}
 T=${TEXTEBM:-textebm}
+PY=${PYTHON:-python}
+HERE=$(cd "$(dirname "$0")" && pwd)
 CORPORA=${CORPORA:-news brown}
 CURVE=${CURVE:-6000 25000 0}       # training windows of the learning curve (0: all)
-ENERGIES=${ENERGIES:-lmstats unit-cont unit-mean bit-cont}
+ENERGIES=${ENERGIES:-lmstats-held unit-cont unit-mean bit-cont}  # NAME-held: on held-out windows
 WINDOWS=${WINDOWS:-300}            # test prefixes of residual ppl
 SAMPLES=${SAMPLES:-1000}           # base-LM samples per prefix behind log Z
 K=${K:-8}                          # negatives per training prefix (a pool; the loss draws one per epoch)
@@ -60,6 +63,12 @@ if has negatives; then  # untruncated (top-k 0): eq. 3 and Theorem 1 need P_LM's
       --split train $WIN --k $K --top-k 0 --max-windows 0 --out neg/$c-train.jsonl $Q
     [ -f neg/$c-dev.jsonl ] || $T negatives generate --data data/$c --generator base/$c --vocab vocab \
       --split dev $WIN --k $K --top-k 0 --max-windows $DEV_WINDOWS --out neg/$c-dev.jsonl $Q
+    # text the base LM did not train on, for the control (docs/residual.md, "The energy's windows"):
+    # every dev window, split by document into the energy's training and validation windows
+    [ -f neg/$c-devall.jsonl ] || $T negatives generate --data data/$c --generator base/$c --vocab vocab \
+      --split dev $WIN --k $K --top-k 0 --max-windows 0 --out neg/$c-devall.jsonl $Q
+    [ -f neg/$c-held-train.jsonl ] || $PY "$HERE/split_windows.py" neg/$c-devall.jsonl --fraction 0.8 --seed 0 \
+      --out neg/$c-held-train.jsonl neg/$c-held-val.jsonl
   done
 fi
 
@@ -81,12 +90,14 @@ if has mlm; then  # BiT's body: a masked LM of the corpus, to its dev optimum
 fi
 
 energy() {  # energy NAME CORPUS WINDOWS: one energy of the learning curve
-  local e=$1 c=$2 n=$3 out=energy/$2-$1-w$3
-  local common="--train neg/$c-train.jsonl --val neg/$c-dev.jsonl --vocab vocab --loss bce --negatives random \
+  local e=$1 c=$2 n=$3 out=energy/$2-$1-w$3 windows="--train neg/$2-train.jsonl --val neg/$2-dev.jsonl"
+  [[ $e == *-held ]] && windows="--train neg/$c-held-train.jsonl --val neg/$c-held-val.jsonl"
+  local common="$windows --vocab vocab --loss bce --negatives random \
     --max-windows $n --schedule cosine --warmup 0.05 --keep-best --patience 2 --epochs $ENERGY_EPOCHS --precision fp32 $Q"
   done_run $out && return 0
   case $e in
-    lmstats) $T detect train $common --energy lmstats --base base/$c --lr 0.01 --batch-size 64 --out $out $(resume $out) ;;
+    lmstats|lmstats-held) $T detect train $common --energy lmstats --base base/$c --lr 0.01 --batch-size 64 \
+      --out $out $(resume $out) ;;
     unit-cont) $T detect train $common --energy unitransf --init base/$c --pool continuation --dropout 0.1 \
       --grad-clip 10 --lr 0.0003 --batch-size $EBATCH --out $out $(resume $out) ;;
     unit-mean) $T detect train $common --energy unitransf --init base/$c --dropout 0.1 \
