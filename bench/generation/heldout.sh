@@ -12,17 +12,13 @@ set -euo pipefail
 W=${1:?usage: heldout.sh WORK [CORPUS]}; C=${2:-news}
 T=${TEXTEBM:-textebm}
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=${PYTHON:-python}
-WINDOWS=${WINDOWS:-300}; SAMPLES=${SAMPLES:-1000}; K=${K:-8}
+WINDOWS=${WINDOWS:-300}; SAMPLES=${SAMPLES:-1000}
 cd "$W"
 done_run() { [ -f "$1/metrics.json" ] && grep -q '"completed": true' "$1/metrics.json"; }
 resume() { [ -f "$1/config.json" ] && echo --resume || true; }
 Q="--no-progress"
 mkdir -p neg energy ppl-held
-[ -f neg/$C-devall.jsonl ] || $T negatives generate --data data/$C --generator base/$C --vocab vocab --split dev \
-  --length 64 --contexts 48 --stride 16 --k $K --top-k 0 --max-windows 0 --out neg/$C-devall.jsonl $Q
-[ -f neg/$C-held-train.jsonl ] || $PY "$HERE/split_windows.py" neg/$C-devall.jsonl --fraction 0.8 --seed 0 \
-  --out neg/$C-held-train.jsonl neg/$C-held-val.jsonl
+CORPORA=$C bash "$HERE/pipeline-v2.sh" . held   # the dev split's windows, split by document (cached)
 common="--train neg/$C-held-train.jsonl --val neg/$C-held-val.jsonl --vocab vocab --loss bce --negatives random \
   --schedule cosine --warmup 0.05 --keep-best --patience 2 --epochs 20 --precision fp32 $Q"
 out=energy/$C-lmstats-held

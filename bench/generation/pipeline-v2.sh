@@ -15,12 +15,12 @@
 # can be stopped and started again, and a later session continues it.
 #
 #   bash bench/generation/pipeline-v2.sh WORK [STAGE...]
-#   stages: base negatives probe mlm energies baselines ppl table3      (default: all, in order)
+#   stages: base negatives held probe mlm energies baselines ppl table3      (default: all, in order)
 #   CORPORA="news" CURVE="6000 25000 0" ... override the settings below (the sizes too: tests/
 #   test_pipeline.py runs every stage end to end on a toy corpus with tiny ones)
 set -euo pipefail
 W=${1:?usage: pipeline-v2.sh WORK [STAGE...]}; shift || true
-STAGES=${*:-base negatives probe mlm energies baselines ppl table3}
+STAGES=${*:-base negatives held probe mlm energies baselines ppl table3}
 T=${TEXTEBM:-textebm}
 PY=${PYTHON:-python}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -63,8 +63,12 @@ if has negatives; then  # untruncated (top-k 0): eq. 3 and Theorem 1 need P_LM's
       --split train $WIN --k $K --top-k 0 --max-windows 0 --out neg/$c-train.jsonl $Q
     [ -f neg/$c-dev.jsonl ] || $T negatives generate --data data/$c --generator base/$c --vocab vocab \
       --split dev $WIN --k $K --top-k 0 --max-windows $DEV_WINDOWS --out neg/$c-dev.jsonl $Q
-    # text the base LM did not train on, for the control (docs/residual.md, "The energy's windows"):
-    # every dev window, split by document into the energy's training and validation windows
+  done
+fi
+
+if has held; then  # text the base LM did not train on, for NAME-held energies (docs/residual.md, "The
+  mkdir -p neg     # energy's windows"): every dev window, split by document into training and validation
+  for c in $CORPORA; do
     [ -f neg/$c-devall.jsonl ] || $T negatives generate --data data/$c --generator base/$c --vocab vocab \
       --split dev $WIN --k $K --top-k 0 --max-windows 0 --out neg/$c-devall.jsonl $Q
     [ -f neg/$c-held-train.jsonl ] || $PY "$HERE/split_windows.py" neg/$c-devall.jsonl --fraction 0.8 --seed 0 \

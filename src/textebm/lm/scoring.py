@@ -189,6 +189,5 @@ def perplexity_metrics(results: list[ScoreResult], texts: list[str] | None = Non
     if texts is None:
         return out
     words = sum(len(t.split()) + 1 for t in texts)
-    return {"texts": len(texts), "tokens": tokens, "words": words, "nll_per_token": out["nll_per_token"],
-            "perplexity": out["perplexity"], "nll_per_word": nll / max(words, 1),
+    return {"texts": len(texts), **out, "words": words, "nll_per_word": nll / max(words, 1),
             "word_perplexity": math.exp(nll / max(words, 1))}
