@@ -3,7 +3,7 @@
 # and the joint models of the control energy (lmstats trained on held-out windows) and of the
 # training-split UniT at its dev optimum, by `residual ppl` on the same test windows, fp32, with
 # paired bootstrap intervals. Cached: a finished output is skipped.
-#   bash bench/generation/table1.sh WORK CORPUS        (after pipeline-v2.sh's base negatives held
+#   [NAME=... EXTRA_ENERGIES=...] bash bench/generation/table1.sh WORK CORPUS        (after pipeline-v2.sh's base negatives held
 #                                                       energies baselines; or heldout.sh for news)
 set -euo pipefail
 W=${1:?usage: table1.sh WORK CORPUS}; C=${2:?corpus}
@@ -16,7 +16,7 @@ es=""; for e in $ctl energy/$C-unit-cont-w0 ${EXTRA_ENERGIES:-}; do
   done_run $e && es="$es $e" || echo "table1: $e is not trained yet; left out" >&2
 done
 cmp=""; for b in ralm balm; do done_run baseline/$C-$b && cmp="$cmp baseline/$C-$b"; done
-out=ppl/$C-table1
+out=ppl/$C-${NAME:-table1}
 mkdir -p ppl
 [ -f $out/metrics.json ] || $T residual ppl --base base/$C --energy $es ${cmp:+--compare $cmp} --data data/$C \
   --split test --windows $WINDOWS --samples $SAMPLES --precision fp32 --bootstrap $BOOT --out $out --no-progress
