@@ -27,6 +27,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 CORPORA=${CORPORA:-news brown}
 CURVE=${CURVE:-6000 25000 0}       # training windows of the learning curve (0: all)
 ENERGIES=${ENERGIES:-lmstats-held unit-cont unit-mean bit-cont}  # NAME-held: on held-out windows
+BASELINES=${BASELINES:-ralm balm}  # the baselines stage's LMs
 WINDOWS=${WINDOWS:-300}            # test prefixes of residual ppl
 SAMPLES=${SAMPLES:-1000}           # base-LM samples per prefix behind log Z
 K=${K:-8}                          # negatives per training prefix (a pool; the loss draws one per epoch)
@@ -123,10 +124,13 @@ fi
 if has baselines; then  # RALM (eq. 6, phi the size of UniT) and BALM (parameters of base + energy), to the dev optimum
   mkdir -p baseline
   for c in $CORPORA; do
-    done_run baseline/$c-ralm || $T lm train --data data/$c --residual-of base/$c $RALM $STOP --out baseline/$c-ralm \
-      $(resume baseline/$c-ralm) $Q
-    done_run baseline/$c-balm || $T lm train --data data/$c --tokenizer vocab $BALM $STOP --out baseline/$c-balm \
-      $(resume baseline/$c-balm) $Q
+    for b in $BASELINES; do
+      out=baseline/$c-$b; done_run $out && continue
+      case $b in
+        ralm) $T lm train --data data/$c --residual-of base/$c $RALM $STOP --out $out $(resume $out) $Q ;;
+        balm) $T lm train --data data/$c --tokenizer vocab $BALM $STOP --out $out $(resume $out) $Q ;;
+      esac
+    done
   done
 fi
 

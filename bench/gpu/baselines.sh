@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Paper d's baselines on a lent GPU (issue 35): the news RALM and BALM and the brown base LM, each
-# with bench/generation/pipeline-v2.sh's own settings (LM, RALM, BALM, STOP: to the dev optimum),
-# trained side by side on one GPU. The CPU would need about 3 hours for each.
+# by bench/generation/pipeline-v2.sh's own stages and settings (LM, RALM, BALM, STOP: to the dev
+# optimum), trained side by side on one GPU. The CPU would need about 3 hours for each.
 #   here:   bash bench/gpu/baselines.sh pack WORK         (WORK: pipeline-v2's folder; writes .gpu/pack.tar)
 #   there:  OUT=... bash bench/gpu/baselines.sh run WORK SECONDS
 # `run` unpacks at WORK's absolute path (a RALM records its base's path), trains for at most SECONDS
 # and writes one tar per run to $OUT: a finished run's model, config and metrics, or an unfinished
-# one's checkpoint (`lm train --resume` continues it on the CPU). `cat RUN.tar.part* | tar -x -C WORK` here.
+# one's folder without `last/` (its checkpoint, for `--resume`). `cat RUN.tar.part* | tar -x -C WORK` here.
 set -uo pipefail
 cmd=${1:?pack|run}; W=$(realpath -m "${2:?WORK}")
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
@@ -20,24 +20,19 @@ fi
 S=${3:?SECONDS}; O=${OUT:?set OUT}
 [ -f "$W/vocab/tokenizer.json" ] || { mkdir -p "$W" && tar -C "$W" -xzf "$HERE/.gpu/pack.tar.gz"; } || exit 1
 export PYTHONPATH=$HERE/src PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=2
-T="python3 -m textebm"
+export TEXTEBM="python3 -m textebm" PYTHON=python3
 cd "$W" && mkdir -p baseline
-STOP="--epochs 30 --keep-best --patience 1 --no-progress"
 nvidia-smi -L; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"
 t0=$(date +%s)
-train() {  # train RUN: pipeline-v2's command for it
+train() {  # train RUN (base/CORPUS or baseline/CORPUS-ralm|balm) by pipeline-v2's own stage and settings
   local c=${1#*/}; c=${c%%-*}
   case $1 in
-    baseline/*-ralm) $T lm train --data data/$c --residual-of base/$c --layers 2 --width 128 --heads 4 --context 80 \
-      --chunk 64 --batch-size 32 --lr 0.002 $STOP --out $1 ;;
-    baseline/*-balm) $T lm train --data data/$c --tokenizer vocab --arch transformer --layers 3 --width 192 --heads 4 \
-      --context 80 --chunk 64 --batch-size 32 --lr 0.002 $STOP --out $1 ;;
-    base/*) $T lm train --data data/$c --tokenizer vocab --arch transformer --layers 2 --width 128 --heads 4 \
-      --context 80 --chunk 64 --batch-size 32 --lr 0.002 $STOP --seed 0 --out $1 ;;
+    baseline/*) CORPORA=$c BASELINES=${1##*-} bash "$HERE/bench/generation/pipeline-v2.sh" . baselines ;;
+    base/*) CORPORA=$c bash "$HERE/bench/generation/pipeline-v2.sh" . base ;;
   esac
 }
-for r in $RUNS; do timeout "$S" bash -c "$(declare -f train); T='$T' STOP='$STOP' train $r" > $(echo $r | tr / -).log 2>&1 & done
-wait
+for r in $RUNS; do timeout "$S" bash -c "$(declare -f train); HERE='$HERE' train $r" > $(echo $r | tr / -).log 2>&1 & done
+wait; pkill -f "python3 -m textebm lm train" && sleep 2   # timeout ends the shells; their LMs too
 echo "trained for $(( $(date +%s) - t0 )) s"
 # what comes back: at most 8 files of 15 MiB, 60 MiB in all (the device tool's limits), runs in order
 mkdir -p /tmp/pack; n=0; total=0
