@@ -17,7 +17,7 @@ from conftest import toy_corpus, walking_doc
 PIPELINE = Path(__file__).resolve().parents[1] / "bench" / "generation" / "pipeline-v2.sh"
 TINY = {
     "CORPORA": "toy", "CURVE": "0", "ENERGIES": "lmstats-held bit-cont", "K": "2", "DEV_WINDOWS": "24",
-    "WINDOWS": "3", "SAMPLES": "8", "BOOT": "50", "ENERGY_EPOCHS": "1", "EBATCH": "8",
+    "PPL_NAME": "table1", "WINDOWS": "3", "SAMPLES": "8", "BOOT": "50", "ENERGY_EPOCHS": "1", "EBATCH": "8",
     "LM": "--arch transformer --layers 1 --width 32 --heads 2 --context 48 --chunk 32 --batch-size 8 --lr 3e-3",
     "STOP": "--epochs 1 --keep-best --patience 1",
     "WIN": "--length 20 --contexts 14 --stride 10",
@@ -28,10 +28,10 @@ TINY = {
 }
 
 
-def _run(work: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, **TINY, "TEXTEBM": f"{sys.executable} -m textebm", "PYTHON": sys.executable,
+def _run(work: Path, *stages: str, **extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **TINY, **extra, "TEXTEBM": f"{sys.executable} -m textebm", "PYTHON": sys.executable,
            "OMP_NUM_THREADS": "1", "HF_HOME": str(work.parent / "hf")}
-    return subprocess.run(["bash", str(PIPELINE), str(work)], env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(["bash", str(PIPELINE), str(work), *stages], env=env, capture_output=True, text=True, timeout=900)
 
 
 def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
@@ -42,7 +42,7 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
     shutil.move(tmp_path / "vocab", work / "vocab")
     first = _run(work)
     assert first.returncode == 0, first.stderr[-4000:]
-    ppl = json.loads((work / "ppl" / "toy-w0" / "metrics.json").read_text())
+    ppl = json.loads((work / "ppl" / "toy-table1-w0" / "metrics.json").read_text())
     assert ppl["precision"] == "fp32" and ppl["windows"] == 3
     assert sorted(m["energy"].split("/")[-2] for m in ppl["models"]) == [
         "toy-bit-cont-w0", "toy-lmstats-held-w0"]
@@ -55,3 +55,9 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
     second = _run(work)
     assert second.returncode == 0, second.stderr[-4000:]
     assert {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()} == stamp
+
+
+def test_an_unknown_energy_stops_the_pipeline_with_exit_2(tmp_path):
+    run = _run(tmp_path / "work", "energies", ENERGIES="unit-sum")
+    assert run.returncode == 2 and "unknown energy 'unit-sum'" in run.stderr
+    assert not (tmp_path / "work" / "energy" / "toy-unit-sum-w0").exists()

@@ -18,6 +18,13 @@
 #   stages: base negatives held probe mlm energies baselines ppl table3      (default: all, in order)
 #   CORPORA="news" CURVE="6000 25000 0" ... override the settings below (the sizes too: tests/
 #   test_pipeline.py runs every stage end to end on a toy corpus with tiny ones)
+# Paper d's table 1 on a corpus (base LM, RALM, BALM and the joint models of the control and the
+# training-split energies, on the same test windows) is the ppl stage over the full training split:
+#   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont bit-cont" PPL_NAME=table1 \
+#     bash bench/generation/pipeline-v2.sh WORK ppl                          -> WORK/ppl/news-table1-w0
+# and energies on text the base LM did not train on (the dev split's windows, split by document):
+#   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont-held unit-cont" PPL_NAME=held \
+#     bash bench/generation/pipeline-v2.sh WORK held energies ppl
 set -euo pipefail
 W=${1:?usage: pipeline-v2.sh WORK [STAGE...]}; shift || true
 STAGES=${*:-base negatives held probe mlm energies baselines ppl table3}
@@ -27,7 +34,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 CORPORA=${CORPORA:-news brown}
 CURVE=${CURVE:-6000 25000 0}       # training windows of the learning curve (0: all)
 ENERGIES=${ENERGIES:-lmstats-held unit-cont unit-mean bit-cont}  # NAME-held: on held-out windows
-BASELINES=${BASELINES:-ralm balm}  # the baselines stage's LMs
+BASELINES=${BASELINES:-ralm balm}  # the baselines stage's LMs (and ppl's --compare)
+PPL_NAME=${PPL_NAME:-}             # ppl's output: ppl/CORPUS-[PPL_NAME-]wN (table 1: PPL_NAME=table1)
 WINDOWS=${WINDOWS:-300}            # test prefixes of residual ppl
 SAMPLES=${SAMPLES:-1000}           # base-LM samples per prefix behind log Z
 K=${K:-8}                          # negatives per training prefix (a pool; the loss draws one per epoch)
@@ -100,8 +108,8 @@ energy() {  # energy NAME CORPUS WINDOWS: one energy of the learning curve
   local common="$windows --vocab vocab --loss bce --negatives random \
     --max-windows $n --schedule cosine --warmup 0.05 --keep-best --patience 2 --epochs $ENERGY_EPOCHS --precision fp32 $Q"
   done_run $out && return 0
-  case $e in
-    lmstats|lmstats-held) $T detect train $common --energy lmstats --base base/$c --lr 0.01 --batch-size 64 \
+  case ${e%-held} in
+    lmstats) $T detect train $common --energy lmstats --base base/$c --lr 0.01 --batch-size 64 \
       --out $out $(resume $out) ;;
     unit-cont) $T detect train $common --energy unitransf --init base/$c --pool continuation --dropout 0.1 \
       --grad-clip 10 --lr 0.0003 --batch-size $EBATCH --out $out $(resume $out) ;;
@@ -109,6 +117,8 @@ energy() {  # energy NAME CORPUS WINDOWS: one energy of the learning curve
       --grad-clip 10 --lr 0.0003 --batch-size $EBATCH --out $out $(resume $out) ;;
     bit-cont) $T detect train $common --energy bitransf --init mlm/$c --pool continuation --dropout 0.1 \
       --grad-clip 0.25 --lr 0.0003 --batch-size $EBATCH --out $out $(resume $out) ;;
+    *) echo "pipeline-v2.sh: ENERGIES: unknown energy '$e' (lmstats, unit-cont, unit-mean, bit-cont, each with -held)" >&2
+       exit 2 ;;
   esac
 }
 
@@ -138,9 +148,9 @@ if has ppl; then  # fp32: the effects are small; paired bootstrap intervals over
   mkdir -p ppl
   for c in $CORPORA; do
     for n in $CURVE; do
-      out=ppl/$c-w$n
+      out=ppl/$c-${PPL_NAME:+$PPL_NAME-}w$n
       [ -f $out/metrics.json ] && continue
-      cmp=""; for b in ralm balm; do done_run baseline/$c-$b && cmp="$cmp baseline/$c-$b"; done
+      cmp=""; for b in $BASELINES; do done_run baseline/$c-$b && cmp="$cmp baseline/$c-$b"; done
       es=""; for e in $ENERGIES; do done_run energy/$c-$e-w$n && es="$es energy/$c-$e-w$n"; done
       [ -n "$es" ] || continue
       $T residual ppl --base base/$c --energy $es ${cmp:+--compare $cmp} --data data/$c --split test \
