@@ -5,7 +5,7 @@ bench/results/generation (issue 35: every dev AUROC and kept epoch the docs cite
 
 Per `energy/NAME` run: its training and validation files, windows, trained parameters, the dev
 (eq. 1) loss after each epoch (from metrics.json, or from the checkpoint of a run still going),
-the epoch kept, and, for a finished run, the decision rule's validation AUROC and balanced
+the epoch kept, the wall time of its training (every resumed part together), and, for a finished run, the decision rule's validation AUROC and balanced
 accuracy (detector.json).
 """
 
@@ -35,6 +35,7 @@ def summary(run: Path) -> dict:
         "max_windows": cfg.get("max_windows"), "lr": cfg.get("lr"), "batch_size": cfg.get("batch_size"),
         "finished": bool(metrics and metrics.get("completed")),
         "steps": train.get("steps", (state or {}).get("step")),
+        "wall_seconds": round(train.get("wall_seconds", (state or {}).get("wall_seconds", 0.0)), 1),
         "dev_loss_by_epoch": [round(v["loss"], 5) for v in validation],
         "dev_loss_of_zero_energy": round(CHANCE, 5),
     }
