@@ -275,6 +275,25 @@ def test_pretrain_cells_fine_tune_by_default_and_a_frozen_cell_keeps_its_earlier
     assert g1.seconds(pre) < g0.seconds(pre)  # a frozen stage 2 is cheaper
 
 
+def test_a_bio_data_set_keys_its_cells_by_selection_on_span_f1(tagged, tmp_path):  # noqa: F811
+    """Runs of a BIO tag set keep their dev-best span F1 epoch; those kept by accuracy before have
+    keys without `select`, so none of them is read as a cell now. A POS grid keeps its keys."""
+    from textebm.data.layout import write_dataset
+    from textebm.data.tagging import load_tagged
+
+    bio = tmp_path / "bio"
+    def bio_row(r: dict) -> dict:
+        return {"text": " ".join(r["tokens"]), "tokens": r["tokens"],
+                "tags": ["B-N" if t == "NOUN" else "O" for t in r["tags"]]}
+
+    write_dataset(bio, {split: [bio_row(r) for r in load_tagged(tagged, split)] for split in ("train", "dev", "test")},
+                  {"name": "toy-bio"})
+    pos = tag_grid.TagGrid(tag_grid.read_config(_config(tmp_path, tagged)), tmp_path / "a")
+    ner = tag_grid.TagGrid(tag_grid.read_config(_config(tmp_path, bio, ood="")), tmp_path / "b")
+    for s in (tag_grid.Setting("supervised", 1.0, 0, 0), tag_grid.Setting("joint", 1.0, 2, 0)):
+        assert "select" not in pos.train_settings(s) and ner.train_settings(s)["select"] == "dev span F1"
+
+
 def test_a_cell_records_the_kept_and_the_last_dev_accuracy(tmp_path):
     """--keep-best: the dev accuracy of the weights kept (1 − validation loss) beside the last epoch's."""
     run = tmp_path / "run"

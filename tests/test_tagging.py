@@ -119,6 +119,39 @@ def test_span_f1_agrees_with_seqeval_where_installed():
 # ---------------------------------------------------------------- tag train / eval / predict
 
 
+@pytest.mark.parametrize("tags, select", [(["B-PER", "I-PER", "O"], "span_f1"), (["DET", "NOUN", "O"], "accuracy")])
+def test_keep_best_selects_by_span_f1_on_a_bio_tag_set_and_by_accuracy_otherwise(monkeypatch, tags, select):
+    """The paper's code keeps the checkpoint of best dev entity F1 for NER and chunking (thu-spmi/
+    semi-EBM train/crf.py, DefaultOps.perform) and of best accuracy for POS. Two epochs, by hand: the
+    first tags every word O (accuracy 5/8, no span), the second finds one of the two names and
+    mistags three words (accuracy 4/8; 4 spans, 1 right: F1 2·(1/4)·(1/2)/(1/4 + 1/2) = 1/3)."""
+    from textebm.models.crf import BiLSTMCRF, TaggerSpec
+    from textebm.tagging import recipes
+
+    b, i, o = tags
+    gold = [[b, i, o, o], [o, o, b, o]]
+    rows = [{"tokens": ["Ann", "Lee", "sat", "down"], "tags": gold[0]},
+            {"tokens": ["we", "met", "Bo", "there"], "tags": gold[1]}]
+    epochs = [[[o, o, o, o], [o, o, o, o]],
+              [[b, i, b, o], [b, o, o, b]]]
+    vocab = build_vocab(rows)
+    recipe = recipes.TaggerRecipe(BiLSTMCRF(TaggerSpec(vocab_size=len(vocab), tags=sorted(tags), embed=4, hidden=3)),
+                                  vocab, rows, "dev", rows, batch_size=2)
+    assert recipe.select == select
+    losses = []
+    for epoch, pred in enumerate(epochs):
+        monkeypatch.setattr(recipes, "tag_sentences", lambda *a, pred=pred: pred)
+        recipe.end_epoch(epoch)
+        losses.append(recipe.validate())
+    if select == "span_f1":
+        assert losses == pytest.approx([1.0, 2 / 3])  # F1 0, then 1/3: the second epoch is kept
+        assert recipe.evaluate()["dev_span_f1_by_epoch"] == pytest.approx([0.0, 1 / 3, 1 / 3])
+    else:
+        assert losses == pytest.approx([0.375, 0.5])  # accuracy 5/8, then 4/8: the first is kept
+    assert recipe.evaluate()["selected_by"] == f"dev {select}"
+    assert recipe.by_epoch == pytest.approx([0.625, 0.5])
+
+
 def test_tag_train_learns_the_pattern_well_above_the_majority_tag(tagged, run):
     metrics = json.loads((run / "metrics.json").read_text())
     dev = [json.loads(line) for line in (tagged / "dev.jsonl").read_text().splitlines()]

@@ -43,7 +43,7 @@ from typing import Any
 from textebm import grid
 from textebm.data.readers import eval_split_of
 from textebm.data.ssl_split import nested_split
-from textebm.data.tagging import load_tagged, load_unlabelled_text
+from textebm.data.tagging import load_tagged, load_unlabelled_text, tag_set
 from textebm.errors import InputError, TextebmError
 from textebm.fingerprint import folder_sha256
 from textebm.io import read_json
@@ -52,6 +52,7 @@ from textebm.runfolder import LAST_DIR, run_completed
 from textebm.tagging.commands import TagEvalConfig, tag_eval
 from textebm.tagging.grid_cost import cell_seconds
 from textebm.tagging.grid_report import write_report
+from textebm.tagging.metrics import is_bio
 from textebm.tagging.recipes import STAGE1
 from textebm.tagging.train import (
     METHODS as TRAIN_METHODS,
@@ -271,6 +272,8 @@ class TagGrid:
         # the other corpora of the unlabelled pool, by content (a pretrain or joint cell's input)
         self.unlabelled_sha = [folder_sha256(f) for f in cfg["unlabelled"]]
         self.ood_sha = folder_sha256(cfg["ood"]) if cfg["ood"] else ""
+        # a BIO tag set: --keep-best selects by dev span F1 (since issue 34's second task), not accuracy
+        self.bio = is_bio(tag_set(load_tagged(cfg["data"], "train")))
         self.ratios, self.deviations = self.ratios_by_proportion()
 
     def ratios_by_proportion(self) -> tuple[dict[float, list[int]], list[str]]:
@@ -340,6 +343,8 @@ class TagGrid:
         if s.method == "pretrain" and not opts.get("freeze"):
             # stage 2 fine-tunes every weight since issue 34; a frozen cell keeps the key it had before
             d["stage2"] = "every weight"
+        if self.bio:  # runs kept by dev accuracy before, under keys without this, are not reused
+            d["select"] = "dev span F1"
         if s.method == "joint" and self.cfg["joint_start"] == "supervised":
             d["init"] = self.train_settings(Setting("supervised", s.proportion, 0, s.seed))
         if s.method != "supervised" and self.unlabelled_sha:

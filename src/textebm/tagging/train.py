@@ -10,8 +10,10 @@ split of the semi-supervised grid (`data/ssl_split.py`): `--labelled N` sentence
 `--proportion P` (so that `--labelled 2500 --proportion 0.02` is the grid's 2 % set, inside its
 10 % set). The word vocabulary is built from the labelled sentences (`tagging/vocab.py`), the tag
 set from the whole training split; dev tags unseen in training stop the run before it starts.
-Dev accuracy is measured after every epoch and at the end (in fp32, as `tag eval` does), and
-RUN/model holds tagger.json, model.safetensors and words.json.
+Dev accuracy (and span F1 for a BIO tag set) is measured after every epoch and at the end (in fp32,
+as `tag eval` does); `--keep-best` keeps the epoch of the best dev span F1 for a BIO tag set
+(chunking, NER) and of the best dev accuracy otherwise, as the paper's code selects. RUN/model holds
+tagger.json, model.safetensors and words.json.
 
 `--method pretrain` and `--method joint` (sec. 3.2-3.3) read the labelled set and an unlabelled
 pool of `--ratio` times as many sentences, drawn by the nested split from the training sentences
@@ -137,7 +139,8 @@ class TagTrainConfig(TrainOptions):
                                                   "min": 0, "lt": 1})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)", "gt": 0})
     keep_best: bool = field(default=False, metadata={
-        "help": "end with the weights of the epoch of best dev accuracy, not the last (pretrain: of stage 2)"})
+        "help": "end with the weights of the epoch of best dev accuracy (span F1 for a BIO tag set), not the "
+                "last (pretrain: of stage 2)"})
     # pretrain and joint: the unlabelled sentences, DNCE and its noise LM
     ratio: int = field(default=50, metadata={
         "help": "pretrain, joint: unlabelled sentences per labelled one (U/L), the nested split's pool drawn from "
