@@ -1,6 +1,6 @@
 """bench/generation/pipeline-v2.sh (paper d, issue 35) end to end on a toy corpus with tiny sizes:
 every stage runs (base LM, negatives, the zero-shot probe, the MLM behind BiT, the energies with
-the control energy, RALM and BALM, `residual ppl` with its bootstrap, table 3), and a second run
+the control energy, RALM and BALM, `residual ppl` with its bootstrap, table 3, Algorithm 1's generations), and a second run
 finds everything cached and changes nothing."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ TINY = {
     "RALM": "--layers 1 --width 32 --heads 2 --context 48 --chunk 32 --batch-size 8 --lr 3e-3",
     "BALM": "--arch transformer --layers 1 --width 48 --heads 2 --context 48 --chunk 32 --batch-size 8 --lr 3e-3",
     "TABLE3": "--examples 2 --candidates 3 --completions 4",
+    "GEN": "--windows 3 --n 4 --top-k 5",
 }
 
 
@@ -50,6 +51,8 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
     assert ppl["differences"] and all("lo" in d["upper"] and "hi" in d["upper"] for d in ppl["differences"])
     for name in ("toy-bit-cont",):
         assert json.loads((work / "table3" / name / "metrics.json").read_text())
+        gen = json.loads((work / "gen" / name / "metrics.json").read_text())
+        assert gen["prefixes"] == 3 and (work / "gen" / name / "density.png").is_file()
     assert (work / "probe" / "toy-fastdetectgpt" / "detector.json").is_file()
     stamp = {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()}
     second = _run(work)

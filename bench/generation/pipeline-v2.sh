@@ -15,7 +15,7 @@
 # can be stopped and started again, and a later session continues it.
 #
 #   bash bench/generation/pipeline-v2.sh WORK [STAGE...]
-#   stages: base negatives held probe mlm energies baselines ppl table3      (default: all, in order)
+#   stages: base negatives held probe mlm energies baselines ppl table3 generate   (default: all, in order)
 #   CORPORA="news" CURVE="6000 25000 0" ... override the settings below (the sizes too: tests/
 #   test_pipeline.py runs every stage end to end on a toy corpus with tiny ones)
 # Paper d's table 1 on a corpus (base LM, RALM, BALM and the joint models of the control and the
@@ -27,7 +27,7 @@
 #     bash bench/generation/pipeline-v2.sh WORK held energies ppl
 set -euo pipefail
 W=${1:?usage: pipeline-v2.sh WORK [STAGE...]}; shift || true
-STAGES=${*:-base negatives held probe mlm energies baselines ppl table3}
+STAGES=${*:-base negatives held probe mlm energies baselines ppl table3 generate}
 T=${TEXTEBM:-textebm}
 PY=${PYTHON:-python}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +54,7 @@ MLM=${MLM:---layers 2 --width 128 --heads 4 --max-len 80 --batch-size 32 --lr 0.
 RALM=${RALM:---layers 2 --width 128 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002}   # phi: UniT's size
 BALM=${BALM:---arch transformer --layers 3 --width 192 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002}
 TABLE3=${TABLE3:---examples 30 --candidates 10 --completions 100}
+GEN=${GEN:---windows 200 --n 100 --top-k 10}   # Algorithm 1 on test prefixes: figures 2 (right) and 3
 EBATCH=${EBATCH:-32}
 
 if has base; then
@@ -167,6 +168,17 @@ if has table3; then  # the paper's table 3: P(x_t | x_<t) of the base LM and the
       [ -f table3/$c-$e/metrics.json ] || $T residual repetitions --base base/$c --energy energy/$c-$e-w0 \
         --data data/$c --split test $TABLE3 --bootstrap $BOOT \
         --out table3/$c-$e || echo "table3: $c $e did not finish (see above); the pipeline goes on" >&2
+    done
+  done
+fi
+
+if has generate; then  # Algorithm 1 (top-k candidates resampled by exp(-E)) beside the base LM's own samples
+  mkdir -p gen
+  for c in $CORPORA; do
+    for e in bit-cont unit-cont; do
+      done_run energy/$c-$e-w0 || continue
+      [ -f gen/$c-$e/metrics.json ] || $T residual generate --base base/$c --energy energy/$c-$e-w0 --data data/$c \
+        --split test $GEN --precision fp32 --out gen/$c-$e $Q
     done
   done
 fi
