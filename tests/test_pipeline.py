@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import toy_corpus, walking_doc
 
 PIPELINE = Path(__file__).resolve().parents[1] / "bench" / "generation" / "pipeline-v2.sh"
@@ -48,6 +50,8 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
     assert sorted(m["energy"].split("/")[-2] for m in ppl["models"]) == [
         "toy-bit-cont-w0", "toy-lmstats-held-w0"]
     assert len(ppl["compare"]) == 2  # RALM and BALM, to their dev optimum
+    held = json.loads((work / "energy" / "toy-lmstats-held-w0" / "config.json").read_text())
+    assert held["train"] == ["neg/toy-held-train.jsonl"] and held["val"] == ["neg/toy-held-val.jsonl"]
     assert ppl["differences"] and all("lo" in d["upper"] and "hi" in d["upper"] for d in ppl["differences"])
     for name in ("toy-bit-cont",):
         assert json.loads((work / "table3" / name / "metrics.json").read_text())
@@ -58,9 +62,15 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
     second = _run(work)
     assert second.returncode == 0, second.stderr[-4000:]
     assert {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()} == stamp
+    # the same output name for another set of models: refused, not silently kept
+    third = _run(work, "ppl", ENERGIES="bit-cont")
+    assert third.returncode == 2 and "scored toy-balm, toy-bit-cont-w0, toy-lmstats-held-w0, toy-ralm" in third.stderr
+    assert {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()} == stamp
 
 
-def test_an_unknown_energy_stops_the_pipeline_with_exit_2(tmp_path):
-    run = _run(tmp_path / "work", "energies", ENERGIES="unit-sum")
-    assert run.returncode == 2 and "unknown energy 'unit-sum'" in run.stderr
-    assert not (tmp_path / "work" / "energy" / "toy-unit-sum-w0").exists()
+@pytest.mark.parametrize("over, message", [({"ENERGIES": "lmstats unit-sum"}, "unknown energy 'unit-sum'"),
+                                           ({"BASELINES": "ralm ralmx"}, "unknown baseline 'ralmx'")])
+def test_an_unknown_energy_or_baseline_stops_the_pipeline_before_it_writes(tmp_path, over, message):
+    run = _run(tmp_path / "work", "energies", "baselines", **over)
+    assert run.returncode == 2 and message in run.stderr
+    assert not (tmp_path / "work").exists()  # not even the work folder: the names are checked first

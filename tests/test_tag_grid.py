@@ -288,10 +288,16 @@ def test_a_bio_data_set_keys_its_cells_by_selection_on_span_f1(tagged, tmp_path)
 
     write_dataset(bio, {split: [bio_row(r) for r in load_tagged(tagged, split)] for split in ("train", "dev", "test")},
                   {"name": "toy-bio"})
-    pos = tag_grid.TagGrid(tag_grid.read_config(_config(tmp_path, tagged)), tmp_path / "a")
-    ner = tag_grid.TagGrid(tag_grid.read_config(_config(tmp_path, bio, ood="")), tmp_path / "b")
+    def grid(data: Path, keep_best: bool, **over) -> tag_grid.TagGrid:
+        cfg = json.loads(_config(tmp_path, data, **over).read_text())
+        cfg["options"]["all"].update({"keep_best": keep_best, "eval_split": "dev" if keep_best else ""})
+        (tmp_path / "g.json").write_text(json.dumps(cfg))
+        return tag_grid.TagGrid(tag_grid.read_config(tmp_path / "g.json"), tmp_path / "out")
+
+    pos, ner, ner_last = grid(tagged, True), grid(bio, True, ood=""), grid(bio, False, ood="")
     for s in (tag_grid.Setting("supervised", 1.0, 0, 0), tag_grid.Setting("joint", 1.0, 2, 0)):
         assert "select" not in pos.train_settings(s) and ner.train_settings(s)["select"] == "dev span F1"
+        assert "select" not in ner_last.train_settings(s)  # the last weights: nothing is selected
 
 
 def test_a_cell_records_the_kept_and_the_last_dev_accuracy(tmp_path):
@@ -308,6 +314,12 @@ def test_a_cell_records_the_kept_and_the_last_dev_accuracy(tmp_path):
                    "dev_accuracy_last": pytest.approx(0.75), "kept_epoch": 2}
     assert tag_grid.training_steps(run, "supervised").keys() == {"crf_steps", "dev_accuracy_kept",
                                                                  "dev_accuracy_last", "kept_epoch"}
+    # a BIO tag set's run selected by span F1: the same figures, named so
+    metrics = {"train": {"steps": 15, "validation": validation, "kept": validation[1]},
+               "eval": {"selected_by": "dev span F1"}}
+    assert tag_grid.training_steps(run, "supervised", metrics) == {
+        "crf_steps": 15, "dev_span_f1_kept": pytest.approx(0.8), "dev_span_f1_last": pytest.approx(0.75),
+        "kept_epoch": 2}
 
 
 def test_pretrain_frozen_and_joint_from_pretraining_share_one_stage_1_per_pool(tagged, tmp_path, capsys):  # noqa: F811

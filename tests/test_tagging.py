@@ -124,7 +124,7 @@ def test_keep_best_selects_by_span_f1_on_a_bio_tag_set_and_by_accuracy_otherwise
     """The paper's code keeps the checkpoint of best dev entity F1 for NER and chunking (thu-spmi/
     semi-EBM train/crf.py, DefaultOps.perform) and of best accuracy for POS. Two epochs, by hand: the
     first tags every word O (accuracy 5/8, no span), the second finds one of the two names and
-    mistags three words (accuracy 4/8; 4 spans, 1 right: F1 2·(1/4)·(1/2)/(1/4 + 1/2) = 1/3)."""
+    mistags four words (accuracy 4/8; 4 spans, 1 right: F1 2·(1/4)·(1/2)/(1/4 + 1/2) = 1/3)."""
     from textebm.models.crf import BiLSTMCRF, TaggerSpec
     from textebm.tagging import recipes
 
@@ -138,6 +138,7 @@ def test_keep_best_selects_by_span_f1_on_a_bio_tag_set_and_by_accuracy_otherwise
     recipe = recipes.TaggerRecipe(BiLSTMCRF(TaggerSpec(vocab_size=len(vocab), tags=sorted(tags), embed=4, hidden=3)),
                                   vocab, rows, "dev", rows, batch_size=2)
     assert recipe.select == select
+    recipe.keep_best = True
     losses = []
     for epoch, pred in enumerate(epochs):
         monkeypatch.setattr(recipes, "tag_sentences", lambda *a, pred=pred: pred)
@@ -148,8 +149,16 @@ def test_keep_best_selects_by_span_f1_on_a_bio_tag_set_and_by_accuracy_otherwise
         assert recipe.evaluate()["dev_span_f1_by_epoch"] == pytest.approx([0.0, 1 / 3, 1 / 3])
     else:
         assert losses == pytest.approx([0.375, 0.5])  # accuracy 5/8, then 4/8: the first is kept
-    assert recipe.evaluate()["selected_by"] == f"dev {select}"
+    assert recipe.evaluate()["selected_by"] == {"span_f1": "dev span F1", "accuracy": "dev accuracy"}[select]
     assert recipe.by_epoch == pytest.approx([0.625, 0.5])
+    state = recipe.state()
+    assert ("f1_by_epoch" in state) == (select == "span_f1")
+    recipe.load_state(state)  # a resumed run reports the same lists
+    assert recipe.by_epoch == pytest.approx([0.625, 0.5])
+    if select == "span_f1":  # a checkpoint from before span F1 was measured: refused, not misaligned
+        from textebm.errors import TextebmError
+        with pytest.raises(TextebmError, match="measured dev accuracy only"):
+            recipe.load_state({"by_epoch": state["by_epoch"]})
 
 
 def test_tag_train_learns_the_pattern_well_above_the_majority_tag(tagged, run):

@@ -23,6 +23,10 @@ def _read(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
+
+
 def summary(run: Path) -> dict:
     cfg = _read(run / "config.json") or {}
     metrics = _read(run / "metrics.json")
@@ -35,7 +39,7 @@ def summary(run: Path) -> dict:
         "max_windows": cfg.get("max_windows"), "lr": cfg.get("lr"), "batch_size": cfg.get("batch_size"),
         "finished": bool(metrics and metrics.get("completed")),
         "steps": train.get("steps", (state or {}).get("step")),
-        "wall_seconds": round(train.get("wall_seconds", (state or {}).get("wall_seconds", 0.0)), 1),
+        "wall_seconds": _rounded(train.get("wall_seconds", (state or {}).get("wall_seconds"))),
         "dev_loss_by_epoch": [round(v["loss"], 5) for v in validation],
         "dev_loss_of_zero_energy": round(CHANCE, 5),
     }

@@ -42,10 +42,30 @@ K=${K:-8}                          # negatives per training prefix (a pool; the 
 DEV_WINDOWS=${DEV_WINDOWS:-1000}   # dev windows with negatives (the energies' early stopping)
 BOOT=${BOOT:-1000}                 # bootstrap resamples of ppl's and table 3's intervals
 ENERGY_EPOCHS=${ENERGY_EPOCHS:-20}
+for e in $ENERGIES; do  # every name checked before anything is written
+  case ${e%-held} in lmstats|unit-cont|unit-mean|bit-cont) ;; *)
+    echo "pipeline-v2.sh: ENERGIES: unknown energy '$e' (lmstats, unit-cont, unit-mean, bit-cont, each also with -held)" >&2
+    exit 2 ;; esac
+done
+for b in $BASELINES; do
+  case $b in ralm|balm) ;; *) echo "pipeline-v2.sh: BASELINES: unknown baseline '$b' (ralm, balm)" >&2; exit 2 ;; esac
+done
 mkdir -p "$W"; cd "$W"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 done_run() { [ -f "$1/metrics.json" ] && grep -q '"completed": true' "$1/metrics.json"; }
 resume() { [ -f "$1/config.json" ] && echo --resume || true; }
+same_models() {  # same_models OUT RUN...: OUT/metrics.json (residual ppl) scored exactly these energies and LMs
+  $PY -c '
+import json, sys
+from pathlib import Path
+out, want = sys.argv[1], sorted(Path(r).name for r in sys.argv[2:])
+m = json.loads(Path(out, "metrics.json").read_text())
+have = sorted([Path(x["energy"]).parent.name for x in m["models"]] + [Path(x["model"]).parent.name for x in m["compare"]])
+if have != want:
+    sys.exit("pipeline-v2.sh: %s scored %s, not %s: set PPL_NAME to write the new set beside it"
+             % (out, ", ".join(have), ", ".join(want)))
+' "$@"
+}
 Q="--no-progress"
 LM=${LM:---arch transformer --layers 2 --width 128 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002}
 STOP=${STOP:---epochs 30 --keep-best --patience 1}   # to the dev optimum
@@ -118,8 +138,6 @@ energy() {  # energy NAME CORPUS WINDOWS: one energy of the learning curve
       --grad-clip 10 --lr 0.0003 --batch-size $EBATCH --out $out $(resume $out) ;;
     bit-cont) $T detect train $common --energy bitransf --init mlm/$c --pool continuation --dropout 0.1 \
       --grad-clip 0.25 --lr 0.0003 --batch-size $EBATCH --out $out $(resume $out) ;;
-    *) echo "pipeline-v2.sh: ENERGIES: unknown energy '$e' (lmstats, unit-cont, unit-mean, bit-cont, each with -held)" >&2
-       exit 2 ;;
   esac
 }
 
@@ -150,10 +168,17 @@ if has ppl; then  # fp32: the effects are small; paired bootstrap intervals over
   for c in $CORPORA; do
     for n in $CURVE; do
       out=ppl/$c-${PPL_NAME:+$PPL_NAME-}w$n
-      [ -f $out/metrics.json ] && continue
-      cmp=""; for b in $BASELINES; do done_run baseline/$c-$b && cmp="$cmp baseline/$c-$b"; done
-      es=""; for e in $ENERGIES; do done_run energy/$c-$e-w$n && es="$es energy/$c-$e-w$n"; done
+      cmp=""; for b in $BASELINES; do
+        if done_run baseline/$c-$b; then cmp="$cmp baseline/$c-$b"; else echo "ppl: baseline/$c-$b not trained; left out" >&2; fi
+      done
+      es=""; for e in $ENERGIES; do
+        if done_run energy/$c-$e-w$n; then es="$es energy/$c-$e-w$n"; else echo "ppl: energy/$c-$e-w$n not trained; left out" >&2; fi
+      done
       [ -n "$es" ] || continue
+      if [ -f $out/metrics.json ]; then  # done: with exactly these models, or another PPL_NAME is needed
+        same_models $out $es $cmp || exit 2
+        continue
+      fi
       $T residual ppl --base base/$c --energy $es ${cmp:+--compare $cmp} --data data/$c --split test \
         --windows $WINDOWS --samples $SAMPLES --precision fp32 --bootstrap $BOOT --out $out
     done
@@ -178,7 +203,8 @@ if has generate; then  # Algorithm 1 (top-k candidates resampled by exp(-E)) bes
     for e in bit-cont unit-cont; do
       done_run energy/$c-$e-w0 || continue
       [ -f gen/$c-$e/metrics.json ] || $T residual generate --base base/$c --energy energy/$c-$e-w0 --data data/$c \
-        --split test $GEN --precision fp32 --out gen/$c-$e $Q
+        --split test $GEN --precision fp32 --out gen/$c-$e $Q \
+        || echo "generate: $c $e did not finish (see above); the pipeline goes on" >&2
     done
   done
 fi

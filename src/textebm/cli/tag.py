@@ -16,7 +16,8 @@ from textebm.tagging.train import TagTrainConfig
 
 
 def train(cfg: TagTrainConfig) -> None:
-    """Train a BiLSTM-CRF tagger (--method supervised | pretrain | joint), dev accuracy after each epoch."""
+    """Train a BiLSTM-CRF tagger (--method supervised | pretrain | joint), dev accuracy (and span F1
+    for a BIO tag set) after each epoch."""
     from textebm.tagging.train import tag_train
 
     print(f"{cfg.out}: " + eval_line(tag_train(cfg)))

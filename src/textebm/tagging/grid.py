@@ -272,19 +272,20 @@ class TagGrid:
         # the other corpora of the unlabelled pool, by content (a pretrain or joint cell's input)
         self.unlabelled_sha = [folder_sha256(f) for f in cfg["unlabelled"]]
         self.ood_sha = folder_sha256(cfg["ood"]) if cfg["ood"] else ""
+        train = load_tagged(cfg["data"], "train")
         # a BIO tag set: --keep-best selects by dev span F1 (since issue 34's second task), not accuracy
-        self.bio = is_bio(tag_set(load_tagged(cfg["data"], "train")))
-        self.ratios, self.deviations = self.ratios_by_proportion()
+        self.bio = is_bio(tag_set(train))
+        self.ratios, self.deviations = self.ratios_by_proportion([r["tokens"] for r in train])
 
-    def ratios_by_proportion(self) -> tuple[dict[float, list[int]], list[str]]:
+    def ratios_by_proportion(self, train: list[list[str]]) -> tuple[dict[float, list[int]], list[str]]:
         """The U/L run at each proportion: the config's ratios that the pool allows, and in place
-        of those it does not, the largest it allows (smallest over seeds and methods), once."""
+        of those it does not, the largest it allows (smallest over seeds and methods), once.
+        `train`: the training split's sentences (tokens)."""
 
         cfg = self.cfg
         ssl = [m for m in cfg["methods"] if m != "supervised"]
         if not ssl:
             return {p: [] for p in cfg["proportions"]}, []
-        train = [r["tokens"] for r in load_tagged(cfg["data"], "train", tags=False)]
         extra = load_unlabelled_text(cfg["unlabelled"], "`unlabelled`") if cfg["unlabelled"] else []
         largest = {p: math.inf for p in cfg["proportions"]}
         for method in ssl:
@@ -343,7 +344,7 @@ class TagGrid:
         if s.method == "pretrain" and not opts.get("freeze"):
             # stage 2 fine-tunes every weight since issue 34; a frozen cell keeps the key it had before
             d["stage2"] = "every weight"
-        if self.bio:  # runs kept by dev accuracy before, under keys without this, are not reused
+        if self.bio and opts.get("keep_best"):  # runs kept by dev accuracy before had keys without this
             d["select"] = "dev span F1"
         if s.method == "joint" and self.cfg["joint_start"] == "supervised":
             d["init"] = self.train_settings(Setting("supervised", s.proportion, 0, s.seed))
@@ -427,8 +428,9 @@ class TagGrid:
 def training_steps(run: Path, method: str, metrics: dict | None = None) -> dict:
     """What a cell's run trained: its CRF steps (labelled batches), its DNCE steps (pretrain:
     stage 1's; joint: one unlabelled batch a step, and its stage 1's when it started from one), and
-    with --keep-best the dev accuracy of the weights it kept beside the last epoch's (`1 -
-    validation loss`). `metrics`: RUN/metrics.json when the caller has read it."""
+    with --keep-best the dev score it selected by (accuracy; span F1 for a BIO tag set: `1 -
+    validation loss`) of the weights it kept beside the last epoch's. `metrics`: RUN/metrics.json
+    when the caller has read it."""
     metrics = metrics if metrics is not None else read_json(run / "metrics.json")
     train = metrics["train"]
     out = {"crf_steps": train["steps"]}
@@ -440,8 +442,9 @@ def training_steps(run: Path, method: str, metrics: dict | None = None) -> dict:
         if stage1 and (Path(stage1) / "metrics.json").is_file():
             out["stage1_dnce_steps"] = read_json(Path(stage1) / "metrics.json")["train"]["steps"]
     if train.get("kept") and train.get("validation"):
-        out["dev_accuracy_kept"] = 1.0 - train["kept"]["loss"]
-        out["dev_accuracy_last"] = 1.0 - train["validation"][-1]["loss"]
+        score = "span_f1" if "span" in metrics.get("eval", {}).get("selected_by", "") else "accuracy"
+        out[f"dev_{score}_kept"] = 1.0 - train["kept"]["loss"]
+        out[f"dev_{score}_last"] = 1.0 - train["validation"][-1]["loss"]
         out["kept_epoch"] = train["kept"]["epoch"] + 1
     return out
 

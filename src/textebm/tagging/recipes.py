@@ -70,6 +70,7 @@ class TaggerRecipe(Recipe):
         self.lengths = [len(item[0]) for item in self.dataset]
         self.collate = lambda items: tag_batch(items, vocab.pad_id)
         self.select = "span_f1" if is_bio(model.spec.tags) else "accuracy"  # what --keep-best maximises
+        self.keep_best = False  # set by the command; ties keep the earlier epoch
         self.by_epoch: list[float] = []  # dev accuracy after each full epoch (kept in checkpoints)
         self.f1_by_epoch: list[float] = []  # and span F1, for a BIO tag set
         self.stage1_run: Path | None = None  # the stage 1 of pre-training it started from (metrics.json names it)
@@ -120,6 +121,9 @@ class TaggerRecipe(Recipe):
     def load_state(self, tensors):
         self.by_epoch = tensors["by_epoch"].tolist() if "by_epoch" in tensors else []
         self.f1_by_epoch = tensors["f1_by_epoch"].tolist() if "f1_by_epoch" in tensors else []
+        if self.select == "span_f1" and len(self.f1_by_epoch) != len(self.by_epoch):
+            raise TextebmError("this checkpoint of a BIO tag set measured dev accuracy only (it was written before "
+                               "the tagger measured span F1 after each epoch); --overwrite to train the run again")
 
     def evaluate(self):
         out = {}
@@ -129,7 +133,8 @@ class TaggerRecipe(Recipe):
             out[f"{split}_accuracy_by_epoch"] = [*self.by_epoch, out[f"{split}_accuracy"]]
             if self.select == "span_f1":
                 out[f"{split}_span_f1_by_epoch"] = [*self.f1_by_epoch, out[f"{split}_span_f1"]]
-            out["selected_by"] = f"{split} {self.select}"
+            if self.keep_best:
+                out["selected_by"] = f"{split} " + ("span F1" if self.select == "span_f1" else "accuracy")
         if self.stage1_run is not None:
             out["stage1"] = str(self.stage1_run)
         return out or None

@@ -64,6 +64,7 @@ from textebm.options import check_config, field_default, options_dict, refuse_un
 from textebm.runfolder import check_keep_best, check_run_dir, RESUME_FREE, run_completed
 from textebm.seeds import seeded_sample
 from textebm.tagging.folder import load_tagging_model
+from textebm.tagging.metrics import is_bio
 from textebm.tagging.recipes import (
     encode,
     freeze_encoder,
@@ -287,7 +288,7 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     check_config(cfg)
     check_run_dir(cfg, None)  # a bad --out fails before the data is read
     eval_split = eval_split_of(cfg.data, cfg.eval_split)
-    check_keep_best(cfg, eval_split, "dev accuracy")
+    check_keep_best(cfg, eval_split, "dev accuracy (span F1 for a BIO tag set)")
     if cfg.stage1_cache and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise TextebmError("--stage1-cache builds stage 1 under a file lock, which several processes of one run "
                            "(accelerate launch) would wait on each other for; run stage 1 in one process first, or "
@@ -309,10 +310,17 @@ def tag_train(cfg: TagTrainConfig) -> dict:
     log.info("tagger: %d labelled sentences (%d tokens), %d words, %d tags, %.2fM parameters", len(rows),
              sum(len(r["tokens"]) for r in rows), len(vocab), len(tags), n_params / 1e6)
     config = {**options_dict(cfg), "train_sha256": file_sha256(split_path(cfg.data, "train")),
-              "labelled_sentences": len(rows), "vocab_size": len(vocab), "tags": tags, "parameters": n_params}
+              "labelled_sentences": len(rows), "vocab_size": len(vocab), "tags": tags, "parameters": n_params,
+              **kept_by(cfg, tags)}
     recipe = TaggerRecipe(model, vocab, rows, eval_split, eval_rows, cfg.batch_size)
     recipe.keep_best = cfg.keep_best
     return train(cfg, config, recipe)
+
+
+def kept_by(cfg: TagTrainConfig, tags: list[str]) -> dict[str, str]:
+    """What --keep-best selects by, in the run's config when it is span F1 (a BIO tag set), so that a
+    run kept by dev accuracy before is not resumed under it (the key runs of POS had stays as it was)."""
+    return {"keep_best_by": "dev span F1"} if cfg.keep_best and is_bio(tags) else {}
 
 
 def measured_rows(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
@@ -450,7 +458,7 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
         inputs["chars_sha256"] = json_sha256(list(vocab.chars))
     if init is not None:
         inputs["init_sha256"] = file_sha256(init_path / "model.safetensors")
-    config = {**options_dict(cfg), **inputs}
+    config = {**options_dict(cfg), **inputs, **kept_by(cfg, tags)}
     trf_model = None  # stage 1's TRF, when the method starts from pre-training
     if cfg.method == "pretrain" or cfg.from_pretrained:
         stage1_tagger = tagger_for(tagger.spec, vocab)
@@ -471,7 +479,7 @@ def ssl_train(cfg: TagTrainConfig, train_rows: list[dict[str, Any]], tags: list[
         if freeze:
             freeze_encoder(tagger)
         recipe = supervised = TaggerRecipe(tagger, vocab, rows, eval_split, eval_rows, cfg.batch_size)
-    recipe.keep_best = cfg.keep_best
+    recipe.keep_best = supervised.keep_best = cfg.keep_best  # joint: its tagger's recipe reports the selection
     if trf_model is None:
         return train(cfg, config, recipe)
     # Two runs of the loop: RUN's folder is started first, so that its marker owns RUN/pretrain
