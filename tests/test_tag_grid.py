@@ -200,6 +200,29 @@ def test_the_claims_are_counted_by_hand():
     assert last.endswith("(one labelled size so far: where the gain is largest cannot be told yet)")
 
 
+def test_a_bio_grid_counts_the_claims_and_table_4_on_span_f1():
+    """A BIO tag set (every cell has span F1): the counts are those of F1, whatever accuracy says.
+    Here accuracy runs the other way (1 − F1), so counting accuracy would give every count reversed."""
+    f1 = {("supervised", 0.1, 0): [0.10, 0.12], ("joint", 0.1, 5): [0.14, 0.11], ("pretrain", 0.1, 5): [0.09, 0.13]}
+    cells = [{"method": m, "proportion": p, "ratio": r, "seed": s, "f1": x, "accuracy": 1 - x}
+             for (m, p, r), xs in f1.items() for s, x in enumerate(xs)]
+    ratios, cfg = {0.1: [5]}, {"proportions": [0.1], "methods": ["supervised", "pretrain", "joint"]}
+    summary = summarise(cells, ratios)
+    assert summary["metric"] == "f1"
+    # joint over supervised by seed: 100 (0.14 − 0.10) / 0.90, 100 (0.11 − 0.12) / 0.88
+    assert summary["reductions"][(0.1, 5)]["joint over sup."] == pytest.approx([400 / 90, -100 / 88])
+    lines = grid_report.claims(summary, cfg, ratios)
+    assert lines[0].startswith("counted on span F1")
+    # joint 0.125 > supervised 0.11; by seed 0.14 > 0.10, 0.11 < 0.12
+    assert lines[1].startswith("joint beats supervised in 1 of 1 cells") and "in 1 of 2 (cell, seed)" in lines[1]
+    # pre-training 0.11 = supervised 0.11: not ahead; by seed 0.09 < 0.10, 0.13 > 0.12
+    assert lines[3].startswith("pre-training beats supervised in 0 of 1 cells") and "in 1 of 2 (cell" in lines[3]
+    assert "e = 1 − span F1" in grid_report.tables(summary, {**cfg, "data": "d", "labelled": 100, "seeds": [0, 1],
+                                                              "ood": ""}, ratios, [])
+    pos = [{k: v for k, v in c.items() if k != "f1"} for c in cells]
+    assert summarise(pos, ratios)["metric"] == "accuracy"
+
+
 def test_the_plot_joins_the_largest_ratio_to_its_replacement():
     """At 100 % the pool gives U/L 50 and 85 only: the U/L=500 line ends at 85 there, and says so;
     the U/L=250 line stops at 10 %."""
