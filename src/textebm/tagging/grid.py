@@ -52,7 +52,7 @@ from textebm.runfolder import LAST_DIR, run_completed
 from textebm.tagging.commands import TagEvalConfig, tag_eval
 from textebm.tagging.grid_cost import cell_seconds
 from textebm.tagging.grid_report import write_report
-from textebm.tagging.metrics import is_bio
+from textebm.tagging.metrics import SCORE_NAMES, selected_score
 from textebm.tagging.recipes import STAGE1
 from textebm.tagging.train import (
     METHODS as TRAIN_METHODS,
@@ -274,7 +274,7 @@ class TagGrid:
         self.ood_sha = folder_sha256(cfg["ood"]) if cfg["ood"] else ""
         train = load_tagged(cfg["data"], "train")
         # a BIO tag set: --keep-best selects by dev span F1 (since issue 34's second task), not accuracy
-        self.bio = is_bio(tag_set(train))
+        self.bio = selected_score(tag_set(train)) == "span_f1"
         self.ratios, self.deviations = self.ratios_by_proportion([r["tokens"] for r in train])
 
     def ratios_by_proportion(self, train: list[list[str]]) -> tuple[dict[float, list[int]], list[str]]:
@@ -345,7 +345,7 @@ class TagGrid:
             # stage 2 fine-tunes every weight since issue 34; a frozen cell keeps the key it had before
             d["stage2"] = "every weight"
         if self.bio and opts.get("keep_best"):  # runs kept by dev accuracy before had keys without this
-            d["select"] = "dev span F1"
+            d["select"] = f"dev {SCORE_NAMES['span_f1']}"
         if s.method == "joint" and self.cfg["joint_start"] == "supervised":
             d["init"] = self.train_settings(Setting("supervised", s.proportion, 0, s.seed))
         if s.method != "supervised" and self.unlabelled_sha:

@@ -11,6 +11,7 @@ from pathlib import Path
 from textebm.figures import new_figure, save_png
 from textebm.io import atomic_write, write_json
 from textebm.markdown import table
+from textebm.tagging.metrics import SCORE_NAMES
 
 
 def relative_error_reduction(accuracy: float, reference: float) -> float:
@@ -55,7 +56,7 @@ def summarise(results: list[dict], ratios: dict[float, list[int]]) -> dict:
     return {"accuracy": acc, "reductions": reductions, "metric": metric}
 
 
-METRIC_NAMES = {"accuracy": "accuracy", "f1": "span F1"}
+METRIC_NAMES = {"accuracy": SCORE_NAMES["accuracy"], "f1": SCORE_NAMES["span_f1"]}  # a cell's keys
 
 
 def tables(summary: dict, cfg: dict, ratios: dict[float, list[int]], deviations: list[str], missing: int = 0) -> str:

@@ -26,6 +26,15 @@ def token_accuracy(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]])
     return sum(a == b for g, p in zip(gold, pred) for a, b in zip(g, p)) / total
 
 
+def selected_score(tags: Sequence[str]) -> str:
+    """What `--keep-best` maximises for a tag set, as the paper's code selects: "span_f1" for a
+    BIO tag set (chunking, NER), "accuracy" otherwise (POS). `SCORE_NAMES` gives its words."""
+    return "span_f1" if is_bio(tags) else "accuracy"
+
+
+SCORE_NAMES = {"span_f1": "span F1", "accuracy": "accuracy"}
+
+
 def is_bio(tags: Sequence[str]) -> bool:
     """True for a BIO tag set: every tag `O`, `B-X` or `I-X`, and at least one of the latter."""
     return (any(t[:2] in ("B-", "I-") for t in tags)

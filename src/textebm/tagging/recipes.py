@@ -34,7 +34,7 @@ from textebm.models.crf import BiLSTMCRF, TaggerSpec, save_tagger
 from textebm.models.trf import TRFHead
 from textebm.seeds import derive_seed
 from textebm.tagging.folder import tag_batch, tag_sentences
-from textebm.tagging.metrics import is_bio, tagging_scores
+from textebm.tagging.metrics import SCORE_NAMES, selected_score, tagging_scores
 from textebm.tagging.ssl import (
     DNCESpec,
     SemiSupervisedTagger,
@@ -69,7 +69,7 @@ class TaggerRecipe(Recipe):
                          *([vocab.encode_chars(r["tokens"])] if spelt else [])) for r in rows]
         self.lengths = [len(item[0]) for item in self.dataset]
         self.collate = lambda items: tag_batch(items, vocab.pad_id)
-        self.select = "span_f1" if is_bio(model.spec.tags) else "accuracy"  # what --keep-best maximises
+        self.select = selected_score(model.spec.tags)  # what --keep-best maximises
         self.keep_best = False  # set by the command; ties keep the earlier epoch
         self.by_epoch: list[float] = []  # dev accuracy after each full epoch (kept in checkpoints)
         self.f1_by_epoch: list[float] = []  # and span F1, for a BIO tag set
@@ -134,7 +134,7 @@ class TaggerRecipe(Recipe):
             if self.select == "span_f1":
                 out[f"{split}_span_f1_by_epoch"] = [*self.f1_by_epoch, out[f"{split}_span_f1"]]
             if self.keep_best:
-                out["selected_by"] = f"{split} " + ("span F1" if self.select == "span_f1" else "accuracy")
+                out["selected_by"] = f"{split} {SCORE_NAMES[self.select]}"
         if self.stage1_run is not None:
             out["stage1"] = str(self.stage1_run)
         return out or None

@@ -64,7 +64,7 @@ from textebm.options import check_config, field_default, options_dict, refuse_un
 from textebm.runfolder import check_keep_best, check_run_dir, RESUME_FREE, run_completed
 from textebm.seeds import seeded_sample
 from textebm.tagging.folder import load_tagging_model
-from textebm.tagging.metrics import is_bio
+from textebm.tagging.metrics import SCORE_NAMES, selected_score
 from textebm.tagging.recipes import (
     encode,
     freeze_encoder,
@@ -320,7 +320,8 @@ def tag_train(cfg: TagTrainConfig) -> dict:
 def kept_by(cfg: TagTrainConfig, tags: list[str]) -> dict[str, str]:
     """What --keep-best selects by, in the run's config when it is span F1 (a BIO tag set), so that a
     run kept by dev accuracy before is not resumed under it (the key runs of POS had stays as it was)."""
-    return {"keep_best_by": "dev span F1"} if cfg.keep_best and is_bio(tags) else {}
+    score = selected_score(tags)
+    return {"keep_best_by": f"dev {SCORE_NAMES[score]}"} if cfg.keep_best and score == "span_f1" else {}
 
 
 def measured_rows(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
