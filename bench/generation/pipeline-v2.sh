@@ -22,6 +22,10 @@
 # training-split energies, on the same test windows) is the ppl stage over the full training split:
 #   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont bit-cont" PPL_NAME=table1 \
 #     bash bench/generation/pipeline-v2.sh WORK ppl                          -> WORK/ppl/news-table1-w0
+# with MiniLM's BiT* (the paper's starred row: --pool mean over MiniLM's own word pieces, lr 5e-5,
+# MINILM_STEPS x 16 training windows; about 40 min of training and 2 h of scoring on one CPU thread):
+#   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont bit-cont bit-minilm" PPL_NAME=table1-bitstar \
+#     bash bench/generation/pipeline-v2.sh WORK energies ppl
 # and energies on text the base LM did not train on (the dev split's windows, split by document):
 #   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont-held unit-cont" PPL_NAME=held \
 #     bash bench/generation/pipeline-v2.sh WORK held energies ppl
@@ -43,8 +47,8 @@ DEV_WINDOWS=${DEV_WINDOWS:-1000}   # dev windows with negatives (the energies' e
 BOOT=${BOOT:-1000}                 # bootstrap resamples of ppl's and table 3's intervals
 ENERGY_EPOCHS=${ENERGY_EPOCHS:-20}
 for e in $ENERGIES; do  # every name checked before anything is written
-  case ${e%-held} in lmstats|unit-cont|unit-mean|bit-cont) ;; *)
-    echo "pipeline-v2.sh: ENERGIES: unknown energy '$e' (lmstats, unit-cont, unit-mean, bit-cont, each also with -held)" >&2
+  case ${e%-held} in lmstats|unit-cont|unit-mean|bit-cont|bit-minilm) ;; *)
+    echo "pipeline-v2.sh: ENERGIES: unknown energy '$e' (lmstats, unit-cont, unit-mean, bit-cont, bit-minilm, each also with -held)" >&2
     exit 2 ;; esac
 done
 for b in $BASELINES; do
@@ -76,6 +80,7 @@ BALM=${BALM:---arch transformer --layers 3 --width 192 --heads 4 --context 80 --
 TABLE3=${TABLE3:---examples 30 --candidates 10 --completions 100}
 GEN=${GEN:---windows 200 --n 100 --top-k 10}   # Algorithm 1 on test prefixes: figures 2 (right) and 3
 EBATCH=${EBATCH:-32}
+MINILM_STEPS=${MINILM_STEPS:-500}  # bit-minilm (BiT*, external data): 500 x 16 windows drawn from all, as the first runs
 
 if has base; then
   for c in $CORPORA; do [ -d data/$c ] || $T data prepare $c --out data/$c; done
@@ -138,6 +143,8 @@ energy() {  # energy NAME CORPUS WINDOWS: one energy of the learning curve
       --grad-clip 10 --lr 0.0003 --batch-size $EBATCH --out $out $(resume $out) ;;
     bit-cont) $T detect train $common --energy bitransf --init mlm/$c --pool continuation --dropout 0.1 \
       --grad-clip 0.25 --lr 0.0003 --batch-size $EBATCH --out $out $(resume $out) ;;
+    bit-minilm) $T detect train $common --energy bitransf --init minilm-l6 --pool mean --dropout 0.1 \
+      --grad-clip 0.25 --lr 0.00005 --batch-size 16 --max-steps $MINILM_STEPS --out $out $(resume $out) ;;
   esac
 }
 
