@@ -38,12 +38,17 @@ from textebm.tagging.folder import load_tagging_model, tag_sentences
 from textebm.tagging.train import TagTrainConfig
 from textebm.training import tag_train
 
-# name: (the options it changes, whether stage 1 comes from the grid's own cache)
-VARIANTS = {"dnce-1-step": ({"pretrain_steps": 1, "pretrain_epochs": 1}, False),
-            "dnce-5-passes": ({"pretrain_steps": 0, "pretrain_epochs": 5}, False),
-            "one-pass-labelled-words": ({"stage2_words": "labelled"}, True),
+# name: (the options it changes, whether stage 1 comes from the grid's own cache, the cell it starts
+# from: the pretrain cell or the supervised cell of the same seed)
+VARIANTS = {"dnce-1-step": ({"pretrain_steps": 1, "pretrain_epochs": 1}, False, "pretrain"),
+            "dnce-5-passes": ({"pretrain_steps": 0, "pretrain_epochs": 5}, False, "pretrain"),
+            "one-pass-labelled-words": ({"stage2_words": "labelled"}, True, "pretrain"),
             "dnce-5-passes-labelled-words": ({"pretrain_steps": 0, "pretrain_epochs": 5, "stage2_words": "labelled"},
-                                             False)}
+                                             False, "pretrain"),
+            # the CRF budget (the grid's 600 steps, where stage 2 still improved at its last epoch), for
+            # pre-training and, as its control, for the supervised tagger alike
+            "crf-2400-steps": ({"max_steps": 2400}, True, "pretrain"),
+            "supervised-crf-2400-steps": ({"max_steps": 2400}, True, "supervised")}
 
 
 def cell(grid: Path, name: str) -> dict:
@@ -84,7 +89,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--ratio", type=int, default=10)
     ap.add_argument("--proportion", type=float, default=0.01, help="the grid row (0.01, 0.02, 0.1)")
-    ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS)[:4])
+    ap.add_argument("--data", default="data/brown-pos", help="the grid's labelled corpus (its test split)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     grid, work = Path(args.grid), Path(args.work)
@@ -95,9 +101,10 @@ def main() -> None:
         row = {"seed": seed, "grid_one_pass": pre["accuracy"], "dnce_steps_one_pass": pre["dnce_steps"],
                "supervised": cell(grid, f"supervised-p{args.proportion}-r0-s{seed}")["accuracy"]}
         base = grid / pre["run"]
-        opts = {k: v for k, v in json.loads((base / "config.json").read_text()).items() if k in fields}
+        starts = {"pretrain": base, "supervised": grid / cell(grid, f"supervised-p{args.proportion}-r0-s{seed}")["run"]}
         for name in args.variants:
-            change, grids_stage1 = VARIANTS[name]
+            change, grids_stage1, start = VARIANTS[name]
+            opts = {k: v for k, v in json.loads((starts[start] / "config.json").read_text()).items() if k in fields}
             out = work / f"{name}-s{seed}"
             if not (out / "metrics.json").is_file() or not json.loads((out / "metrics.json").read_text()).get(
                     "completed"):
@@ -107,13 +114,14 @@ def main() -> None:
                                         "progress": False})
                 tag_train(cfg)
             row[name] = test_accuracy(out, opts["data"])
+            row[f"{name}_kept_epoch"] = json.loads((out / "metrics.json").read_text())["train"].get("kept", {}).get("epoch")
         rows.append(row)
         print(json.dumps(row), flush=True)
         if seed == args.seeds[0]:  # where the errors are: by word group, for the first seed
             sup_run = grid / cell(grid, f"supervised-p{args.proportion}-r0-s{seed}")["run"]
             runs = {"supervised": sup_run, "grid_one_pass": base, **{v: work / f"{v}-s{seed}" for v in args.variants}}
             words = {k: set(load_tagging_model(r, "cpu")[1].words) for k, r in (("sup", sup_run), ("ssl", base))}
-            groups = by_word_group(runs, opts["data"], words["sup"], words["ssl"])
+            groups = by_word_group(runs, args.data, words["sup"], words["ssl"])
             print(json.dumps(groups), flush=True)
     keys = ["supervised", "grid_one_pass", *args.variants]
     mean = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
