@@ -374,3 +374,39 @@ def test_a_grid_out_is_a_cache_and_a_failed_set_up_leaves_no_new_folder(tmp_path
     write_marker(other, "cloze train", ["model"])
     with pytest.raises(TextebmError, match="cloze train"):
         grid.check_out(other, "toy grid", ["cells"], overwrite=True)
+
+
+def test_a_shard_helps_with_unstarted_cells_before_waiting_on_a_held_one(tmp_path):
+    """Shard 1 of 2 (c0, c2) is done with its own cells while another process holds c1's lock: it
+    computes c3, which nobody has started, and only then waits for c1, which the other process
+    finishes (its file) and releases."""
+    import fcntl
+    import threading
+
+    log = tmp_path / "log"
+    cells = _cells(4)
+    g = grid.Grid(tmp_path / "cells", _Logged(log))
+    g.folder.mkdir()
+    held = open(g.file(cells[1]).with_name(g.file(cells[1]).name + ".lock"), "w")
+    fcntl.flock(held, fcntl.LOCK_EX)  # "another process" computes c1 (flock is per open file: run's own open waits)
+    seen = {}
+
+    def other_process():
+        for _ in range(300):  # up to 3 s for this shard to help with c3 while c1 is held
+            if g.done(cells[3]):
+                break
+            time.sleep(0.01)
+        seen["c3 done while c1 held"] = g.done(cells[3])
+        grid.write_json(g.file(cells[1]), {"name": "c1", "settings": cells[1].settings, "result": {"y": -1}})
+        fcntl.flock(held, fcntl.LOCK_UN)
+        held.close()
+
+    t = threading.Thread(target=other_process)
+    t.start()
+    results = g.run(cells, (1, 2))
+    t.join(10)
+    assert seen == {"c3 done while c1 held": True}  # helped before waiting
+    assert _computed(log) == ["c0", "c2", "c3"]  # c1 not computed here
+    assert [r["y"] for r in results] == [0, -1, 4, 9]  # c1's result is the other process's
+    with grid.locked(g.file(cells[0]), wait=False) as got:
+        assert got  # a free lock is taken without waiting

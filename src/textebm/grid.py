@@ -101,16 +101,21 @@ def key(obj: Any) -> str:
 
 
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
+def locked(path: Path, wait: bool = True) -> Iterator[bool]:
     """Hold an exclusive lock on PATH.lock, so that processes sharing a grid's folder build each
-    artifact once: a second one waits, then finds it finished."""
+    artifact once: a second one waits, then finds it finished. With `wait=False` it does not wait:
+    the block gets False (and holds nothing) while another process holds the lock."""
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
@@ -199,11 +204,14 @@ class Grid:
     def result(self, cell: Cell) -> dict:
         return read_json(self.file(cell))["result"]
 
-    def run_cell(self, cell: Cell) -> dict:
-        """The cell's result: read from its file, or computed (under its lock) and written."""
+    def run_cell(self, cell: Cell, wait: bool = True) -> dict | None:
+        """The cell's result: read from its file, or computed (under its lock) and written. With
+        `wait=False`, None while another process computes it (holds its lock)."""
         path = self.file(cell)
         if not path.is_file():
-            with locked(path):
+            with locked(path, wait) as held:
+                if not held:
+                    return None
                 if not path.is_file():
                     t0 = time.perf_counter()
                     result = self.compute(cell)
@@ -244,9 +252,9 @@ class Grid:
     def run(self, cells: list[Cell], shard: tuple[int, int] = (1, 1), backend: str = "local", workers: int = 2,
             address: str = "", on_result: Callable[[Cell, dict], None] | None = None,
             keep_going: bool = False) -> list[dict | None]:
-        """Compute this shard's unfinished cells on `backend`, then return every cell's result in
-        order: the other shards' cells are read when finished, waited for while another process
-        computes them (their lock), or computed here when nobody has started them.
+        """Compute this shard's unfinished cells on `backend`, then help: compute the other shards'
+        unfinished cells that nobody has started, and only then wait for those another process
+        computes (their lock); return every cell's result in order.
 
         A user error (TextebmError) in a cell stops the grid, or with `keep_going` is logged and
         that cell's result is None (nothing is cached for it: the next run tries it again)."""
@@ -274,6 +282,15 @@ class Grid:
                     result, error = self.run_cell(cell), None
                 except TextebmError as e:
                     result, error = None, str(e)
+                done(cell, result, error)
+        for cell in self.left(cells):  # help, without waiting on a cell another process holds
+            if self.file(cell) in failed:
+                continue
+            try:
+                result, error = self.run_cell(cell, wait=False), None
+            except TextebmError as e:
+                result, error = None, str(e)
+            if result is not None or error is not None:
                 done(cell, result, error)
         results: list[dict | None] = []
         for cell in cells:
