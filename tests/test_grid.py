@@ -392,14 +392,16 @@ def test_a_shard_helps_with_unstarted_cells_before_waiting_on_a_held_one(tmp_pat
     seen = {}
 
     def other_process():
-        for _ in range(300):  # up to 3 s for this shard to help with c3 while c1 is held
-            if g.done(cells[3]):
-                break
-            time.sleep(0.01)
-        seen["c3 done while c1 held"] = g.done(cells[3])
-        grid.write_json(g.file(cells[1]), {"name": "c1", "settings": cells[1].settings, "result": {"y": -1}})
-        fcntl.flock(held, fcntl.LOCK_UN)
-        held.close()
+        try:
+            for _ in range(300):  # up to 3 s for this shard to help with c3 while c1 is held
+                if g.done(cells[3]):
+                    break
+                time.sleep(0.01)
+            seen["c3 done while c1 held"] = g.done(cells[3])
+            grid.write_json(g.file(cells[1]), {"name": "c1", "settings": cells[1].settings, "result": {"y": -1}})
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+            held.close()
 
     t = threading.Thread(target=other_process)
     t.start()
@@ -410,3 +412,40 @@ def test_a_shard_helps_with_unstarted_cells_before_waiting_on_a_held_one(tmp_pat
     assert [r["y"] for r in results] == [0, -1, 4, 9]  # c1's result is the other process's
     with grid.locked(g.file(cells[0]), wait=False) as got:
         assert got  # a free lock is taken without waiting
+
+
+def test_a_shard_leaves_its_own_cell_to_a_process_that_holds_it(tmp_path):
+    """Shard 2 of 2 (c1, c3): another process helping with c1 holds it, so this shard goes on to c3
+    instead of waiting, then reads c1 when that process has written it."""
+    import fcntl
+    import threading
+
+    log = tmp_path / "log"
+    cells = _cells(4)
+    g = grid.Grid(tmp_path / "cells", _Logged(log))
+    for c in (cells[0], cells[2]):  # shard 1's cells, finished
+        g.run_cell(c)
+    log.unlink()
+    held = open(g.file(cells[1]).with_name(g.file(cells[1]).name + ".lock"), "w")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    seen = {}
+
+    def helper():
+        try:
+            for _ in range(300):
+                if g.done(cells[3]):
+                    break
+                time.sleep(0.01)
+            seen["c3 done while c1 held"] = g.done(cells[3])
+            grid.write_json(g.file(cells[1]), {"name": "c1", "settings": cells[1].settings, "result": {"y": -1}})
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+            held.close()
+
+    t = threading.Thread(target=helper)
+    t.start()
+    results = g.run(cells, (2, 2))
+    t.join(10)
+    assert seen == {"c3 done while c1 held": True}
+    assert _computed(log) == ["c3"]
+    assert [r["y"] for r in results] == [0, -1, 4, 9]

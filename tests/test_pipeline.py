@@ -69,7 +69,8 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
 
 
 @pytest.mark.parametrize("over, message", [({"ENERGIES": "lmstats unit-sum"}, "unknown energy 'unit-sum'"),
-                                           ({"BASELINES": "ralm ralmx"}, "unknown baseline 'ralmx'")])
+                                           ({"BASELINES": "ralm ralmx"}, "unknown baseline 'ralmx'"),
+                                           ({"MINILM_STEPS": "0"}, "MINILM_STEPS must be a positive number")])
 def test_an_unknown_energy_or_baseline_stops_the_pipeline_before_it_writes(tmp_path, over, message):
     run = _run(tmp_path / "work", "energies", "baselines", **over)
     assert run.returncode == 2 and message in run.stderr

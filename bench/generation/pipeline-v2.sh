@@ -51,6 +51,7 @@ for e in $ENERGIES; do  # every name checked before anything is written
     echo "pipeline-v2.sh: ENERGIES: unknown energy '$e' (lmstats, unit-cont, unit-mean, bit-cont, bit-minilm, each also with -held)" >&2
     exit 2 ;; esac
 done
+[[ ${MINILM_STEPS:-500} =~ ^[1-9][0-9]*$ ]] || { echo "pipeline-v2.sh: MINILM_STEPS must be a positive number of steps, got '$MINILM_STEPS'" >&2; exit 2; }
 for b in $BASELINES; do
   case $b in ralm|balm) ;; *) echo "pipeline-v2.sh: BASELINES: unknown baseline '$b' (ralm, balm)" >&2; exit 2 ;; esac
 done
@@ -133,6 +134,10 @@ energy() {  # energy NAME CORPUS WINDOWS: one energy of the learning curve
   [[ $e == *-held ]] && windows="--train neg/$c-held-train.jsonl --val neg/$c-held-val.jsonl"
   local common="$windows --vocab vocab --loss bce --negatives random \
     --max-windows $n --schedule cosine --warmup 0.05 --keep-best --patience 2 --epochs $ENERGY_EPOCHS --precision fp32 $Q"
+  if [[ ${e%-held} == bit-minilm && -f $out/config.json ]] && ! grep -q "\"max_steps\": $MINILM_STEPS," $out/config.json; then
+    echo "pipeline-v2.sh: $out was trained with another MINILM_STEPS; move it aside to train $MINILM_STEPS steps" >&2
+    exit 2
+  fi
   done_run $out && return 0
   case ${e%-held} in
     lmstats) $T detect train $common --energy lmstats --base base/$c --lr 0.01 --batch-size 64 \

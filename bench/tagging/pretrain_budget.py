@@ -16,6 +16,10 @@ unlabelled pool has, words of neither): where the errors are.
     OMP_NUM_THREADS=1 python bench/tagging/pretrain_budget.py --grid runs/tag-grid-v2 \
         --work runs/tag-pretrain-budget --out bench/results/tagging/pretrain-budget.json [--seeds 0 1 2]
     # another cell, some variants: --proportion 0.02 --variants one-pass-labelled-words
+    # the CRF budget at 10 % (each row its own --work and --out):
+    OMP_NUM_THREADS=1 python bench/tagging/pretrain_budget.py --proportion 0.1 --ratio 25 \
+        --variants crf-2400-steps supervised-crf-2400-steps --work runs/tag-stage2-budget-p0.1-r25 \
+        --out bench/results/tagging/stage2-budget-p0.1-r25.json        # and --ratio 10, crf-2400-steps
 
 Every run is cached (a finished one is skipped; an interrupted one resumes).
 """
@@ -59,6 +63,23 @@ def cell(grid: Path, name: str) -> dict:
     return json.loads(files[-1].read_text())["result"]
 
 
+def check_variant(out: Path, name: str, want: dict, change: dict) -> None:
+    """Stop unless OUT is empty or holds the run of these settings (another proportion, ratio or
+    seed in the same --work, or a variant of another definition, is not reused), and unless the
+    variant's step budget is what bounds the run (a `max_steps` beyond `epochs` passes is no budget)."""
+    if "max_steps" in change:
+        per_epoch = -(-round(want["labelled"] * want["proportion"]) // want["batch_size"])
+        if want["epochs"] * per_epoch < change["max_steps"]:
+            raise SystemExit(f"{name}: at {want['proportion']:.0%} ({per_epoch} batches an epoch) the cell's "
+                             f"{want['epochs']} epochs stop at {want['epochs'] * per_epoch} steps, before "
+                             f"{change['max_steps']}: this variant is for the 10 % row")
+    if (out / "config.json").is_file():
+        have = json.loads((out / "config.json").read_text())
+        differ = [k for k in ("data", "method", "proportion", "ratio", "seed", *change) if have.get(k) != want.get(k)]
+        if differ:
+            raise SystemExit(f"{out} holds a run with another {', '.join(differ)}: give this row its own --work")
+
+
 def test_accuracy(run: Path, data: str) -> float:
     return float(tag_eval(TagEvalConfig(model=str(run), data=data, split="test"))["test_accuracy"])
 
@@ -90,7 +111,6 @@ def main() -> None:
     ap.add_argument("--ratio", type=int, default=10)
     ap.add_argument("--proportion", type=float, default=0.01, help="the grid row (0.01, 0.02, 0.1)")
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS)[:4])
-    ap.add_argument("--data", default="data/brown-pos", help="the grid's labelled corpus (its test split)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     grid, work = Path(args.grid), Path(args.work)
@@ -106,6 +126,7 @@ def main() -> None:
             change, grids_stage1, start = VARIANTS[name]
             opts = {k: v for k, v in json.loads((starts[start] / "config.json").read_text()).items() if k in fields}
             out = work / f"{name}-s{seed}"
+            check_variant(out, name, {**opts, **change}, change)
             if not (out / "metrics.json").is_file() or not json.loads((out / "metrics.json").read_text()).get(
                     "completed"):
                 cache = opts["stage1_cache"] if grids_stage1 else str(work / "stage1")
@@ -114,20 +135,23 @@ def main() -> None:
                                         "progress": False})
                 tag_train(cfg)
             row[name] = test_accuracy(out, opts["data"])
-            row[f"{name}_kept_epoch"] = json.loads((out / "metrics.json").read_text())["train"].get("kept", {}).get("epoch")
+            kept = json.loads((out / "metrics.json").read_text())["train"].get("kept", {}).get("epoch")
+            row[f"{name}_kept_epoch"] = None if kept is None else kept + 1  # counted from 1, as the grid's cells
         rows.append(row)
         print(json.dumps(row), flush=True)
         if seed == args.seeds[0]:  # where the errors are: by word group, for the first seed
             sup_run = grid / cell(grid, f"supervised-p{args.proportion}-r0-s{seed}")["run"]
             runs = {"supervised": sup_run, "grid_one_pass": base, **{v: work / f"{v}-s{seed}" for v in args.variants}}
             words = {k: set(load_tagging_model(r, "cpu")[1].words) for k, r in (("sup", sup_run), ("ssl", base))}
-            groups = by_word_group(runs, args.data, words["sup"], words["ssl"])
+            groups = by_word_group(runs, opts["data"], words["sup"], words["ssl"])
             print(json.dumps(groups), flush=True)
     keys = ["supervised", "grid_one_pass", *args.variants]
     mean = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
     res = {"what": f"test accuracy (brown-pos test) at {args.proportion:.0%} labelled, U/L "
-                   f"{args.ratio}, pre-training with every weight fine-tuned, by stage 1's DNCE budget and "
-                   "stage 2's words (all of stage 1's, or the labelled sentences' alone)",
+                   f"{args.ratio}: the grid's pre-training cell (every weight fine-tuned) and supervised cell "
+                   "beside the variants, each the grid cell's settings with one thing changed",
+           "variants": {v: {"changes": VARIANTS[v][0], "stage1": "the grid's cache" if VARIANTS[v][1] else
+                            "trained here", "from": f"the grid's {VARIANTS[v][2]} cell"} for v in args.variants},
            "cpu": platform.processor() or platform.machine(), "threads": os.environ.get("OMP_NUM_THREADS"),
            "precision": "bf16 training where the CPU multiplies bf16 natively (--precision auto), fp32 evaluation",
            "rows": rows, "mean": mean, "by_word_group_first_seed": groups}

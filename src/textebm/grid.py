@@ -111,7 +111,10 @@ def locked(path: Path, wait: bool = True) -> Iterator[bool]:
     with open(path.with_name(path.name + ".lock"), "w") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            got = True
         except BlockingIOError:
+            got = False
+        if not got:
             yield False
             return
         try:
@@ -273,25 +276,25 @@ class Grid:
             elif on_result:
                 on_result(cell, result)
 
-        if backend == "dask" and todo:
-            for cell, result, error in run_dask(self, todo, workers, address, keep_going):
-                done(cell, result, error)
-        else:
-            for cell in todo:
-                try:
-                    result, error = self.run_cell(cell), None
-                except TextebmError as e:
-                    result, error = None, str(e)
-                done(cell, result, error)
-        for cell in self.left(cells):  # help, without waiting on a cell another process holds
-            if self.file(cell) in failed:
-                continue
+        def attempt(cell: Cell) -> None:
+            """Compute the cell here unless it is finished, failed, or another process holds it."""
+            if self.file(cell) in failed or self.done(cell):
+                return
             try:
                 result, error = self.run_cell(cell, wait=False), None
             except TextebmError as e:
                 result, error = None, str(e)
             if result is not None or error is not None:
                 done(cell, result, error)
+
+        if backend == "dask" and todo:
+            for cell, result, error in run_dask(self, todo, workers, address, keep_going):
+                done(cell, result, error)
+        else:
+            for cell in todo:  # a cell of this shard that a helping process holds is left to it
+                attempt(cell)
+        for cell in self.left(cells):  # help: the cells nobody has started
+            attempt(cell)
         results: list[dict | None] = []
         for cell in cells:
             if self.file(cell) in failed:
