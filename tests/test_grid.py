@@ -376,24 +376,20 @@ def test_a_grid_out_is_a_cache_and_a_failed_set_up_leaves_no_new_folder(tmp_path
         grid.check_out(other, "toy grid", ["cells"], overwrite=True)
 
 
-def test_a_shard_helps_with_unstarted_cells_before_waiting_on_a_held_one(tmp_path):
-    """Shard 1 of 2 (c0, c2) is done with its own cells while another process holds c1's lock: it
-    computes c3, which nobody has started, and only then waits for c1, which the other process
-    finishes (its file) and releases."""
+def _another_process_holds(g: grid.Grid, cells: list[grid.Cell], seen: dict):
+    """A thread standing for another process that holds c1's lock (flock is per open file, so this
+    process's own open waits or is refused) until this process has finished c3 (up to 3 s), then
+    writes c1's result and releases it; `seen` records whether c3 was done while c1 was held."""
     import fcntl
     import threading
 
-    log = tmp_path / "log"
-    cells = _cells(4)
-    g = grid.Grid(tmp_path / "cells", _Logged(log))
-    g.folder.mkdir()
+    g.folder.mkdir(exist_ok=True)
     held = open(g.file(cells[1]).with_name(g.file(cells[1]).name + ".lock"), "w")
-    fcntl.flock(held, fcntl.LOCK_EX)  # "another process" computes c1 (flock is per open file: run's own open waits)
-    seen = {}
+    fcntl.flock(held, fcntl.LOCK_EX)
 
     def other_process():
         try:
-            for _ in range(300):  # up to 3 s for this shard to help with c3 while c1 is held
+            for _ in range(300):
                 if g.done(cells[3]):
                     break
                 time.sleep(0.01)
@@ -405,6 +401,18 @@ def test_a_shard_helps_with_unstarted_cells_before_waiting_on_a_held_one(tmp_pat
 
     t = threading.Thread(target=other_process)
     t.start()
+    return t
+
+
+def test_a_shard_helps_with_unstarted_cells_before_waiting_on_a_held_one(tmp_path):
+    """Shard 1 of 2 (c0, c2) is done with its own cells while another process holds c1's lock: it
+    computes c3, which nobody has started, and only then waits for c1, which the other process
+    finishes (its file) and releases."""
+    log = tmp_path / "log"
+    cells = _cells(4)
+    g = grid.Grid(tmp_path / "cells", _Logged(log))
+    seen = {}
+    t = _another_process_holds(g, cells, seen)
     results = g.run(cells, (1, 2))
     t.join(10)
     assert seen == {"c3 done while c1 held": True}  # helped before waiting
@@ -417,33 +425,14 @@ def test_a_shard_helps_with_unstarted_cells_before_waiting_on_a_held_one(tmp_pat
 def test_a_shard_leaves_its_own_cell_to_a_process_that_holds_it(tmp_path):
     """Shard 2 of 2 (c1, c3): another process helping with c1 holds it, so this shard goes on to c3
     instead of waiting, then reads c1 when that process has written it."""
-    import fcntl
-    import threading
-
     log = tmp_path / "log"
     cells = _cells(4)
     g = grid.Grid(tmp_path / "cells", _Logged(log))
     for c in (cells[0], cells[2]):  # shard 1's cells, finished
         g.run_cell(c)
     log.unlink()
-    held = open(g.file(cells[1]).with_name(g.file(cells[1]).name + ".lock"), "w")
-    fcntl.flock(held, fcntl.LOCK_EX)
     seen = {}
-
-    def helper():
-        try:
-            for _ in range(300):
-                if g.done(cells[3]):
-                    break
-                time.sleep(0.01)
-            seen["c3 done while c1 held"] = g.done(cells[3])
-            grid.write_json(g.file(cells[1]), {"name": "c1", "settings": cells[1].settings, "result": {"y": -1}})
-        finally:
-            fcntl.flock(held, fcntl.LOCK_UN)
-            held.close()
-
-    t = threading.Thread(target=helper)
-    t.start()
+    t = _another_process_holds(g, cells, seen)
     results = g.run(cells, (2, 2))
     t.join(10)
     assert seen == {"c3 done while c1 held": True}
