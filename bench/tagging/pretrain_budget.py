@@ -38,9 +38,10 @@ import numpy as np
 
 from textebm.data.tagging import load_tagged
 from textebm.tagging.commands import TagEvalConfig, tag_eval
-from textebm.tagging.folder import load_tagging_model, tag_sentences
+from textebm.tagging.folder import load_tagging_model
 from textebm.tagging.train import TagTrainConfig
 from textebm.training import tag_train
+from word_groups import finished_cell, tagged_correct, token_groups  # bench/tagging/word_groups.py
 
 # name: (the options it changes, whether stage 1 comes from the grid's own cache, the cell it starts
 # from: the pretrain cell or the supervised cell of the same seed)
@@ -57,10 +58,10 @@ VARIANTS = {"dnce-1-step": ({"pretrain_steps": 1, "pretrain_epochs": 1}, False, 
 
 def cell(grid: Path, name: str) -> dict:
     """The grid's newest finished cell `name` (its result: test accuracy, run folder)."""
-    files = sorted((grid / "cells").glob(f"{name}-*.json"), key=lambda p: p.stat().st_mtime)
-    if not files:
+    result = finished_cell(grid, name)
+    if result is None:
         raise SystemExit(f"no finished cell {grid}/cells/{name}-*.json: run the grid first")
-    return json.loads(files[-1].read_text())["result"]
+    return result
 
 
 def check_variant(out: Path, name: str, want: dict, change: dict) -> None:
@@ -88,16 +89,15 @@ def by_word_group(runs: dict[str, Path], data: str, sup_words: set[str], ssl_wor
     """Test accuracy of each run on three groups of tokens: words of the supervised vocabulary (seen
     in the labelled sentences), words only the pre-training vocabulary has (seen in the unlabelled
     pool alone: their embeddings come from stage 1 and no labelled sentence trains them), and
-    words of neither (the unknown word; the character CNN reads their spelling)."""
+    words of neither (the unknown word; the character CNN reads their spelling). word_groups.py's
+    groups, its two of the labelled sentences' words counted as one."""
     rows = load_tagged(data, "test")
-    gold = [t for r in rows for t in r["tags"]]
-    group = np.array(["labelled" if w in sup_words else "pool-only" if w in ssl_words else "unknown"
-                      for r in rows for w in r["tokens"]])
+    gold = np.array([t for r in rows for t in r["tags"]])
+    index = token_groups([w for r in rows for w in r["tokens"]], sup_words, ssl_words)
+    group = np.array(["labelled", "labelled", "pool-only", "unknown"])[index]
     out = {"tokens": {g: int((group == g).sum()) for g in ("labelled", "pool-only", "unknown")}}
     for name, run in runs.items():
-        tagger, vocab, _ = load_tagging_model(run, "cpu")
-        pred = np.array([t for p in tag_sentences(tagger, vocab, rows, 64) for t in p])
-        ok = pred == np.array(gold)
+        ok = tagged_correct(run, rows, gold)[0]
         out[name] = {g: float(ok[group == g].mean()) for g in ("labelled", "pool-only", "unknown")}
     return out
 

@@ -47,6 +47,12 @@ def token_groups(tokens: list[str], sup_words: set[str], cell_words: set[str]) -
                      for w in tokens])
 
 
+def tagged_correct(run: Path, rows: list[dict], gold: np.ndarray) -> tuple[np.ndarray, set[str]]:
+    """(N,) whether the tagger of RUN tags each token of `rows` as `gold` (N,), and its vocabulary."""
+    tagger, vocab, _ = load_tagging_model(run, "cpu")
+    return np.array([t for p in tag_sentences(tagger, vocab, rows, 64) for t in p]) == gold, set(vocab.words)
+
+
 def group_accuracy(ok: np.ndarray, group: np.ndarray) -> dict:
     """Accuracy and token count of each group ((N,) correct, (N,) group index)."""
     return {g: {"tokens": int((group == i).sum()),
@@ -68,13 +74,12 @@ def main() -> None:
     rows = load_tagged(args.data, "test")
     tokens = [w for r in rows for w in r["tokens"]]
     gold = np.array([t for r in rows for t in r["tags"]])
-    taggings: dict[str, np.ndarray] = {}
+    taggings: dict[Path, tuple[np.ndarray, set[str]]] = {}
 
-    def correct(run: Path) -> tuple[np.ndarray, set[str]]:
-        tagger, vocab, _ = load_tagging_model(run, "cpu")
-        if str(run) not in taggings:
-            taggings[str(run)] = np.array([t for p in tag_sentences(tagger, vocab, rows, 64) for t in p]) == gold
-        return taggings[str(run)], set(vocab.words)
+    def correct(run: Path) -> tuple[np.ndarray, set[str]]:  # each run tagged once
+        if run not in taggings:
+            taggings[run] = tagged_correct(run, rows, gold)
+        return taggings[run]
 
     cells = []
     for seed in args.seeds:
