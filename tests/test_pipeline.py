@@ -1,7 +1,7 @@
 """bench/generation/pipeline-v2.sh (paper d, issue 35) end to end on a toy corpus with tiny sizes:
 every stage runs (base LM, negatives, the zero-shot probe, the MLM behind BiT, the energies with
 the control energy, RALM and BALM, `residual ppl` with its bootstrap, table 3, Algorithm 1's generations), and a second run
-finds everything cached and changes nothing."""
+finds everything cached and changes nothing (and refuses a finished run trained with other settings)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,10 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
     # the same output name for another set of models: refused, not silently kept
     third = _run(work, "ppl", ENERGIES="bit-cont")
     assert third.returncode == 2 and "scored toy-balm, toy-bit-cont-w0, toy-lmstats-held-w0, toy-ralm" in third.stderr
+    assert {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()} == stamp
+    # a finished training run with other settings than the pipeline's: refused, naming them, not kept as if asked for
+    fourth = _run(work, "mlm", MLM=TINY["MLM"].replace("--lr 3e-3", "--lr 1e-3"))
+    assert fourth.returncode == 2 and "mlm/toy: --resume with different settings: lr=0.003->0.001" in fourth.stderr
     assert {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()} == stamp
 
 

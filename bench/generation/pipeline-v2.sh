@@ -12,7 +12,10 @@
 #     windows of text the base LM did not train on (the dev split's, split by document: lmstats-held);
 #   - residual ppl in fp32 with paired bootstrap intervals (--bootstrap).
 # Every step is cached (a finished output is skipped, an interrupted one resumes), so the script
-# can be stopped and started again, and a later session continues it.
+# can be stopped and started again, and a later session continues it. Every training run is called
+# again with --resume, finished or not: its own check compares the options with its config.json, so a
+# finished run trained with other settings stops the pipeline (exit 2, naming them) rather than
+# being kept as if it were the one asked for.
 #
 #   bash bench/generation/pipeline-v2.sh WORK [STAGE...]
 #   stages: base negatives held probe mlm energies baselines ppl table3 generate   (default: all, in order)
@@ -87,8 +90,7 @@ if has base; then
   for c in $CORPORA; do [ -d data/$c ] || $T data prepare $c --out data/$c; done
   [ -d vocab ] || $T tokenizer train --data $(for c in $CORPORA; do echo data/$c; done) --vocab-size 8000 --out vocab
   for c in $CORPORA; do
-    done_run base/$c || $T lm train --data data/$c --tokenizer vocab $LM $STOP --seed 0 --out base/$c \
-      $(resume base/$c) $Q
+    $T lm train --data data/$c --tokenizer vocab $LM $STOP --seed 0 --out base/$c $(resume base/$c) $Q
   done
 fi
 
@@ -124,8 +126,7 @@ fi
 
 if has mlm; then  # BiT's body: a masked LM of the corpus, to its dev optimum
   for c in $CORPORA; do
-    done_run mlm/$c || $T cloze train --data data/$c --tokenizer vocab --objective mlm $MLM --out mlm/$c \
-      $(resume mlm/$c) $Q
+    $T cloze train --data data/$c --tokenizer vocab --objective mlm $MLM --out mlm/$c $(resume mlm/$c) $Q
   done
 fi
 
@@ -134,11 +135,6 @@ energy() {  # energy NAME CORPUS WINDOWS: one energy of the learning curve
   [[ $e == *-held ]] && windows="--train neg/$c-held-train.jsonl --val neg/$c-held-val.jsonl"
   local common="$windows --vocab vocab --loss bce --negatives random \
     --max-windows $n --schedule cosine --warmup 0.05 --keep-best --patience 2 --epochs $ENERGY_EPOCHS --precision fp32 $Q"
-  if [[ ${e%-held} == bit-minilm && -f $out/config.json ]] && ! grep -q "\"max_steps\": $MINILM_STEPS," $out/config.json; then
-    echo "pipeline-v2.sh: $out was trained with another MINILM_STEPS; move it aside to train $MINILM_STEPS steps" >&2
-    exit 2
-  fi
-  done_run $out && return 0
   case ${e%-held} in
     lmstats) $T detect train $common --energy lmstats --base base/$c --lr 0.01 --batch-size 64 \
       --out $out $(resume $out) ;;
@@ -166,7 +162,7 @@ if has baselines; then  # RALM (eq. 6, phi the size of UniT) and BALM (parameter
   mkdir -p baseline
   for c in $CORPORA; do
     for b in $BASELINES; do
-      out=baseline/$c-$b; done_run $out && continue
+      out=baseline/$c-$b
       case $b in
         ralm) $T lm train --data data/$c --residual-of base/$c $RALM $STOP --out $out $(resume $out) $Q ;;
         balm) $T lm train --data data/$c --tokenizer vocab $BALM $STOP --out $out $(resume $out) $Q ;;
