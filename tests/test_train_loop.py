@@ -48,17 +48,19 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
     state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
     assert state["step"] == 15  # last checkpoint before the kill (every 5 steps)
     assert not (tmp_path / "cut" / "model").exists()
-    resumed = run_toy(tmp_path / "cut", "--resume")
+    # the run folder moved (renamed) before it resumes: a run is its folder's content, not its old --out
+    (tmp_path / "cut").rename(tmp_path / "moved")
+    resumed = run_toy(tmp_path / "moved", "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    a, b = weights(tmp_path / "full"), weights(tmp_path / "cut")
+    a, b = weights(tmp_path / "full"), weights(tmp_path / "moved")
     assert a.keys() == b.keys()
     for k in a:
         assert (a[k] == b[k]).all(), k  # bitwise equal on CPU
     ma = json.loads((tmp_path / "full" / "metrics.json").read_text())
-    mb = json.loads((tmp_path / "cut" / "metrics.json").read_text())
+    mb = json.loads((tmp_path / "moved" / "metrics.json").read_text())
     assert ma["eval"] == mb["eval"]
     assert [h["loss"] for h in ma["train"]["history"]] == [h["loss"] for h in mb["train"]["history"]]
-    assert not (tmp_path / "cut" / "checkpoint").exists()  # removed after success
+    assert not (tmp_path / "moved" / "checkpoint").exists()  # removed after success
 
 
 def test_same_seed_same_numbers(tmp_path):

@@ -47,8 +47,9 @@ from textebm.outputs import (
 log = logging.getLogger(__name__)
 
 
-# Options that may differ between a run and its resumption.
-RESUME_FREE = {"resume", "overwrite", "progress", "threads", "keep_checkpoint", "checkpoint_every",
+# Options that may differ between a run and its resumption (--out too: a run folder moved or renamed,
+# or named by another path, is still the same run).
+RESUME_FREE = {"out", "resume", "overwrite", "progress", "threads", "keep_checkpoint", "checkpoint_every",
                "precision_choice"}
 
 
