@@ -8,16 +8,29 @@ its own, so a hard exit (`os._exit(137)`, a kill) ends it alone and nothing leak
     res = run_main("kill_at_step", ["10", "lm", "train", ...], entry="run")
 
 The toy loop's tests start 52 such runs; as subprocesses each one paid about 2.5 s of start-up.
+
+A script that calls `textebm` as a command (bench/generation/pipeline-v2.sh) gets the same through a
+server of its own: `served(env)` starts one (a fresh process that imports torch and textebm.cli,
+listening on a Unix socket) and gives the command line to use for `textebm`,
+`python tests/forked.py --client SOCKET`, a client without torch that sends its argv, environment,
+working folder and stdout / stderr to the server, which forks a child to run `textebm.cli.main`
+and answers with its exit status.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import json
+import logging
 import multiprocessing
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import traceback
 
 _CONTEXT = None
 
@@ -33,7 +46,8 @@ def _context():
     return _CONTEXT
 
 
-def _child(module: str, entry: str, argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> None:
+def _become(env: dict[str, str], cwd: str, out_fd: int, err_fd: int) -> None:
+    """Turn a forked child into the caller's process: its folder, environment, stdout and stderr."""
     os.chdir(cwd)  # the caller's, not the server's (started wherever the first run was)
     os.environ.clear()  # the caller's environment now, as a subprocess would inherit it
     os.environ.update(env)
@@ -42,13 +56,88 @@ def _child(module: str, entry: str, argv: list[str], env: dict[str, str], cwd: s
 
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     # what a fresh `python script.py` has: stdout and stderr of its own, line-buffered text
-    for fd, path in ((1, out), (2, err)):
-        f = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    for fd, f in ((1, out_fd), (2, err_fd)):
         os.dup2(f, fd)
         os.close(f)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+def _child(module: str, entry: str, argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> None:
+    _become(env, cwd, os.open(out, os.O_WRONLY | os.O_TRUNC), os.open(err, os.O_WRONLY | os.O_TRUNC))
     sys.exit(getattr(importlib.import_module(module), entry)(argv))
+
+
+def _exit_status(e: SystemExit) -> int:
+    """The status `python -m` ends with after SystemExit(e.code)."""
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def _serve(path: str) -> None:
+    """Answer `--client` requests on the Unix socket PATH, one at a time, each in a forked child."""
+    for name in ("torch", "textebm.cli"):
+        importlib.import_module(name)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen()
+    while True:
+        conn, _ = server.accept()
+        with conn:
+            _, fds, _, _ = socket.recv_fds(conn, 1, 2)  # the client's stdout and stderr
+            request = json.loads(b"".join(iter(lambda: conn.recv(1 << 16), b"")))
+            pid = os.fork()
+            if pid == 0:
+                server.close()
+                conn.close()
+                _become(request["env"], request["cwd"], *fds)
+                try:
+                    status = getattr(importlib.import_module("textebm.cli"), "main")(request["argv"]) or 0
+                except SystemExit as e:
+                    status = _exit_status(e)
+                except BaseException:
+                    traceback.print_exc()
+                    status = 1
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+            for f in fds:
+                os.close(f)
+            conn.sendall(str(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])).encode())
+
+
+def _client(path: str, argv: list[str]) -> int:
+    """`textebm ARGV` run by the server at PATH: its exit status (stdout and stderr are this process's)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        socket.send_fds(conn, [b"."], [1, 2])
+        conn.sendall(json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode())
+        conn.shutdown(socket.SHUT_WR)
+        return int(b"".join(iter(lambda: conn.recv(64), b"")))
+
+
+@contextlib.contextmanager
+def served(env: dict[str, str]):
+    """A server for `--client` started with ENV (torch reads OMP_NUM_THREADS, HF_HOME, ... at import):
+    yields the command line that runs `textebm` through it."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "textebm.sock")
+        server = subprocess.Popen([sys.executable, __file__, "--serve", path], env=env)
+        try:
+            start = time.monotonic()
+            while not os.path.exists(path):
+                if server.poll() is not None or time.monotonic() - start > 120:
+                    raise RuntimeError(f"the textebm server did not start (exit status {server.poll()})")
+                time.sleep(0.05)
+            yield f"{sys.executable} {__file__} --client {path}"
+        finally:
+            server.kill()
+            server.wait()
 
 
 def run_main(module: str, argv: list[str], env: dict[str, str] | None = None, entry: str = "main",
@@ -67,3 +156,12 @@ def run_main(module: str, argv: list[str], env: dict[str, str] | None = None, en
             raise TimeoutError(f"{module} {argv} ran past {timeout} s")
         with open(out) as f_out, open(err) as f_err:
             return subprocess.CompletedProcess([module, *argv], p.exitcode, f_out.read(), f_err.read())
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        _serve(sys.argv[2])
+    elif sys.argv[1:2] == ["--client"]:
+        sys.exit(_client(sys.argv[2], sys.argv[3:]))
+    else:
+        sys.exit("usage: forked.py --serve SOCKET | --client SOCKET ARGS...")

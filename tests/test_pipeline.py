@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import toy_corpus, walking_doc
+from forked import served
 
 PIPELINE = Path(__file__).resolve().parents[1] / "bench" / "generation" / "pipeline-v2.sh"
 TINY = {
@@ -31,19 +32,28 @@ TINY = {
 }
 
 
-def _run(work: Path, *stages: str, **extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **TINY, **extra, "TEXTEBM": f"{sys.executable} -m textebm", "PYTHON": sys.executable,
+@pytest.fixture(scope="module")
+def textebm(tmp_path_factory):
+    """`textebm` for the pipeline: each call a child forked from one server that imported torch once
+    (tests/forked.py; as a fresh `python -m textebm` each of the pipeline's ~20 calls paid ~2.5 s)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path_factory.mktemp("hf"))}
+    with served(env) as command:
+        yield command
+
+
+def _run(textebm: str, work: Path, *stages: str, **extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **TINY, **extra, "TEXTEBM": textebm, "PYTHON": sys.executable,
            "OMP_NUM_THREADS": "1", "HF_HOME": str(work.parent / "hf")}
     return subprocess.run(["bash", str(PIPELINE), str(work), *stages], env=env, capture_output=True, text=True, timeout=900)
 
 
-def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
+def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path, textebm):
     toy_corpus(tmp_path, walking_doc)
     work = tmp_path / "work"
     (work / "data").mkdir(parents=True)
     shutil.move(tmp_path / "data", work / "data" / "toy")
     shutil.move(tmp_path / "vocab", work / "vocab")
-    first = _run(work)
+    first = _run(textebm, work)
     assert first.returncode == 0, first.stderr[-4000:]
     ppl = json.loads((work / "ppl" / "toy-table1-w0" / "metrics.json").read_text())
     assert ppl["precision"] == "fp32" and ppl["windows"] == 3
@@ -59,15 +69,15 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
         assert gen["prefixes"] == 3 and (work / "gen" / name / "density.png").is_file()
     assert (work / "probe" / "toy-fastdetectgpt" / "detector.json").is_file()
     stamp = {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()}
-    second = _run(work)
+    second = _run(textebm, work)
     assert second.returncode == 0, second.stderr[-4000:]
     assert {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()} == stamp
     # the same output name for another set of models: refused, not silently kept
-    third = _run(work, "ppl", ENERGIES="bit-cont")
+    third = _run(textebm, work, "ppl", ENERGIES="bit-cont")
     assert third.returncode == 2 and "scored toy-balm, toy-bit-cont-w0, toy-lmstats-held-w0, toy-ralm" in third.stderr
     assert {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()} == stamp
     # a finished training run with other settings than the pipeline's: refused, naming them, not kept as if asked for
-    fourth = _run(work, "mlm", MLM=TINY["MLM"].replace("--lr 3e-3", "--lr 1e-3"))
+    fourth = _run(textebm, work, "mlm", MLM=TINY["MLM"].replace("--lr 3e-3", "--lr 1e-3"))
     assert fourth.returncode == 2 and "mlm/toy: --resume with different settings: lr=0.003->0.001" in fourth.stderr
     assert {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()} == stamp
 
@@ -76,6 +86,6 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path):
                                            ({"BASELINES": "ralm ralmx"}, "unknown baseline 'ralmx'"),
                                            ({"MINILM_STEPS": "0"}, "MINILM_STEPS must be a positive number")])
 def test_an_unknown_energy_or_baseline_stops_the_pipeline_before_it_writes(tmp_path, over, message):
-    run = _run(tmp_path / "work", "energies", "baselines", **over)
+    run = _run(f"{sys.executable} -m textebm", tmp_path / "work", "energies", "baselines", **over)
     assert run.returncode == 2 and message in run.stderr
     assert not (tmp_path / "work").exists()  # not even the work folder: the names are checked first
