@@ -19,12 +19,13 @@ and answers with its exit status.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import json
-import logging
 import multiprocessing
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -79,36 +80,43 @@ def _exit_status(e: SystemExit) -> int:
 
 
 def _serve(path: str) -> None:
-    """Answer `--client` requests on the Unix socket PATH, one at a time, each in a forked child."""
+    """Answer `--client` requests on the Unix socket PATH, one at a time, each in a forked child. A
+    request that fails (a client killed mid-way) is dropped; the server goes on."""
     for name in ("torch", "textebm.cli"):
         importlib.import_module(name)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    server.bind(path + ".new")
     server.listen()
+    os.rename(path + ".new", path)  # the path appears only once it listens
     while True:
         conn, _ = server.accept()
         with conn:
-            _, fds, _, _ = socket.recv_fds(conn, 1, 2)  # the client's stdout and stderr
-            request = json.loads(b"".join(iter(lambda: conn.recv(1 << 16), b"")))
+            try:
+                _, fds, _, _ = socket.recv_fds(conn, 1, 2)  # the client's stdout and stderr
+                request = json.loads(b"".join(iter(lambda: conn.recv(1 << 16), b"")))
+            except (OSError, ValueError):
+                continue
             pid = os.fork()
             if pid == 0:
                 server.close()
                 conn.close()
-                _become(request["env"], request["cwd"], *fds)
                 try:
+                    _become(request["env"], request["cwd"], *fds)
                     status = getattr(importlib.import_module("textebm.cli"), "main")(request["argv"]) or 0
                 except SystemExit as e:
                     status = _exit_status(e)
                 except BaseException:
                     traceback.print_exc()
                     status = 1
-                logging.shutdown()
+                atexit._run_exitfuncs()  # what a fresh interpreter runs at its end (logging's flush among them)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(status)
             for f in fds:
                 os.close(f)
-            conn.sendall(str(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])).encode())
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            with contextlib.suppress(OSError):
+                conn.sendall(str(128 - code if code < 0 else code).encode())  # killed by signal N: 128 + N, as a shell says
 
 
 def _client(path: str, argv: list[str]) -> int:
@@ -118,16 +126,21 @@ def _client(path: str, argv: list[str]) -> int:
         socket.send_fds(conn, [b"."], [1, 2])
         conn.sendall(json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode())
         conn.shutdown(socket.SHUT_WR)
-        return int(b"".join(iter(lambda: conn.recv(64), b"")))
+        reply = b"".join(iter(lambda: conn.recv(64), b""))
+    if not reply:
+        sys.exit(f"forked.py: the textebm server at {path} gave no exit status for {argv}")
+    return int(reply)
 
 
 @contextlib.contextmanager
 def served(env: dict[str, str]):
-    """A server for `--client` started with ENV (torch reads OMP_NUM_THREADS, HF_HOME, ... at import):
-    yields the command line that runs `textebm` through it."""
+    """A server for `--client` started with ENV (torch reads OMP_NUM_THREADS at import; the child
+    takes the caller's environment, folder, stdout and stderr, but stdin, umask and sys.path are
+    the server's): yields the command line that runs `textebm` through it. Its end kills the server
+    and any child still running (one process group)."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "textebm.sock")
-        server = subprocess.Popen([sys.executable, __file__, "--serve", path], env=env)
+        server = subprocess.Popen([sys.executable, __file__, "--serve", path], env=env, start_new_session=True)
         try:
             start = time.monotonic()
             while not os.path.exists(path):
@@ -136,7 +149,8 @@ def served(env: dict[str, str]):
                 time.sleep(0.05)
             yield f"{sys.executable} {__file__} --client {path}"
         finally:
-            server.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
             server.wait()
 
 
