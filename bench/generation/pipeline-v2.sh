@@ -11,8 +11,8 @@
 #   - the sceptic's control (--energy lmstats: linear in the base LM's statistics), trained alike on
 #     windows of text the base LM did not train on (the dev split's, split by document: lmstats-held);
 #   - residual ppl in fp32 with paired bootstrap intervals (--bootstrap).
-# Every step is cached (a finished output is skipped, an interrupted one resumes), so the script
-# can be stopped and started again, and a later session continues it. Every training run is called
+# Every step is cached (an interrupted one resumes; a finished file output is skipped), so the script
+# can be stopped and started again, and a later session continues it. A training run is called
 # again with --resume, finished or not: its own check compares the options with its config.json, so a
 # finished run trained with other settings stops the pipeline (exit 2, naming them) rather than
 # being kept as if it were the one asked for.
