@@ -1,7 +1,8 @@
 """bench/generation/pipeline-v2.sh (paper d, issue 35) end to end on a toy corpus with tiny sizes:
 every stage runs (base LM, negatives, the zero-shot probe, the MLM behind BiT, the energies with
 the control energy, RALM and BALM, `residual ppl` with its bootstrap, table 3, Algorithm 1's generations), and a second run
-finds everything cached and changes nothing (and refuses a finished run trained with other settings)."""
+finds everything cached and changes nothing (and refuses a finished run trained with other settings);
+a table takes the rows of an energy scored on its own (PPL_REUSE) with the same numbers."""
 
 from __future__ import annotations
 
@@ -80,6 +81,15 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path, texteb
     fourth = _run(textebm, work, "mlm", MLM=TINY["MLM"].replace("--lr 3e-3", "--lr 1e-3"))
     assert fourth.returncode == 2 and "mlm/toy: --resume with different settings: lr=0.003->0.001" in fourth.stderr
     assert {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.is_file()} == stamp
+    # one energy scored on its own (no baselines), then the table taking its rows (PPL_REUSE): the same numbers
+    fifth = _run(textebm, work, "ppl", ENERGIES="bit-cont", BASELINES="", PPL_NAME="one")
+    assert fifth.returncode == 0, fifth.stderr[-4000:]
+    assert json.loads((work / "ppl" / "toy-one-w0" / "metrics.json").read_text())["compare"] == []
+    sixth = _run(textebm, work, "ppl", PPL_NAME="reused", PPL_REUSE="ppl/toy-one-w0")
+    assert sixth.returncode == 0, sixth.stderr[-4000:]
+    reused = json.loads((work / "ppl" / "toy-reused-w0" / "metrics.json").read_text())
+    assert reused["models"] == ppl["models"] and reused["differences"] == ppl["differences"]
+    assert [r["energy"].split("/")[-2] for r in reused["reused"]] == ["toy-bit-cont-w0"]
 
 
 @pytest.mark.parametrize("over, message", [({"ENERGIES": "lmstats unit-sum"}, "unknown energy 'unit-sum'"),

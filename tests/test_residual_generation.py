@@ -90,6 +90,53 @@ def test_ppl_resumes_from_its_partial_rows_with_the_same_numbers(world, tmp_path
     assert a["joint_ppl_upper"] == pytest.approx(b["joint_ppl_upper"], rel=same(1e-9))
 
 
+@pytest.fixture(scope="module")
+def second(world):
+    """A second UniT energy: the same recipe, another seed (other weights)."""
+    out = world["root"] / "unit-s1"
+    assert main(["detect", "train", "--train", str(world["root"] / "train.jsonl"), "--val",
+                 str(world["root"] / "dev.jsonl"), "--vocab", str(world["vocab"]), "--energy", "unitransf", "--init",
+                 str(world["base"]), "--loss", "bce", "--negatives", "random", "--max-steps", "6", "--batch-size", "8",
+                 "--seed", "1", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_ppl_reuse_takes_the_rows_already_scored_and_changes_no_number(world, second, tmp_path, monkeypatch, capsys):
+    """--reuse: an energy that a finished run scored (same base LM, windows, samples, seed, precision)
+    is taken from it; the table equals the one that scores every energy, to the last digit."""
+    from textebm.residual import bounds
+
+    both = [str(world["energy"]), str(second)]
+    pos = ["--positions", "1", "--position-samples", "4"]
+    assert _ppl(world, tmp_path / "all", "--energy", *both, *pos) == 0
+    assert _ppl(world, tmp_path / "one", "--energy", str(second), *pos) == 0
+    scored, real = [], bounds.window_bounds_many
+    monkeypatch.setattr(bounds, "window_bounds_many", lambda b, es, *a, **k: scored.append(len(es)) or real(b, es, *a, **k))
+    out = tmp_path / "reused"
+    assert _ppl(world, out, "--energy", *both, *pos, "--reuse", str(tmp_path / "one")) == 0
+    assert scored == [1, 1, 1]  # three windows, one energy scored in each: the other was taken
+    assert (out / "windows.jsonl").read_text() == (tmp_path / "all" / "windows.jsonl").read_text()
+    m, ref = (json.loads((d / "metrics.json").read_text()) for d in (out, tmp_path / "all"))
+    for k in ("models", "differences", "positions", "base_ppl", "identity"):
+        assert m[k] == ref[k], k
+    assert m["reused"] == [{"energy": ref["models"][1]["energy"], "from": str(tmp_path / "one")}] and ref["reused"] == []
+    assert "(`--reuse`): unit-s1 from" in (out / "report.md").read_text()
+    # every energy reused: nothing is sampled at all
+    scored.clear()
+    assert _ppl(world, tmp_path / "none", "--energy", str(second), *pos, "--reuse", str(tmp_path / "all")) == 0
+    assert scored == []
+    assert json.loads((tmp_path / "none" / "metrics.json").read_text())["models"] == ref["models"][1:]
+    # other inputs, or a folder that is not a ppl output: exit 2, nothing written
+    capsys.readouterr()
+    bad = tmp_path / "bad"
+    assert _ppl(world, bad, "--energy", *both, "--samples", "4", "--reuse", str(tmp_path / "one")) == 2
+    err = capsys.readouterr().err
+    assert "--reuse" in err and "samples: 6 -> 4" in err and "positions: 1 -> 0" in err
+    assert _ppl(world, bad, "--energy", *both, "--reuse", str(world["energy"])) == 2
+    assert "not a finished `residual ppl` output" in capsys.readouterr().err
+    assert not bad.exists() and not (tmp_path / "bad.partial").exists()
+
+
 def test_generate_resamples_by_energy_and_reports(world, tmp_path):
     out = tmp_path / "gen"
     args = ["residual", "generate", "--base", str(world["base"]), "--energy", str(world["energy"]), "--data",

@@ -29,6 +29,10 @@
 # MINILM_STEPS x 16 training windows; about 40 min of training and 2 h of scoring on one CPU thread):
 #   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont bit-cont bit-minilm" PPL_NAME=table1-bitstar \
 #     bash bench/generation/pipeline-v2.sh WORK energies ppl
+# or BiT*'s scoring first, on its own (beside other training), and the table taking its rows:
+#   CORPORA=news CURVE=0 ENERGIES=bit-minilm BASELINES= PPL_NAME=bitstar bash ... WORK ppl
+#   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont bit-cont bit-minilm" PPL_NAME=table1-bitstar \
+#     PPL_REUSE=ppl/news-bitstar-w0 bash ... WORK ppl
 # and energies on text the base LM did not train on (the dev split's windows, split by document):
 #   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont-held unit-cont" PPL_NAME=held \
 #     bash bench/generation/pipeline-v2.sh WORK held energies ppl
@@ -41,8 +45,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 CORPORA=${CORPORA:-news brown}
 CURVE=${CURVE:-6000 25000 0}       # training windows of the learning curve (0: all)
 ENERGIES=${ENERGIES:-lmstats-held unit-cont unit-mean bit-cont}  # NAME-held: on held-out windows
-BASELINES=${BASELINES:-ralm balm}  # the baselines stage's LMs (and ppl's --compare)
+BASELINES=${BASELINES-ralm balm}  # the baselines stage's LMs (and ppl's --compare; BASELINES= for none)
 PPL_NAME=${PPL_NAME:-}             # ppl's output: ppl/CORPUS-[PPL_NAME-]wN (table 1: PPL_NAME=table1)
+PPL_REUSE=${PPL_REUSE:-}           # finished ppl outputs whose energies' rows are taken, not scored again (--reuse)
 WINDOWS=${WINDOWS:-300}            # test prefixes of residual ppl
 SAMPLES=${SAMPLES:-1000}           # base-LM samples per prefix behind log Z
 K=${K:-8}                          # negatives per training prefix (a pool; the loss draws one per epoch)
@@ -78,7 +83,8 @@ Q="--no-progress"
 LM=${LM:---arch transformer --layers 2 --width 128 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002}
 STOP=${STOP:---epochs 30 --keep-best --patience 1}   # to the dev optimum
 WIN=${WIN:---length 64 --contexts 48 --stride 16}
-MLM=${MLM:---layers 2 --width 128 --heads 4 --max-len 80 --batch-size 32 --lr 0.0005 --epochs 30 --keep-best --patience 2}
+# the MLM: 30 epochs ended at the cap still improving on both corpora; 100 leave the stop to the dev loss
+MLM=${MLM:---layers 2 --width 128 --heads 4 --max-len 80 --batch-size 32 --lr 0.0005 --epochs 100 --keep-best --patience 2}
 RALM=${RALM:---layers 2 --width 128 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002}   # phi: UniT's size
 BALM=${BALM:---arch transformer --layers 3 --width 192 --heads 4 --context 80 --chunk 64 --batch-size 32 --lr 0.002}
 TABLE3=${TABLE3:---examples 30 --candidates 10 --completions 100}
@@ -188,7 +194,7 @@ if has ppl; then  # fp32: the effects are small; paired bootstrap intervals over
         continue
       fi
       $T residual ppl --base base/$c --energy $es ${cmp:+--compare $cmp} --data data/$c --split test \
-        --windows $WINDOWS --samples $SAMPLES --precision fp32 --bootstrap $BOOT --out $out
+        --windows $WINDOWS --samples $SAMPLES --precision fp32 --bootstrap $BOOT ${PPL_REUSE:+--reuse $PPL_REUSE} --out $out
     done
   done
 fi

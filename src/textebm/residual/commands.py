@@ -28,17 +28,17 @@ from textebm.detection.negative_sampling import corpus_name, windows_of
 from textebm.errors import InputError, TextebmError
 from textebm.fingerprint import folder_sha256, json_sha256
 from textebm.inference import inference_setup, set_threads
-from textebm.io import atomic_write, write_json
+from textebm.io import atomic_write, iter_jsonl, read_json_object, write_json
 from textebm.models.load import CAUSAL_LM, ENERGY, find_model, load_lm
 from textebm.options import check_config, refuse_unused, threads_field
-from textebm.outputs import check_output_dir, output_dir
+from textebm.outputs import check_output_dir, output_dir, read_marker
 from textebm.precision import resolve_precision
 from textebm.progress import progress_bar
 from textebm.residual import bounds, report
 from textebm.residual.diversity import ngram_ratios
 from textebm.residual.generate import joint_sample
 from textebm.residual.joint import BaseLM, JointEnergy, load_joint
-from textebm.resumable import PartialFile
+from textebm.resumable import PartialFile, differences
 from textebm.seeds import derive_seed
 from textebm.tokenizer import same_vocab
 
@@ -120,6 +120,9 @@ class ResidualPPLConfig(_JointOptions):
     bootstrap: int = field(default=1000, metadata={
         "help": "paired bootstrap resamples of the test windows for the 95% interval of every perplexity "
                 "difference (seeded by --seed; 0: none)", "min": 0})
+    reuse: list[str] = field(default_factory=list, metadata={
+        "help": "finished `residual ppl` outputs whose rows of the same energies (by content) are taken rather "
+                "than scored again: they must have the same base LM, test windows, samples, seed and precision"})
 
     def check(self) -> None:
         if not self.data:
@@ -242,23 +245,30 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     compare, compare_nll = _compare(cfg, compare_paths, st, wins)  # a bad --compare: stopped before any row
     n_pos = min(cfg.positions, len(wins))
     pos_n = cfg.position_samples or cfg.samples
-    identity = {"command": PPL_KIND, "base_sha256": folder_sha256(st.base_path),
-                "energy_sha256": [folder_sha256(p) for p in st.energy_paths],
+    energy_sha = [folder_sha256(p) for p in st.energy_paths]
+    identity = {"command": PPL_KIND, "base_sha256": folder_sha256(st.base_path), "energy_sha256": energy_sha,
                 "windows_sha256": json_sha256([[w.key, w.ids] for w in wins]), "prefix_len": st.prefix_len,
                 "length": st.length, "samples": cfg.samples, "positions": n_pos, "position_samples": pos_n,
                 "exact_last": cfg.exact_last, "seed": cfg.seed, "precision": st.precision}
-    done = {(r["part"], r["key"]) for r in partial.start(identity)}
-    todo = [w for w in wins if ("window", w.key) not in done]
-    todo_pos = [w for w in wins[:n_pos] if ("position", w.key) not in done]
+    needed = [("window", w.key) for w in wins] + [("position", w.key) for w in wins[:n_pos]]
+    reused = _reused_rows(cfg.reuse, identity, needed)  # {energy sha256: (run, {(part, key): its terms})}
+    scored = [k for k, h in enumerate(energy_sha) if h not in reused]  # the energies this run scores
+    # OUT.partial holds the scored energies' terms only; a resume with another --reuse is refused by it
+    done = {(r["part"], r["key"]) for r in partial.start({**identity, "energy_sha256": [energy_sha[k] for k in scored]})}
+    todo = [w for w in wins if ("window", w.key) not in done] if scored else []
+    todo_pos = [w for w in wins[:n_pos] if ("position", w.key) not in done] if scored else []
     if done:
         log.info("resuming %s: %d rows already written", partial.path, len(done))
+    for h, (run, _) in reused.items():
+        log.info("--reuse %s: the rows of %s", run, st.energy_paths[energy_sha.index(h)])
     total = len(todo) * cfg.samples + len(todo_pos) * st.length * pos_n
+    to_score = [st.energies[k] for k in scored]
     t0 = time.perf_counter()
     with partial, _progress(total, cfg.progress, "sample") as bar:
         for i, w in enumerate(todo):
             _log_progress(i, len(todo), t0, "windows")
             try:
-                per = bounds.window_bounds_many(st.base, st.energies, w.key, w.ids, st.prefix_len, cfg.samples,
+                per = bounds.window_bounds_many(st.base, to_score, w.key, w.ids, st.prefix_len, cfg.samples,
                                                 cfg.seed, cfg.chunk, cfg.batch_size, bar.update)
             except FloatingPointError as e:
                 raise TextebmError(f"--energy: {e} (window {w.key}); nothing was written for it") from None
@@ -267,21 +277,27 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
         for i, w in enumerate(todo_pos):
             _log_progress(i, len(todo_pos), t_pos, "per-position windows")
             try:
-                per = bounds.position_bounds_many(st.base, st.energies, w.key, w.ids, st.prefix_len, pos_n, cfg.seed,
+                per = bounds.position_bounds_many(st.base, to_score, w.key, w.ids, st.prefix_len, pos_n, cfg.seed,
                                                   cfg.chunk, cfg.batch_size, cfg.exact_last, bar.update)
             except FloatingPointError as e:
                 raise TextebmError(f"--energy: {e} (window {w.key}); nothing was written for it") from None
             partial.append([{"part": "position", "key": w.key, "per_energy": per}])
     elapsed = time.perf_counter() - t0
-    rows = partial.rows()
-    order = {w.key: i for i, w in enumerate(wins)}
-    win_rows = sorted((r for r in rows if r["part"] == "window"), key=lambda r: order[r["key"]])
-    pos_rows = sorted((r for r in rows if r["part"] == "position"), key=lambda r: order[r["key"]])
+    mine = {(r["part"], r["key"]): r["terms" if r["part"] == "window" else "per_energy"] for r in partial.rows()}
+
+    def terms(part: str, key: str) -> list:  # every energy's, in --energy's order
+        return [mine[part, key][scored.index(k)] if k in scored else reused[h][1][part, key]
+                for k, h in enumerate(energy_sha)]
+
+    win_rows = [{"part": "window", "key": w.key, "terms": terms("window", w.key)} for w in wins]
+    pos_rows = [{"part": "position", "key": w.key, "per_energy": terms("position", w.key)} for w in wins[:n_pos]]
     metrics = {"corpus": corpus_name(cfg.data), "split": cfg.split, "prefix_len": st.prefix_len,
                "length": st.length, "precision": st.precision, "precision_tolerance": st.tolerance,
                "seconds": round(elapsed, 1),
                "samples_per_second": round(total / elapsed, 1) if elapsed > 0 and total else None,
-               "base": str(st.base_path), "models": []}
+               "base": str(st.base_path), "models": [], "identity": identity,
+               "reused": [{"energy": str(st.energy_paths[k]), "from": str(reused[h][0])}
+                          for k, h in enumerate(energy_sha) if h in reused]}
     joint_nll = []
     for k, path in enumerate(st.energy_paths):
         wb = [bounds.WindowBounds.from_row(r["terms"][k]) for r in win_rows]
@@ -312,6 +328,44 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
 
     _finish(out, PPL_KIND, cfg.overwrite, partial, write)
     return metrics
+
+
+def _reused_rows(runs: list[str], identity: dict, needed: list[tuple[str, str]]) -> dict[str, tuple[Path, dict]]:
+    """{energy sha256: (run, {(part, key): terms})} of the energies of `identity` that finished
+    `residual ppl` outputs scored with the same base LM, windows, samples, seed and precision (their
+    samples are then the same: each is seeded by (seed, window, i), whatever else is scored);
+    `needed`: the (part, key) rows this run takes from them."""
+    found: dict[str, tuple[Path, dict]] = {}
+    for run in map(Path, runs):
+        if not (run / "metrics.json").is_file() or (read_marker(run) or {}).get("kind") != PPL_KIND:
+            raise TextebmError(f"--reuse {run}: not a finished `{PPL_KIND}` output (no metrics.json of one)")
+        was = read_json_object(run / "metrics.json", f"`{PPL_KIND}` metrics file").get("identity")
+        if not isinstance(was, dict):
+            raise TextebmError(f"--reuse {run}: its metrics.json does not record the hashes of its inputs (written "
+                               "by an earlier textebm); score those energies again")
+        diff = differences({k: v for k, v in was.items() if k != "energy_sha256"},
+                           {k: v for k, v in identity.items() if k != "energy_sha256"})
+        if diff:
+            raise TextebmError(f"--reuse {run}: scored with other inputs than this run's: {'; '.join(diff)}")
+        want = [(j, h) for j, h in enumerate(was.get("energy_sha256", [])) if h in identity["energy_sha256"]
+                and h not in found]
+        if not want:
+            continue
+        for j, h in want:
+            found[h] = (run, {})
+        for lineno, r in iter_jsonl(run / "windows.jsonl"):
+            part = r.get("part")
+            terms = r.get("terms" if part == "window" else "per_energy")
+            if part not in ("window", "position") or not isinstance(terms, list) or len(terms) != len(was["energy_sha256"]):
+                raise InputError(run / "windows.jsonl", f"not a row of `{PPL_KIND}` with {len(was['energy_sha256'])} "
+                                 "energies", line=lineno)
+            for j, h in want:
+                found[h][1][part, r["key"]] = terms[j]
+        missing = [k for k in needed if k not in found[want[0][1]][1]]
+        if missing:
+            raise InputError(run / "windows.jsonl", f"has no row for {missing[0][0]} {missing[0][1]} "
+                             f"({len(missing)} of its {len(needed)} rows are missing)")
+    return found
 
 
 def _compare(cfg, paths: list[Path], st: _Setup, wins) -> tuple[list[dict], list[np.ndarray]]:

@@ -95,6 +95,9 @@ def write_ppl_report(folder: Path, metrics: dict) -> None:
              f"{metrics['precision']}. The joint model's perplexity is a range: lower from T_n, upper from U_n "
              "(Theorem 2; both only asymptotically bounds)."), "",
              table(["model", "perplexity", "samples per prefix"], rows, ["left", "right", "right"]), ""]
+    if metrics.get("reused"):
+        lines += ["Rows taken from earlier runs of the same base LM, windows, samples and seed (`--reuse`): "
+                  + "; ".join(f"{run_name(r['energy'])} from {r['from']}" for r in metrics["reused"]) + ".", ""]
     lines += differences_section(metrics)
     fig = new_figure(figsize=(5.5, 3.6))
     ax = fig.add_subplot()
