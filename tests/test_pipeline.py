@@ -85,7 +85,7 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path, texteb
     fifth = _run(textebm, work, "ppl", ENERGIES="bit-cont", BASELINES="", PPL_NAME="one")
     assert fifth.returncode == 0, fifth.stderr[-4000:]
     assert json.loads((work / "ppl" / "toy-one-w0" / "metrics.json").read_text())["compare"] == []
-    sixth = _run(textebm, work, "ppl", PPL_NAME="reused", PPL_REUSE="ppl/toy-one-w0")
+    sixth = _run(textebm, work, "ppl", PPL_NAME="reused", PPL_REUSE="one")
     assert sixth.returncode == 0, sixth.stderr[-4000:]
     reused = json.loads((work / "ppl" / "toy-reused-w0" / "metrics.json").read_text())
     assert reused["models"] == ppl["models"] and reused["differences"] == ppl["differences"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -134,6 +135,12 @@ def test_ppl_reuse_takes_the_rows_already_scored_and_changes_no_number(world, se
     assert "--reuse" in err and "samples: 6 -> 4" in err and "positions: 1 -> 0" in err
     assert _ppl(world, bad, "--energy", *both, "--reuse", str(world["energy"])) == 2
     assert "not a finished `residual ppl` output" in capsys.readouterr().err
+    edited = tmp_path / "edited"
+    shutil.copytree(tmp_path / "one", edited)
+    lines = (edited / "windows.jsonl").read_text().splitlines()
+    (edited / "windows.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # a row cut away by hand
+    assert _ppl(world, bad, "--energy", *both, *pos, "--reuse", str(edited)) == 2
+    assert "windows.jsonl changed since `residual ppl` wrote it" in capsys.readouterr().err
     assert not bad.exists() and not (tmp_path / "bad.partial").exists()
 
 

@@ -32,7 +32,7 @@
 # or BiT*'s scoring first, on its own (beside other training), and the table taking its rows:
 #   CORPORA=news CURVE=0 ENERGIES=bit-minilm BASELINES= PPL_NAME=bitstar bash ... WORK ppl
 #   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont bit-cont bit-minilm" PPL_NAME=table1-bitstar \
-#     PPL_REUSE=ppl/news-bitstar-w0 bash ... WORK ppl
+#     PPL_REUSE=bitstar bash ... WORK ppl                      (--reuse WORK/ppl/news-bitstar-w0)
 # and energies on text the base LM did not train on (the dev split's windows, split by document):
 #   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont-held unit-cont" PPL_NAME=held \
 #     bash bench/generation/pipeline-v2.sh WORK held energies ppl
@@ -47,7 +47,7 @@ CURVE=${CURVE:-6000 25000 0}       # training windows of the learning curve (0: 
 ENERGIES=${ENERGIES:-lmstats-held unit-cont unit-mean bit-cont}  # NAME-held: on held-out windows
 BASELINES=${BASELINES-ralm balm}  # the baselines stage's LMs (and ppl's --compare; BASELINES= for none)
 PPL_NAME=${PPL_NAME:-}             # ppl's output: ppl/CORPUS-[PPL_NAME-]wN (table 1: PPL_NAME=table1)
-PPL_REUSE=${PPL_REUSE:-}           # finished ppl outputs whose energies' rows are taken, not scored again (--reuse)
+PPL_REUSE=${PPL_REUSE:-}           # PPL_NAMEs of finished ppl outputs (of each corpus and size) whose energies' rows are taken (--reuse)
 WINDOWS=${WINDOWS:-300}            # test prefixes of residual ppl
 SAMPLES=${SAMPLES:-1000}           # base-LM samples per prefix behind log Z
 K=${K:-8}                          # negatives per training prefix (a pool; the loss draws one per epoch)
@@ -193,8 +193,9 @@ if has ppl; then  # fp32: the effects are small; paired bootstrap intervals over
         same_models $out $es $cmp || exit 2
         continue
       fi
+      reuse=""; for r in $PPL_REUSE; do reuse="$reuse ppl/$c-$r-w$n"; done
       $T residual ppl --base base/$c --energy $es ${cmp:+--compare $cmp} --data data/$c --split test \
-        --windows $WINDOWS --samples $SAMPLES --precision fp32 --bootstrap $BOOT ${PPL_REUSE:+--reuse $PPL_REUSE} --out $out
+        --windows $WINDOWS --samples $SAMPLES --precision fp32 --bootstrap $BOOT ${reuse:+--reuse $reuse} --out $out
     done
   done
 fi

@@ -12,6 +12,7 @@ same, and stops with exit status 2 otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -31,7 +32,7 @@ from textebm.inference import inference_setup, set_threads
 from textebm.io import atomic_write, iter_jsonl, read_json_object, write_json
 from textebm.models.load import CAUSAL_LM, ENERGY, find_model, load_lm
 from textebm.options import check_config, refuse_unused, threads_field
-from textebm.outputs import check_output_dir, output_dir, read_marker
+from textebm.outputs import changed_entries, check_output_dir, output_dir, read_marker
 from textebm.precision import resolve_precision
 from textebm.progress import progress_bar
 from textebm.residual import bounds, report
@@ -239,6 +240,7 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     partial = PartialFile(out, PPL_KIND)
     partial.check()
     compare_paths = [find_model(c, CAUSAL_LM, "--compare").path.resolve() for c in cfg.compare]
+    reuse = _reuse_identities(cfg.reuse)  # a bad --reuse: stopped before any model is loaded
     st = _setup(cfg, cfg.energy)
     wins = _test_windows(cfg, st.energies[0].vocab, st.length, st.prefix_len)
     _check_continuations(cfg, st, wins)
@@ -249,12 +251,14 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     identity = {"command": PPL_KIND, "base_sha256": folder_sha256(st.base_path), "energy_sha256": energy_sha,
                 "windows_sha256": json_sha256([[w.key, w.ids] for w in wins]), "prefix_len": st.prefix_len,
                 "length": st.length, "samples": cfg.samples, "positions": n_pos, "position_samples": pos_n,
-                "exact_last": cfg.exact_last, "seed": cfg.seed, "precision": st.precision}
+                "exact_last": cfg.exact_last, "seed": cfg.seed, "precision": st.precision,
+                "device": st.base.device.type}
     needed = [("window", w.key) for w in wins] + [("position", w.key) for w in wins[:n_pos]]
-    reused = _reused_rows(cfg.reuse, identity, needed)  # {energy sha256: (run, {(part, key): its terms})}
+    reused = _reused_rows(reuse, identity, needed)  # {energy sha256: (run, {(part, key): its terms})}
     scored = [k for k, h in enumerate(energy_sha) if h not in reused]  # the energies this run scores
-    # OUT.partial holds the scored energies' terms only; a resume with another --reuse is refused by it
-    done = {(r["part"], r["key"]) for r in partial.start({**identity, "energy_sha256": [energy_sha[k] for k in scored]})}
+    # OUT.partial holds the scored energies' terms only (none: no partial); another --reuse is refused by it
+    done = ({(r["part"], r["key"]) for r in partial.start({**identity, "energy_sha256": [energy_sha[k] for k in scored]})}
+            if scored else set())
     todo = [w for w in wins if ("window", w.key) not in done] if scored else []
     todo_pos = [w for w in wins[:n_pos] if ("position", w.key) not in done] if scored else []
     if done:
@@ -264,7 +268,7 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     total = len(todo) * cfg.samples + len(todo_pos) * st.length * pos_n
     to_score = [st.energies[k] for k in scored]
     t0 = time.perf_counter()
-    with partial, _progress(total, cfg.progress, "sample") as bar:
+    with partial if scored else contextlib.nullcontext(), _progress(total, cfg.progress, "sample") as bar:
         for i, w in enumerate(todo):
             _log_progress(i, len(todo), t0, "windows")
             try:
@@ -283,7 +287,8 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
                 raise TextebmError(f"--energy: {e} (window {w.key}); nothing was written for it") from None
             partial.append([{"part": "position", "key": w.key, "per_energy": per}])
     elapsed = time.perf_counter() - t0
-    mine = {(r["part"], r["key"]): r["terms" if r["part"] == "window" else "per_energy"] for r in partial.rows()}
+    mine = {(r["part"], r["key"]): r["terms" if r["part"] == "window" else "per_energy"]
+            for r in (partial.rows() if scored else [])}
 
     def terms(part: str, key: str) -> list:  # every energy's, in --energy's order
         return [mine[part, key][scored.index(k)] if k in scored else reused[h][1][part, key]
@@ -330,41 +335,66 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     return metrics
 
 
-def _reused_rows(runs: list[str], identity: dict, needed: list[tuple[str, str]]) -> dict[str, tuple[Path, dict]]:
-    """{energy sha256: (run, {(part, key): terms})} of the energies of `identity` that finished
-    `residual ppl` outputs scored with the same base LM, windows, samples, seed and precision (their
-    samples are then the same: each is seeded by (seed, window, i), whatever else is scored);
-    `needed`: the (part, key) rows this run takes from them."""
-    found: dict[str, tuple[Path, dict]] = {}
+def _reuse_identities(runs: list[str]) -> list[tuple[Path, dict]]:
+    """(run, identity) of each --reuse folder, checked before any model is loaded: a finished
+    `residual ppl` output, unedited since (its sealed marker), whose metrics.json records the
+    hashes of its inputs."""
+    out = []
     for run in map(Path, runs):
-        if not (run / "metrics.json").is_file() or (read_marker(run) or {}).get("kind") != PPL_KIND:
+        marker = read_marker(run)
+        if not (run / "metrics.json").is_file() or (marker or {}).get("kind") != PPL_KIND:
             raise TextebmError(f"--reuse {run}: not a finished `{PPL_KIND}` output (no metrics.json of one)")
+        changed = changed_entries(run, marker)
+        if changed:
+            raise TextebmError(f"--reuse {run}: {', '.join(changed)} changed since `{PPL_KIND}` wrote it")
         was = read_json_object(run / "metrics.json", f"`{PPL_KIND}` metrics file").get("identity")
         if not isinstance(was, dict):
             raise TextebmError(f"--reuse {run}: its metrics.json does not record the hashes of its inputs (written "
                                "by an earlier textebm); score those energies again")
+        hashes = was.get("energy_sha256")
+        if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
+            raise InputError(run / "metrics.json", "identity.energy_sha256 is not a list of hashes")
+        out.append((run, was))
+    return out
+
+
+_TERM_KEYS = {"window": ("key", "lp_lm", "energy", "estimates"), "position": ("key", "positions")}
+
+
+def _reused_rows(runs: list[tuple[Path, dict]], identity: dict,
+                 needed: list[tuple[str, str]]) -> dict[str, tuple[Path, dict]]:
+    """{energy sha256: (run, {(part, key): terms})} of the energies of `identity` that finished
+    `residual ppl` outputs (`_reuse_identities`) scored with the same base LM, windows, samples, seed,
+    precision and device (their samples are then the same: each is seeded by (seed, window, i),
+    whatever else is scored); `needed`: the (part, key) rows this run takes from them."""
+    found: dict[str, tuple[Path, dict]] = {}
+    for run, was in runs:
         diff = differences({k: v for k, v in was.items() if k != "energy_sha256"},
                            {k: v for k, v in identity.items() if k != "energy_sha256"})
         if diff:
             raise TextebmError(f"--reuse {run}: scored with other inputs than this run's: {'; '.join(diff)}")
-        want = [(j, h) for j, h in enumerate(was.get("energy_sha256", [])) if h in identity["energy_sha256"]
-                and h not in found]
+        hashes = was["energy_sha256"]
+        want = [(j, h) for j, h in enumerate(hashes) if h in identity["energy_sha256"] and h not in found]
         if not want:
             continue
-        for j, h in want:
-            found[h] = (run, {})
-        for lineno, r in iter_jsonl(run / "windows.jsonl"):
+        rows: dict[tuple[str, str], list] = {}
+        f = run / "windows.jsonl"
+        for lineno, r in iter_jsonl(f):
             part = r.get("part")
             terms = r.get("terms" if part == "window" else "per_energy")
-            if part not in ("window", "position") or not isinstance(terms, list) or len(terms) != len(was["energy_sha256"]):
-                raise InputError(run / "windows.jsonl", f"not a row of `{PPL_KIND}` with {len(was['energy_sha256'])} "
-                                 "energies", line=lineno)
-            for j, h in want:
-                found[h][1][part, r["key"]] = terms[j]
-        missing = [k for k in needed if k not in found[want[0][1]][1]]
+            if (part not in _TERM_KEYS or not isinstance(r.get("key"), str) or not isinstance(terms, list)
+                    or len(terms) != len(hashes)
+                    or not all(isinstance(t, dict) and all(k in t for k in _TERM_KEYS[part]) and t["key"] == r["key"]
+                               for t in terms)):
+                raise InputError(f, f"not a row of `{PPL_KIND}` with the terms of {len(hashes)} energies",
+                                 line=lineno)
+            rows[part, r["key"]] = terms
+        missing = [k for k in needed if k not in rows]
         if missing:
-            raise InputError(run / "windows.jsonl", f"has no row for {missing[0][0]} {missing[0][1]} "
-                             f"({len(missing)} of its {len(needed)} rows are missing)")
+            raise InputError(f, f"has no row for {missing[0][0]} {missing[0][1]} "
+                             f"({len(missing)} of the {len(needed)} rows this run needs are missing)")
+        for j, h in want:
+            found[h] = (run, {k: rows[k][j] for k in needed})
     return found
 
 
