@@ -1000,6 +1000,8 @@ CASES = [
      "--position-samples"),
     ("residual-ppl --energy two of different windows", lambda w: _jppl(w, "--energy", _det(w)["energy"],
                                                                         _joint(w)["det3"]), "--energy"),
+    ("residual-ppl --reuse a folder that is not a ppl output", lambda w: _jppl(w, "--reuse", w["lm"]),
+     "not a finished `residual ppl` output"),
     # tag train / eval / predict (paper e's tagger)
     *[(f"tag-train {flag} {val}", lambda w, f=flag, v=val: _tag_train(w, f, v), flag)
       for flag, val in [("--seed", "-1"), ("--epochs", "0"), ("--max-steps", "-3"), ("--batch-size", "0"),
