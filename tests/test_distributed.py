@@ -51,16 +51,17 @@ def _run(cmd: list[str], env_extra: dict | None, home: Path) -> subprocess.Compl
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def launch2(out: Path, *args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+def launch2(out: Path, *args: str, env_extra: dict | None = None, monitor: float = 0.1) -> subprocess.CompletedProcess:
     """toy_train.py under `accelerate launch` with 2 processes on CPU.
 
     `--cpu` alone would take accelerate's simple launcher (one process, or mpirun); the
     torchrun launcher (`--multi_gpu`) starts the 2 workers, and ACCELERATE_USE_CPU=1 keeps
-    them on CPU, where accelerate picks gloo.
+    them on CPU, where accelerate picks gloo. `monitor`: how often (s) the launcher looks at
+    its workers; it stops the others once one has failed.
     """
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(free_port()), str(TOY), str(out), *args]
+           "--monitor_interval", str(monitor), "--main_process_port", str(free_port()), str(TOY), str(out), *args]
     return _run(cmd, env_extra, out.parent / "hf_home")
 
 
@@ -203,7 +204,9 @@ def test_two_processes_refuse_an_existing_run_with_one_message_each(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "notes.txt").write_text("mine")
-    res = launch2(run)
+    # the launcher looks every 5 s, not 0.1 s: a process that fails first does not get the other
+    # stopped before it reaches the same check (on a slow CPU their starts are ~0.1 s apart)
+    res = launch2(run, monitor=5)
     assert res.returncode != 0
     assert res.stderr.count("exists, is not empty and was not written by textebm") == 2
     assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]  # nothing written
