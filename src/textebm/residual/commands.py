@@ -123,7 +123,7 @@ class ResidualPPLConfig(_JointOptions):
                 "difference (seeded by --seed; 0: none)", "min": 0})
     reuse: list[str] = field(default_factory=list, metadata={
         "help": "finished `residual ppl` outputs whose rows of the same energies (by content) are taken rather "
-                "than scored again: they must have the same base LM, test windows, samples, seed and precision"})
+                "than scored again: they must have the same base LM, test windows, samples, seed, precision and device"})
 
     def check(self) -> None:
         if not self.data:
@@ -259,8 +259,8 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     # OUT.partial holds the scored energies' terms only (none: no partial); another --reuse is refused by it
     done = ({(r["part"], r["key"]) for r in partial.start({**identity, "energy_sha256": [energy_sha[k] for k in scored]})}
             if scored else set())
-    todo = [w for w in wins if ("window", w.key) not in done] if scored else []
-    todo_pos = [w for w in wins[:n_pos] if ("position", w.key) not in done] if scored else []
+    todo = [w for w in wins if scored and ("window", w.key) not in done]
+    todo_pos = [w for w in wins[:n_pos] if scored and ("position", w.key) not in done]
     if done:
         log.info("resuming %s: %d rows already written", partial.path, len(done))
     for h, (run, _) in reused.items():
@@ -290,9 +290,10 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     mine = {(r["part"], r["key"]): r["terms" if r["part"] == "window" else "per_energy"]
             for r in (partial.rows() if scored else [])}
 
+    slot = {k: i for i, k in enumerate(scored)}  # energy -> its place in this run's rows
+
     def terms(part: str, key: str) -> list:  # every energy's, in --energy's order
-        return [mine[part, key][scored.index(k)] if k in scored else reused[h][1][part, key]
-                for k, h in enumerate(energy_sha)]
+        return [mine[part, key][slot[k]] if k in slot else reused[h][1][part, key] for k, h in enumerate(energy_sha)]
 
     win_rows = [{"part": "window", "key": w.key, "terms": terms("window", w.key)} for w in wins]
     pos_rows = [{"part": "position", "key": w.key, "per_energy": terms("position", w.key)} for w in wins[:n_pos]]
