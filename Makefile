@@ -7,7 +7,12 @@ TORCH := torch==2.13.0
 WHEELS := $(wildcard /opt/wheels)
 PIP_INSTALL := $(PY) -m pip install --disable-pip-version-check -q $(if $(WHEELS),--find-links $(WHEELS))
 QUICKSTART_OUT ?= runs/quickstart
-export OMP_NUM_THREADS ?= $(shell nproc 2>/dev/null || echo 2)
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+export OMP_NUM_THREADS ?= $(NPROC)
+# The suite runs on one pytest-xdist worker per core, each on one thread, a test file per worker
+# (its module fixtures built once): 1.9x faster than one process on two threads
+# (bench/results/performance/suite_time.md). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= $(NPROC)
 
 .PHONY: venv dev quickstart test bench clean
 
@@ -30,7 +35,8 @@ quickstart: venv
 	$(PY) -m textebm quickstart --out $(QUICKSTART_OUT)
 
 test: dev
-	$(PY) -m pytest -q --durations=20
+	OMP_NUM_THREADS=$(if $(filter 0,$(TEST_WORKERS)),$(OMP_NUM_THREADS),1) \
+	  $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 bench: venv
 	$(PY) bench/bench_lm.py
