@@ -31,8 +31,14 @@ def pytest_runtest_makereport(item, call):
         rep.longrepr = f"skipped under CI=true (a skip fails CI): {rep.longrepr}"
 
 
-def pytest_collectreport(report):
-    """Under CI=true a module skipped at collection (a module-level importorskip) fails too."""
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Under CI=true a module skipped at collection (a module-level importorskip) fails too. Made a
+    failure where the report is made, before any hook reads it: the terminal and the exit status
+    then count it as one (a later pytest_collectreport hook left the exit status at 0 and crashed
+    the terminal's summary of skips)."""
+    outcome = yield
+    report = outcome.get_result()
     if os.environ.get("CI", "").lower() == "true" and report.skipped:
         report.outcome = "failed"
         report.longrepr = f"module skipped under CI=true (a skip fails CI): {report.longrepr}"
