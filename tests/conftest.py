@@ -35,8 +35,8 @@ def pytest_runtest_makereport(item, call):
 def pytest_make_collect_report(collector):
     """Under CI=true a module skipped at collection (a module-level importorskip) fails too. Made a
     failure where the report is made, before any hook reads it: the terminal and the exit status
-    then count it as one (a later pytest_collectreport hook left the exit status at 0 and crashed
-    the terminal's summary of skips)."""
+    then count it as one (a pytest_collectreport hook came too late: under xdist the module counted
+    as a plain skip, and in one process the terminal's summary of skips crashed on it)."""
     outcome = yield
     report = outcome.get_result()
     if os.environ.get("CI", "").lower() == "true" and report.skipped:
