@@ -231,3 +231,66 @@ def test_smollm2_real():
     # A working LM: the next token after " is" is far more likely than under a uniform model.
     logp = logits[0, -1].log_softmax(-1)
     assert logp.max() > -3.0 and torch.isfinite(logits).all()
+
+
+def test_processes_fetching_one_package_at_once_download_it_once(tmp_path, monkeypatch):
+    """Two fetches of one package at once (grid shards, test workers): the second waits on the
+    lock beside the package's folder, then finds it there; one download, one file, no error."""
+    import subprocess
+    import threading
+    import time
+    import types
+
+    from textebm import cache
+
+    monkeypatch.setenv("TEXTEBM_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def fake_pip(cmd, **kw):  # `pip download ... -d TMP name==version`, slowly
+        calls.append(cmd)
+        time.sleep(0.5)
+        folder = Path(cmd[cmd.index("-d") + 1])
+        (folder / "pkg-1.0-py3-none-any.whl").write_bytes(b"wheel")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(cache, "subprocess", types.SimpleNamespace(run=fake_pip))
+    got, errors = [], []
+
+    def fetch():
+        try:
+            got.append(cache.fetch_pypi("pkg", "1.0"))
+        except Exception as e:  # noqa: BLE001 - the test reports any
+            errors.append(e)
+
+    threads = [threading.Thread(target=fetch) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(calls) == 1
+    assert len(got) == 3 and len(set(got)) == 1 and got[0].read_bytes() == b"wheel"
+    assert sorted(p.name for p in got[0].parent.iterdir()) == ["pkg-1.0-py3-none-any.whl"]
+
+
+def test_processes_fetching_one_model_at_once_convert_it_once(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setenv("TEXTEBM_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def slow_convert(out):
+        calls.append(out)
+        time.sleep(0.5)
+        (out / "config.json").write_text("{}")
+        return {"kind": "fake"}
+
+    monkeypatch.setitem(assets._CONVERTERS, "minilm-l6", slow_convert)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(fetch_model("minilm-l6"))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(got) == 3 and len(set(got)) == 1
+    assert folder_facts(got[0]) == {"kind": "fake"}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from textebm.cache import cache_dir, fetch_pypi
 from textebm.errors import TextebmError
-from textebm.io import atomic_dir, write_json
+from textebm.io import atomic_dir, locked, write_json
 from textebm.outputs import check_output_dir, output_dir
 
 log = logging.getLogger(__name__)
@@ -103,14 +103,9 @@ def fetch_model(model_id: str, out: str | Path | None = None, force: bool = Fals
         check_output_dir(out, "models fetch", overwrite)  # before the download
     cached = model_cache(model_id)
     if force or not is_cached(model_id):
-        log.info("%s: converting %s into a Hugging Face folder (once)", model_id, " ".join(MODELS[model_id].packages))
-        start = time.perf_counter()
-        with atomic_dir(cached) as tmp:
-            facts = _CONVERTERS[model_id](tmp)
-            write_json(tmp / SOURCE_FILE, {"id": model_id, "packages": list(MODELS[model_id].packages),
-                                           "convert_seconds": round(time.perf_counter() - start, 1),
-                                           "facts": facts})
-        log.info("%s: converted into %s in %.1f s", model_id, cached, time.perf_counter() - start)
+        with locked(cached):  # processes converting it at once take turns; the later ones find it
+            if force or not is_cached(model_id):
+                _convert(model_id, cached)
     else:
         log.debug("%s: using the cached folder %s", model_id, cached)
     if out is None:
@@ -119,6 +114,17 @@ def fetch_model(model_id: str, out: str | Path | None = None, force: bool = Fals
     with output_dir(out, "models fetch", overwrite) as tmp:
         shutil.copytree(cached, tmp, dirs_exist_ok=True)
     return out
+
+
+def _convert(model_id: str, cached: Path) -> None:
+    log.info("%s: converting %s into a Hugging Face folder (once)", model_id, " ".join(MODELS[model_id].packages))
+    start = time.perf_counter()
+    with atomic_dir(cached) as tmp:
+        facts = _CONVERTERS[model_id](tmp)
+        write_json(tmp / SOURCE_FILE, {"id": model_id, "packages": list(MODELS[model_id].packages),
+                                       "convert_seconds": round(time.perf_counter() - start, 1),
+                                       "facts": facts})
+    log.info("%s: converted into %s in %.1f s", model_id, cached, time.perf_counter() - start)
 
 
 def folder_facts(path: str | Path) -> dict:

