@@ -6,8 +6,8 @@
 set -u
 cd "$(dirname "$0")/.."
 out=bench/results/performance/suite_time.md
-n=$(nproc)
-log=$(mktemp -d)
+n=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # the cores, whatever OMP_NUM_THREADS says
+log=$(mktemp -d); trap 'rm -rf "$log"' EXIT
 run() {  # NAME THREADS PYTEST-ARGS...
   local name=$1 threads=$2; shift 2
   local s=$(date +%s)
@@ -30,7 +30,7 @@ read src ss < <(run serial $n -n 0)
   echo "Ratio: $(awk "BEGIN{printf \"%.2f\", $ss/$xs}")x."
   for name in xdist serial; do
     echo; echo "## 25 slowest, $name"; echo; echo '```'
-    sed -n '/slowest 25 durations/,/^[0-9]* passed/p' $log/$name.log | sed '1d;$d'
+    sed -n '/slowest 25 durations/,/^$/p' $log/$name.log | grep -E '^[0-9.]+s (call|setup|teardown) '
     echo '```'
   done
 } > $out

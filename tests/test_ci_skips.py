@@ -20,7 +20,8 @@ SKIPS = {
 
 def _pytest(root: Path, ci: bool, *args: str) -> subprocess.CompletedProcess:
     """pytest on ROOT with `args` (options, then the files to run; all of ROOT without files)."""
-    env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": "true"} if ci else {})
+    outer = ("CI", "PYTEST_ADDOPTS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_PLUGINS")
+    env = {k: v for k, v in os.environ.items() if k not in outer} | ({"CI": "true"} if ci else {})
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
 

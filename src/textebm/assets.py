@@ -103,7 +103,7 @@ def fetch_model(model_id: str, out: str | Path | None = None, force: bool = Fals
         check_output_dir(out, "models fetch", overwrite)  # before the download
     cached = model_cache(model_id)
     if force or not is_cached(model_id):
-        with locked(cached):  # processes converting it at once take turns; the later ones find it
+        with locked(cached, what=f"the {model_id} folder in {cached}"):  # one converts; the rest find it
             if force or not is_cached(model_id):
                 _convert(model_id, cached)
     else:

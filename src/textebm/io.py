@@ -96,11 +96,13 @@ def remove_stale_temporaries(path: str | Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def locked(path: str | Path, wait: bool = True) -> Iterator[bool]:
+def locked(path: str | Path, wait: bool = True, what: str = "") -> Iterator[bool]:
     """Hold an exclusive lock on PATH.lock, so that processes sharing a folder (a grid's, the
-    download cache) build each thing once: a second one waits, then finds it finished. With
-    `wait=False` it does not wait: the block gets False (and holds nothing) while another process
-    holds the lock. Without POSIX locks (fcntl) nothing is locked and the block gets True."""
+    download cache) build each thing once: a second one waits (saying so, when `what` names the
+    thing), then finds it finished. With `wait=False` it does not wait: the block gets False (and
+    holds nothing) while another process holds the lock. Not re-entrant: a second `locked` of one
+    path in one process waits for ever. Without POSIX locks (fcntl: Windows) nothing is locked and
+    the block gets True; textebm's folders assume a POSIX system."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if fcntl is None:
@@ -108,8 +110,16 @@ def locked(path: str | Path, wait: bool = True) -> Iterator[bool]:
         return
     with open(path.with_name(path.name + ".lock"), "w") as f:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            got = True
         except BlockingIOError:
+            got = False
+        if not got and wait:
+            if what:
+                log.info("waiting for another process making %s", what)
+            fcntl.flock(f, fcntl.LOCK_EX)
+            got = True
+        if not got:
             yield False
             return
         try:
