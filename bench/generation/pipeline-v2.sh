@@ -33,6 +33,7 @@
 #   CORPORA=news CURVE=0 ENERGIES=bit-minilm BASELINES= PPL_NAME=bitstar bash ... WORK ppl
 #   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont bit-cont bit-minilm" PPL_NAME=table1-bitstar \
 #     PPL_REUSE=bitstar bash ... WORK ppl                      (--reuse WORK/ppl/news-bitstar-w0)
+# or every stage of table 1 on a 2-core CPU, in two lanes of one thread: bench/generation/two_lanes.sh;
 # and energies on text the base LM did not train on (the dev split's windows, split by document):
 #   CORPORA=news CURVE=0 ENERGIES="lmstats-held unit-cont-held unit-cont" PPL_NAME=held \
 #     bash bench/generation/pipeline-v2.sh WORK held energies ppl
