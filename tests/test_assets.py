@@ -236,13 +236,33 @@ def test_smollm2_real():
 POSIX_LOCKS = pytest.mark.skipif(__import__("textebm.io").io.fcntl is None, reason="no POSIX locks (fcntl)")
 
 
+def _at_once(fetch, n: int = 3) -> tuple[list, list]:
+    """Call `fetch()` in n threads at once (each opens the lock file itself, which flock treats as
+    separate processes); returns what they got and the exceptions they raised."""
+    import threading
+
+    got, errors = [], []
+
+    def one():
+        try:
+            got.append(fetch())
+        except Exception as e:  # noqa: BLE001 - the test reports any
+            errors.append(e)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return got, errors
+
+
 @POSIX_LOCKS
 def test_processes_fetching_one_package_at_once_download_it_once(tmp_path, monkeypatch, caplog):
-    """Three fetches of one package at once (grid shards, test workers; threads here, each opening
-    the lock file itself, which flock treats as processes): the later ones wait on the lock beside
-    the package's folder, then find it there; one download, one file, no error."""
+    """Three fetches of one package at once (grid shards, two commands started together): the later
+    ones wait on the lock beside the package's folder, saying so, then find it there; one download,
+    one file, no error."""
     import subprocess
-    import threading
     import time
     import types
 
@@ -260,19 +280,7 @@ def test_processes_fetching_one_package_at_once_download_it_once(tmp_path, monke
 
     monkeypatch.setattr(cache, "subprocess", types.SimpleNamespace(run=fake_pip))
     caplog.set_level("INFO", logger="textebm.io")
-    got, errors = [], []
-
-    def fetch():
-        try:
-            got.append(cache.fetch_pypi("pkg", "1.0"))
-        except Exception as e:  # noqa: BLE001 - the test reports any
-            errors.append(e)
-
-    threads = [threading.Thread(target=fetch) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    got, errors = _at_once(lambda: cache.fetch_pypi("pkg", "1.0"))
     assert errors == [] and len(calls) == 1
     assert len(got) == 3 and len(set(got)) == 1 and got[0].read_bytes() == b"wheel"
     assert sorted(p.name for p in got[0].parent.iterdir()) == ["pkg-1.0-py3-none-any.whl"]
@@ -281,7 +289,6 @@ def test_processes_fetching_one_package_at_once_download_it_once(tmp_path, monke
 
 @POSIX_LOCKS
 def test_processes_fetching_one_model_at_once_convert_it_once(tmp_path, monkeypatch):
-    import threading
     import time
 
     monkeypatch.setenv("TEXTEBM_CACHE", str(tmp_path / "cache"))
@@ -294,18 +301,6 @@ def test_processes_fetching_one_model_at_once_convert_it_once(tmp_path, monkeypa
         return {"kind": "fake"}
 
     monkeypatch.setitem(assets._CONVERTERS, "minilm-l6", slow_convert)
-    got, errors = [], []
-
-    def fetch():
-        try:
-            got.append(fetch_model("minilm-l6"))
-        except Exception as e:  # noqa: BLE001 - the test reports any
-            errors.append(e)
-
-    threads = [threading.Thread(target=fetch) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    got, errors = _at_once(lambda: fetch_model("minilm-l6"))
     assert errors == [] and len(calls) == 1 and len(got) == 3 and len(set(got)) == 1
     assert folder_facts(got[0]) == {"kind": "fake"}
