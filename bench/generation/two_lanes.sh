@@ -10,7 +10,8 @@
 #         BALM; (once lane A's negatives exist) BiT from the MLM
 # then:   table 1, every energy with RALM and BALM (PPL_NAME=table1-bitstar, BiT*'s rows taken
 #         from its own run by --reuse; PPL_NAME=table1 without BiT*), on two threads.
-# Measured on brown (1.2 M tokens, one thread each, AMD EPYC with avx512_bf16): about 6 h a lane;
+# From brown's steps as measured in runs/gen-v3 (1.2 M tokens, one thread each, AMD EPYC with
+# avx512_bf16), an estimate: about 6 h a lane;
 # news (2.4 M) about twice that. Every step is pipeline-v2's and cached, so the script can be
 # stopped (or a session can end) and run again: it continues. The lanes log to WORK/lane-a.log and
 # WORK/lane-b.log; pipeline-v2's settings (ENERGIES, SAMPLES, ...) pass through the environment.
