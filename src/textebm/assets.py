@@ -22,7 +22,7 @@ from pathlib import Path
 
 from textebm.cache import cache_dir, fetch_pypi
 from textebm.errors import TextebmError
-from textebm.io import atomic_dir, locked, write_json
+from textebm.io import atomic_dir, once, write_json
 from textebm.outputs import check_output_dir, output_dir
 
 log = logging.getLogger(__name__)
@@ -102,12 +102,8 @@ def fetch_model(model_id: str, out: str | Path | None = None, force: bool = Fals
     if out is not None:
         check_output_dir(out, "models fetch", overwrite)  # before the download
     cached = model_cache(model_id)
-    if force or not is_cached(model_id):
-        with locked(cached, what=f"the {model_id} folder in {cached}"):  # one converts; the rest find it
-            if force or not is_cached(model_id):
-                _convert(model_id, cached)
-    else:
-        log.debug("%s: using the cached folder %s", model_id, cached)
+    once(cached, lambda: not force and is_cached(model_id), lambda: _convert(model_id, cached),
+         what=f"the {model_id} folder in {cached}")
     if out is None:
         return cached
     out = Path(out)

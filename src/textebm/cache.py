@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from textebm.errors import TextebmError
-from textebm.io import locked
+from textebm.io import once
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +33,19 @@ def _package_dir(name: str, version: str) -> Path:
     return cache_dir() / "packages" / f"{name.replace('/', '__').lstrip('@')}-{version}"
 
 
+def _files(target: Path, pattern: str) -> list[Path]:
+    return sorted(target.glob(pattern)) if target.is_dir() else []
+
+
 def fetch_pypi(name: str, version: str, sdist: bool = False) -> Path:
     """Return the path of the downloaded wheel (or sdist) of `name==version`, downloading once."""
     target = _package_dir(name, version)
-    files = sorted(target.glob("*")) if target.is_dir() else []
-    if files:
-        return files[0]
-    with locked(target, what=f"{name}=={version} in {target}"):
-        return _download_pypi(name, version, sdist, target)
+    once(target, lambda: bool(_files(target, "*")), lambda: _download_pypi(name, version, sdist, target),
+         what=f"{name}=={version} in {target}")
+    return _files(target, "*")[0]
 
 
-def _download_pypi(name: str, version: str, sdist: bool, target: Path) -> Path:
-    files = sorted(target.glob("*")) if target.is_dir() else []
-    if files:  # another process downloaded it while this one waited for the lock
-        return files[0]
+def _download_pypi(name: str, version: str, sdist: bool, target: Path) -> None:
     log.info("downloading %s==%s from PyPI (once; cached in %s)", name, version, target)
     fmt = ["--no-binary=:all:"] if sdist else ["--only-binary=:all:"]
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
@@ -58,23 +57,17 @@ def _download_pypi(name: str, version: str, sdist: bool, target: Path) -> Path:
             raise TextebmError(f"could not download {name}=={version} from PyPI: "
                                f"{res.stderr.strip().splitlines()[-1] if res.stderr.strip() else 'no file'}")
         _move_into(got, target)
-    return sorted(target.glob("*"))[0]
 
 
 def fetch_npm(name: str, version: str) -> Path:
     """Return the path of the `npm pack` tarball of `name@version`, downloading once."""
     target = _package_dir(name, version)
-    files = sorted(target.glob("*.tgz")) if target.is_dir() else []
-    if files:
-        return files[0]
-    with locked(target, what=f"{name}@{version} in {target}"):
-        return _download_npm(name, version, target)
+    once(target, lambda: bool(_files(target, "*.tgz")), lambda: _download_npm(name, version, target),
+         what=f"{name}@{version} in {target}")
+    return _files(target, "*.tgz")[0]
 
 
-def _download_npm(name: str, version: str, target: Path) -> Path:
-    files = sorted(target.glob("*.tgz")) if target.is_dir() else []
-    if files:  # another process downloaded it while this one waited for the lock
-        return files[0]
+def _download_npm(name: str, version: str, target: Path) -> None:
     npm = shutil.which("npm")
     if npm is None:
         raise TextebmError(f"npm is needed to download {name}@{version}; install Node.js/npm")
@@ -86,7 +79,6 @@ def _download_npm(name: str, version: str, target: Path) -> Path:
         if res.returncode != 0 or not got:
             raise TextebmError(f"could not download {name}@{version} from npm: {res.stderr.strip()[-300:]}")
         _move_into(got, target)
-    return sorted(target.glob("*.tgz"))[0]
 
 
 def _move_into(files: list[Path], target: Path) -> None:

@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from textebm.errors import InputError, TextebmError
 from textebm.inference import set_threads
-from textebm.io import locked, read_json, read_json_object, write_json
+from textebm.io import locked, once, read_json, read_json_object, write_json  # noqa: F401 (grid.once, grid.locked)
 from textebm.options import check_config, refuse_unused, threads_field, type_problem
 from textebm.outputs import check_output_dir, own_entries, read_marker, remove, write_marker
 
@@ -98,15 +98,6 @@ class GridOptions:
 def key(obj: Any) -> str:
     """A short hash of a JSON-able object (dict keys sorted): the identity of a cell or artifact."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
-
-
-def once(path: Path, done: Callable[[], bool], build: Callable[[], Any]) -> Path:
-    """PATH, built by `build()` unless `done()`; under its lock (`locked`)."""
-    if not done():
-        with locked(path):
-            if not done():
-                build()
-    return path
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from textebm.errors import InputError
 
@@ -126,6 +126,16 @@ def locked(path: str | Path, wait: bool = True, what: str = "") -> Iterator[bool
             yield True
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def once(path: str | Path, done: Callable[[], bool], build: Callable[[], Any], what: str = "") -> Path:
+    """PATH, built by `build()` unless `done()`; under its lock (`locked`), checked again once held,
+    so that of processes asking at once one builds and the others find it built."""
+    if not done():
+        with locked(path, what=what):
+            if not done():
+                build()
+    return Path(path)
 
 
 @contextlib.contextmanager

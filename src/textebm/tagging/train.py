@@ -55,8 +55,7 @@ from textebm.data.ssl_split import nested_split
 from textebm.data.tagging import check_known_tags, load_tagged, load_unlabelled_text, tag_set
 from textebm.errors import TextebmError
 from textebm.fingerprint import file_sha256, json_sha256
-from textebm.grid import once
-from textebm.io import read_json
+from textebm.io import once, read_json
 from textebm.models.crf import BiLSTMCRF, TaggerSpec
 from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, length_distribution
