@@ -7,9 +7,11 @@
 # lane A: base LM, negatives, held-out negatives; the energies that need no MLM (the control,
 #         UniT, BiT*); RALM; BiT*'s `residual ppl` on its own (PPL_NAME=bitstar)
 # lane B: (once lane A's base stage has made WORK/data/CORPUS and WORK/vocab) the MLM behind BiT;
-#         BALM; (once lane A's negatives exist) BiT from the MLM
-# then:   table 1, every energy with RALM and BALM (PPL_NAME=table1-bitstar, BiT*'s rows taken
-#         from its own run by --reuse; PPL_NAME=table1 without BiT*), on two threads.
+#         BALM; (once lane A's negatives exist) BiT from the MLM; (once lane A's energies are
+#         trained) the `residual ppl` of every energy but BiT* (PPL_NAME=energies)
+# then:   table 1, every energy with RALM and BALM (PPL_NAME=table1-bitstar; PPL_NAME=table1
+#         without BiT*), on two threads: every energy's rows taken from the two runs above by
+#         --reuse, so it scores only the LMs (minutes).
 # From brown's steps as measured in runs/gen-v3 (1.2 M tokens, one thread each, AMD EPYC with
 # avx512_bf16), an estimate: about 6 h a lane;
 # news (2.4 M) about twice that. Every step is pipeline-v2's and cached, so the script can be
@@ -23,9 +25,10 @@ c=${CORPORA:?two_lanes.sh: set CORPORA to one corpus}
 export CURVE=0
 ENERGIES=${ENERGIES:-lmstats-held unit-cont bit-cont bit-minilm}
 BASELINES=${BASELINES-ralm balm}
-a_energies=""; b_energies=""
+a_energies=""; b_energies=""; small=""  # small: the energies lane B scores (all but BiT*)
 for e in $ENERGIES; do
   case $e in bit-cont*) b_energies="$b_energies $e" ;; *) a_energies="$a_energies $e" ;; esac
+  [ "$e" = bit-minilm ] || small="$small $e"
 done
 has() { [[ " $1 " == *" $2 "* ]]; }
 mkdir -p "$W"; W=$(cd "$W" && pwd)
@@ -33,6 +36,14 @@ rm -f "$W/.lanes-failed"
 waitfor() {  # waitfor PATH...: until each exists (written atomically by textebm), or a lane failed
   for p in "$@"; do
     until [ -e "$p" ]; do
+      [ -f "$W/.lanes-failed" ] && { echo "two_lanes.sh: the other lane failed" >&2; return 1; }
+      sleep 20
+    done
+  done
+}
+waitdone() {  # waitdone RUN...: until each run's metrics.json says it completed, or a lane failed
+  for r in "$@"; do
+    until [ -f "$r/metrics.json" ] && grep -q '"completed": true' "$r/metrics.json"; do
       [ -f "$W/.lanes-failed" ] && { echo "two_lanes.sh: the other lane failed" >&2; return 1; }
       sleep 20
     done
@@ -54,6 +65,10 @@ lane_b() {
     waitfor "$W/neg/$c-train.jsonl" "$W/neg/$c-dev.jsonl" || return
     ENERGIES="$b_energies" bash "$P" "$W" energies || return
   fi
+  if [ -n "$small" ]; then  # lane B's steps are the shorter (brown v3: 5.5 h of one thread; lane A's 6.0 h and its negatives)
+    waitdone $(for e in $small; do echo "$W/energy/$c-$e-w0"; done) || return
+    ENERGIES="$small" BASELINES= PPL_NAME=energies bash "$P" "$W" ppl || return
+  fi
 }
 OMP_NUM_THREADS=1
 export OMP_NUM_THREADS
@@ -66,6 +81,7 @@ if [ $ok != 0 ]; then
   exit 1
 fi
 name=table1; reuse=""
-if has "$ENERGIES" bit-minilm; then name=table1-bitstar; reuse=bitstar; fi
+if [ -n "$small" ]; then reuse=energies; fi
+if has "$ENERGIES" bit-minilm; then name=table1-bitstar; reuse="bitstar $reuse"; fi
 OMP_NUM_THREADS=2 ENERGIES="$ENERGIES" BASELINES="$BASELINES" PPL_NAME=$name PPL_REUSE=$reuse bash "$P" "$W" ppl
 echo "two_lanes.sh: table 1 in $W/ppl/$c-$name-w0/report.md"
