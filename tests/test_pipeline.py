@@ -2,7 +2,8 @@
 every stage runs (base LM, negatives, the zero-shot probe, the MLM behind BiT, the energies with
 the control energy, RALM and BALM, `residual ppl` with its bootstrap, table 3, Algorithm 1's generations), and a second run
 finds everything cached and changes nothing (and refuses a finished run trained with other settings);
-a table takes the rows of an energy scored on its own (PPL_REUSE) with the same numbers."""
+a table takes the rows of an energy scored on its own (PPL_REUSE) with the same numbers; and
+two_lanes.sh, the same stages in two lanes, scores each energy once."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from conftest import toy_corpus, walking_doc
 from forked import served
 
 PIPELINE = Path(__file__).resolve().parents[1] / "bench" / "generation" / "pipeline-v2.sh"
+LANES = PIPELINE.with_name("two_lanes.sh")
 TINY = {
     "CORPORA": "toy", "CURVE": "0", "ENERGIES": "lmstats-held bit-cont", "K": "2", "DEV_WINDOWS": "24",
     "PPL_NAME": "table1", "WINDOWS": "3", "SAMPLES": "8", "BOOT": "50", "ENERGY_EPOCHS": "1", "EBATCH": "8",
@@ -48,12 +50,17 @@ def _run(textebm: str, work: Path, *stages: str, **extra: str) -> subprocess.Com
     return subprocess.run(["bash", str(PIPELINE), str(work), *stages], env=env, capture_output=True, text=True, timeout=900)
 
 
-def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path, textebm):
+def _toy_work(tmp_path: Path) -> Path:
     toy_corpus(tmp_path, walking_doc)
     work = tmp_path / "work"
     (work / "data").mkdir(parents=True)
     shutil.move(tmp_path / "data", work / "data" / "toy")
     shutil.move(tmp_path / "vocab", work / "vocab")
+    return work
+
+
+def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path, textebm):
+    work = _toy_work(tmp_path)
     first = _run(textebm, work)
     assert first.returncode == 0, first.stderr[-4000:]
     ppl = json.loads((work / "ppl" / "toy-table1-w0" / "metrics.json").read_text())
@@ -90,6 +97,28 @@ def test_every_stage_runs_end_to_end_and_a_second_run_is_cached(tmp_path, texteb
     reused = json.loads((work / "ppl" / "toy-reused-w0" / "metrics.json").read_text())
     assert reused["models"] == ppl["models"] and reused["differences"] == ppl["differences"]
     assert [r["energy"].split("/")[-2] for r in reused["reused"]] == ["toy-bit-cont-w0"]
+
+
+def test_two_lanes_score_each_energy_once_and_the_table_takes_their_rows(tmp_path, textebm):
+    """bench/generation/two_lanes.sh: table 1's stages in two lanes; lane B scores the energies
+    (PPL_NAME=energies) and table 1 takes their rows by --reuse, scoring only the LMs. A lane that
+    fails stops the other and the script (exit 1), with no table."""
+    work = _toy_work(tmp_path)
+    broken = tmp_path / "broken"
+    shutil.copytree(work, broken)
+    env = {**os.environ, **TINY, "TEXTEBM": textebm, "PYTHON": sys.executable, "HF_HOME": str(tmp_path / "hf")}
+    run = subprocess.run(["bash", str(LANES), str(work)], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    own = json.loads((work / "ppl" / "toy-energies-w0" / "metrics.json").read_text())
+    table = json.loads((work / "ppl" / "toy-table1-w0" / "metrics.json").read_text())
+    assert own["compare"] == [] and len(table["compare"]) == 2  # RALM and BALM only in the table
+    assert table["models"] == own["models"] and len(own["models"]) == 2
+    assert sorted(r["from"] for r in table["reused"]) == ["ppl/toy-energies-w0"] * 2
+    assert "ppl/toy-energies-w0" in (work / "lane-b.log").read_text()  # scored on lane B
+    failed = subprocess.run(["bash", str(LANES), str(broken)], env={**env, "LM": "--no-such-option"},
+                            capture_output=True, text=True, timeout=900)
+    assert failed.returncode == 1 and "a lane failed" in failed.stderr
+    assert "the other lane failed" in (broken / "lane-b.log").read_text() and not (broken / "ppl").exists()
 
 
 @pytest.mark.parametrize("over, message", [({"ENERGIES": "lmstats unit-sum"}, "unknown energy 'unit-sum'"),
