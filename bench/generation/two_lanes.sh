@@ -5,10 +5,11 @@
 #   CORPORA=news bash bench/generation/two_lanes.sh WORK
 #
 # lane A: base LM, negatives, held-out negatives; the energies that need no MLM (the control,
-#         UniT, BiT*); RALM; BiT*'s `residual ppl` on its own (PPL_NAME=bitstar)
+#         UniT, BiT*); BiT*'s `residual ppl` on its own (PPL_NAME=bitstar)
 # lane B: (once lane A's base stage has made WORK/data/CORPUS and WORK/vocab) the MLM behind BiT;
-#         BALM; (once lane A's negatives exist) BiT from the MLM; (once lane A's energies are
-#         trained) the `residual ppl` of every energy but BiT* (PPL_NAME=energies)
+#         BALM; (once lane A's negatives exist) BiT from the MLM; (once lane A's base LM is trained)
+#         RALM; (once lane A's energies are trained) the `residual ppl` of every energy but BiT*
+#         (PPL_NAME=energies)
 # then:   table 1, every energy with RALM and BALM (PPL_NAME=table1-bitstar; PPL_NAME=table1
 #         without BiT*), on two threads: every energy's rows taken from the two runs above by
 #         --reuse, so it scores only the LMs (minutes).
@@ -37,8 +38,8 @@ go_on() {  # before each step of a lane: not if the other lane failed
   [ ! -f "$W/.lanes-failed" ] || { echo "two_lanes.sh: the other lane failed" >&2; return 1; }
 }
 made() { [ -e "$W/$1" ]; }  # made PATH: lane A wrote it (textebm writes atomically)
-trained() {  # trained ENERGY: lane A's training of it completed
-  [ -f "$W/energy/$c-$1-w0/metrics.json" ] && grep -q '"completed": true' "$W/energy/$c-$1-w0/metrics.json"
+finished() {  # finished RUN: lane A's training of WORK/RUN completed
+  [ -f "$W/$1/metrics.json" ] && grep -q '"completed": true' "$W/$1/metrics.json"
 }
 waitfor() {  # waitfor TEST ARG...: (lane B) until `TEST ARG` holds for each ARG; 1 if lane A failed or ended without it
   local test=$1 x; shift
@@ -59,7 +60,6 @@ waitfor() {  # waitfor TEST ARG...: (lane B) until `TEST ARG` holds for each ARG
 lane_a() {
   go_on && bash "$P" "$W" base negatives held || return
   if [ -n "$a_energies" ]; then go_on && ENERGIES="$a_energies" bash "$P" "$W" energies || return; fi
-  if has "$BASELINES" ralm; then go_on && BASELINES=ralm bash "$P" "$W" baselines || return; fi
   if has "$ENERGIES" bit-minilm; then
     go_on && ENERGIES=bit-minilm BASELINES= PPL_NAME=bitstar bash "$P" "$W" ppl || return
   fi
@@ -72,10 +72,15 @@ lane_b() {
     waitfor made "neg/$c-train.jsonl" "neg/$c-dev.jsonl" || return
     go_on && ENERGIES="$b_energies" bash "$P" "$W" energies || return
   fi
-  # the energies' rows for table 1. With this step the lanes are about even (brown v3, seconds of
-  # one thread: lane B 12,830 + 3,664 + 3,323 + 2,353; lane A 21,702 and its negatives)
+  if has "$BASELINES" ralm; then
+    waitfor finished "base/$c" || return
+    go_on && BASELINES=ralm bash "$P" "$W" baselines || return
+  fi
+  # the energies' rows for table 1. With RALM and this step the lanes are about even (brown v3,
+  # seconds of one thread: lane B 12,830 + 3,664 + 3,323 + 2,179 + 2,353; lane A 19,523 and its
+  # negatives)
   if [ -n "$small" ]; then
-    waitfor trained $small || return
+    waitfor finished $(for e in $small; do echo "energy/$c-$e-w0"; done) || return
     go_on && ENERGIES="$small" BASELINES= PPL_NAME=energies bash "$P" "$W" ppl || return
   fi
 }
