@@ -481,8 +481,8 @@ def test_infill_lm_refuses_bad_arguments_and_folders_naming_them(runs, capsys):
         api.InfillLM(r / "ptb-lm")
     with pytest.raises(api.TextebmError, match="^path .*: a textebm cloze model.*expected a causal LM"):
         api.InfillLM(r / "electric")
-    with pytest.raises(api.TextebmError, match="lm score / eval need a causal LM; this one was trained with "
-                                               "objective 'infill'"):
+    with pytest.raises(api.TextebmError, match="^path .*noise-lm.*: a causal LM trained with objective 'infill', .*"
+                                               "textebm.InfillLM"):
         api.Scorer(r / "noise-lm")
     assert capsys.readouterr().out == ""
 
@@ -603,7 +603,7 @@ def test_bad_texts_raise_errors_naming_the_argument_and_the_index(runs):
         scorer.score(["w1"], normalize="nfc")
     with pytest.raises(api.ArgumentError, match="^batch_size: must be a whole number >= 1, got 0"):
         scorer.score(["w1"], batch_size=0)
-    with pytest.raises(api.TextTooLong, match="text 2 has 70 tokens; the model takes at most 62") as e:
+    with pytest.raises(api.TextTooLong, match=r"^texts\[1\]: 70 tokens; the model takes at most 62") as e:
         scorer.score(["w1", " ".join(["w2"] * 70)])
     assert e.value.index == 1
     with pytest.raises(api.ArgumentError, match=r"^text_pairs: 1 pairs for 2 texts"):
@@ -617,14 +617,72 @@ def test_bad_texts_raise_errors_naming_the_argument_and_the_index(runs):
         api.Detector(runs / "runs" / "det").predict([""])
 
 
+def test_numpy_numbers_are_taken_as_the_python_numbers_they_hold(runs):
+    scorer = api.Scorer(runs / "runs" / "ptb-lm", threads=np.int64(1))
+    assert scorer.score(["w1 w2"], batch_size=np.int64(4))[0].score == scorer.score(["w1 w2"], batch_size=4)[0].score
+    drawn = scorer.sample(np.int64(2), max_new_tokens=np.int64(3), temperature=np.float32(0.5), seed=np.int64(1))
+    same_py = scorer.sample(2, max_new_tokens=3, temperature=float(np.float32(0.5)), seed=1)
+    assert [(x.text, x.logprob) for x in drawn] == [(x.text, x.logprob) for x in same_py]
+    electric = api.Scorer(runs / "runs" / "electric")
+    assert electric.rerank([[("w1 w2", np.float32(-1.0)), ("w2 w1", -1.5)]], lam=np.float32(0.5))[0].index in (0, 1)
+    with pytest.raises(api.ArgumentError, match=r"^batch_size: must be a whole number >= 1, got np.float64\(4.0\)"):
+        scorer.score(["w1"], batch_size=np.float64(4))
+    with pytest.raises(api.ArgumentError, match="^n: must be a whole number >= 1, got np.True_"):
+        scorer.sample(np.bool_(True))
+
+
+def test_a_detector_warns_of_texts_shorter_than_its_training_windows_and_strict_refuses_them(runs, caplog):
+    det = api.Detector(runs / "runs" / "loglik")  # windows of 4 tokens
+    assert det.min_length_ == 4
+    long, short = "w1 w2 w3 w4 w5 w6", "w1"
+    with caplog.at_level(logging.WARNING):
+        scores = det.scores([long, short])
+    assert "1 of 2 texts have fewer than 4 tokens" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert det.scores([long], strict=True)[0] == scores[0]
+    assert "fewer than" not in caplog.text
+    with pytest.raises(api.ArgumentError, match=r"^texts\[1\]: 1 tokens, fewer than the 4 of the shortest windows"):
+        det.predict([long, short], strict=True)
+    with pytest.raises(api.ArgumentError, match="^strict: must be True or False"):
+        det.predict_proba([long], strict="yes")
+
+
+def test_a_damaged_rule_is_an_input_error_naming_its_field(runs, tmp_path):
+    folder = tmp_path / "loglik"
+    shutil.copytree(runs / "runs" / "loglik", folder)
+    raw = json.loads((folder / "detector.json").read_text())
+    for name, value in (("temperature", "hot"), ("temperature", 0), ("sign", 0), ("sign", True),
+                        ("threshold", None), ("fpr", [0.1]), ("val", [1])):
+        (folder / "detector.json").write_text(json.dumps({**raw, "rule": {**raw["rule"], name: value}}))
+        with pytest.raises(api.InputError, match=f"detector.json: rule.{name} must be"):
+            api.Detector(folder)
+
+
+def test_a_model_folder_without_its_tokenizer_is_refused_not_read_as_all_unknown(runs, tmp_path):
+    from textebm.models.load import TOKENIZER_FILES
+
+    for name in ("ebm", "electric", "ptb-lm"):
+        folder = tmp_path / name
+        shutil.copytree(runs / "runs" / name, folder)
+        gone = [f for f in (folder / "model").iterdir() if f.name in TOKENIZER_FILES]
+        assert gone, name
+        for f in gone:
+            f.unlink()
+        with pytest.raises(api.TextebmError, match=f"^path .*{name}.*: no tokenizer in the folder"):
+            textebm.load(folder)
+
+
 def test_bad_settings_raise_errors_naming_the_argument(runs):
     folder = runs / "runs" / "electric"
     cases = [(dict(device="cuda:99"), "^device: 'cuda:99': this machine has"),
              (dict(device="tpu"), "^device: 'tpu' is not a device"),
              (dict(device="meta"), "^device: 'meta': textebm runs on 'cpu' or 'cuda'"),
              (dict(precision="fp64"), "^precision: must be one of auto, fp32, bf16, fp16, got 'fp64'"),
-             (dict(threads=-1), "^threads: must be a whole number >= 0"),
-             (dict(method="causal"), "^--method causal: a model trained with objective electric scores with")]
+             (dict(threads=-1), "^threads: must be a whole number from 0 .* got -1"),
+             (dict(threads=1000), "^threads: must be a whole number from 0 .* the cores this process may use"),
+             (dict(method="causal"), "^method: 'causal' for .*electric.*: a model trained with objective electric "
+                                     "scores with electric or twotower")]
     if not torch.cuda.is_available():
         cases += [(dict(device="cuda"), "^device: 'cuda': this machine has no CUDA GPU"),
                   (dict(precision="fp16"), "^precision: fp16 needs a CUDA GPU")]
@@ -643,7 +701,9 @@ def test_a_folder_of_the_wrong_kind_names_what_it_holds_and_what_was_expected(ru
                                      "expected a tagger"),
              (api.Classifier, r / "electric", "not a textebm classifier; expected a classifier"),
              (api.Scorer, r / "pos", f"path {r / 'pos' / 'model'}: a textebm tagger; expected a cloze model"),
-             (api.Detector, r / "ebm", f"path {r / 'ebm'}: no detector.json; expected a detector"),
+             (api.Detector, r / "ebm", f"path {r / 'ebm'}: a textebm classifier .*, with no detector.json; expected a "
+                                       "detector"),
+             (api.Detector, tmp_path / "nope", "path .*nope: no such folder; expected a detector"),
              (textebm.load, tmp_path, f"path {tmp_path}: not a model folder \\(no config.json\\); expected a folder "
                                       "textebm wrote"),
              (textebm.load, tmp_path / "nope", "path .*nope: no such folder; expected a folder textebm wrote")]
@@ -736,7 +796,10 @@ def test_training_from_python_keeps_the_output_rules_and_raises_on_bad_options(c
              (dict(out=str(tmp_path / "a"), batch_size=0), "^--batch-size must be at least 1, got 0"),
              (dict(out=str(tmp_path / "a"), progress="no"), "^--progress must be true or false"),
              (dict(out=str(tmp_path / "a"), energy="hidden"), "--energy hidden needs --noise"),
-             (dict(out=str(tmp_path / "a"), resume=True), "nothing to resume")]
+             (dict(out=str(tmp_path / "a"), resume=True), "nothing to resume"),
+             (dict(out=str(tmp_path / "a"), data=None), "^--data must be a string, got None"),
+             (dict(out=str(tmp_path / "a"), epochs=None), "^--epochs must be a number, got None"),
+             (dict(out=None), "^--out must be a string, got None")]
     for kwargs, message in cases:
         with pytest.raises(api.TextebmError, match=message):
             training.classify_train(training.ClassifyTrainConfig(**{**opts, **kwargs}))

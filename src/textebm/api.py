@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +43,13 @@ from textebm.classify.data import encode_examples
 from textebm.classify.predict import predict as classifier_predict
 from textebm.data.normalize import normalizer
 from textebm.data.streams import doc_streams
-from textebm.detection.detect import RULE_FILE, fit_threshold, load_detector, scorer_length, split_sizes, text_scores
+from textebm.detection.detect import (RULE_FILE, fit_threshold, load_detector, scorer_length, split_sizes, text_lengths,
+                                     text_scores, trained_min_length)
 from textebm.detection.windows import make_windows
 from textebm.energy import hidden_energy
 from textebm.errors import ArgumentError, InputError, TextebmError, TextTooLong
 from textebm.inference import inference_setup, set_threads
+from textebm.options import usable_cores
 from textebm.lm.generate import Sampling, banned_ids, generate_groups
 from textebm.lm.sample_command import (
     JobSpec,
@@ -76,9 +79,9 @@ from textebm.precision import PrecisionChoice, inference_device
 from textebm.residual import bounds
 from textebm.residual.generate import joint_sample
 from textebm.residual.joint import Names, load_joint
-from textebm.scoring.pll import METHODS
+from textebm.scoring.pll import METHODS, method_problem
 from textebm.scoring.rerank import rerank_index
-from textebm.scoring.score_command import load_scoring_model, score_model_kind, warn_mismatch
+from textebm.scoring.score_command import load_scoring_model, score_model_kind, scoring_objective, warn_mismatch
 from textebm.scoring.words import word_scores
 from textebm.seeds import derive_seed
 from textebm.tagging.folder import load_tagging_model, tag_sentences
@@ -123,8 +126,10 @@ def _device(device: str | torch.device | None) -> torch.device:
 
 def _setup(device: str | torch.device | None, precision: str, threads: int) -> tuple[torch.device, PrecisionChoice]:
     """(device, precision resolved for it) as the commands' `inference_setup`, the arguments checked."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise ArgumentError("threads", f"must be a whole number >= 0 (0: torch's own setting), got {threads!r}")
+    if not _integral(threads) or not 0 <= threads <= usable_cores():
+        raise ArgumentError("threads", f"must be a whole number from 0 (torch's own setting) to {usable_cores()}, "
+                                       f"the cores this process may use, got {threads!r}")
+    threads = int(threads)
     if precision not in PRECISIONS:
         raise ArgumentError("precision", f"must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     dev = _device(device)
@@ -134,10 +139,19 @@ def _setup(device: str | torch.device | None, precision: str, threads: int) -> t
     return inference_setup(precision, dev)
 
 
+def _integral(value) -> bool:
+    """A whole number as a caller may give it: an int or a NumPy integer, not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(value) -> bool:
+    """A finite real number as a caller may give it: int, float or a NumPy number, not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _positive(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ArgumentError(name, f"must be a whole number >= 1, got {value!r}")
-    return value
+    """`value` as an int, checked to be a whole number >= 1."""
+    return _whole(value, name, 1)
 
 
 def _items(items: Iterable, name: str) -> list:
@@ -182,15 +196,15 @@ def _folder(path: str | Path, name: str = OPTION) -> Path:
 
 
 def _whole(value: int, name: str, least: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    """`value` as an int, checked to be a whole number >= `least`."""
+    if not _integral(value) or value < least:
         raise ArgumentError(name, f"must be a whole number >= {least}, got {value!r}")
-    return value
+    return int(value)
 
 
 def _number(value: float, name: str, low: float, high: float = math.inf, low_open: bool = False) -> float:
     """`value` as a float, checked to be a finite number in [low, high) ((low, high) with `low_open`)."""
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-    if not ok or value < low or (low_open and value == low) or value >= high:
+    if not _real(value) or value < low or (low_open and value == low) or value >= high:
         where = (f"{'(' if low_open else '['}{low:g}, {high:g})" if math.isfinite(high)
                  else (f"> {low:g}" if low_open else f">= {low:g}"))
         raise ArgumentError(name, f"must be a finite number {'in ' if math.isfinite(high) else ''}{where}, "
@@ -251,7 +265,9 @@ class Scorer:
             raise ArgumentError("method", f"must be one of auto, {', '.join(METHODS)}, got {method!r}")
         self.device, self.precision_ = _setup(device, precision, threads)
         kind, self.path = score_model_kind(str(_folder(path)), OPTION)
-        self._model = load_scoring_model(kind, self.path, method, self.precision_.dtype, self.device)
+        if method != "auto" and (why := method_problem(scoring_objective(kind, self.path), method)):
+            raise ArgumentError("method", f"{method!r} for {self.path}: {why}")
+        self._model = load_scoring_model(kind, self.path, method, self.precision_.dtype, self.device, OPTION)
         self.method = self._model.method
 
     def __repr__(self) -> str:
@@ -264,8 +280,8 @@ class Scorer:
         the form of a preset (none, ptb, asr: `--normalize`); `token_budget`: masked-LM tokens per
         forward pass (bounds memory)."""
         texts = _texts(texts)
-        _positive(batch_size, "batch_size")
-        _positive(token_budget, "token_budget")
+        batch_size = _positive(batch_size, "batch_size")
+        token_budget = _positive(token_budget, "token_budget")
         try:
             norm = normalizer(normalize)
         except ValueError as e:
@@ -323,10 +339,10 @@ class Scorer:
         room = positions - 1 if positions else None  # [bos] takes one position
         if max_new_tokens is None:
             max_new_tokens = room or 256
-        elif _whole(max_new_tokens, "max_new_tokens", 1) > (room or math.inf):
+        elif (max_new_tokens := _whole(max_new_tokens, "max_new_tokens", 1)) > (room or math.inf):
             raise ArgumentError("max_new_tokens", f"{max_new_tokens}: the model has {positions} positions, [bos] takes "
                                                   f"one; ask for at most {room}")
-        _number(temperature, "temperature", 0.0, low_open=True)
+        temperature = _number(temperature, "temperature", 0.0, low_open=True)
         sp = special_ids(tokenizer, meta)
         spec = JobSpec(mode="free", seed=_whole(seed, "seed"), max_new_tokens=max_new_tokens)
         jobs = [make_job(spec, [], (0, j, 0), sp, meta, tokenizer) for j in range(_positive(n, "n"))]
@@ -352,7 +368,7 @@ def _hypotheses(hyps: Sequence[tuple[str, float]], index: int) -> list[tuple[str
         if not (ok and isinstance(text, str) and text.strip()):
             raise ArgumentError("nbest", f"hypothesis {j} is not a (text, asr_score) pair with a non-blank text: "
                                          f"{h!r}", index)
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        if not _real(score):
             raise ArgumentError("nbest", f"hypothesis {j}: the asr_score must be a finite number, got {score!r}",
                                 index)
         out.append((text, float(score)))
@@ -417,12 +433,13 @@ class InfillLM:
         (mask and tokens) is seeded by (seed, i, j), as the command seeds it, so it depends
         neither on `batch_size` nor on `per_text`."""
         rows = _rows(texts, text_pairs)
-        if mask_ratio is not None and (isinstance(mask_ratio, bool) or not isinstance(mask_ratio, (int, float))
-                                       or not 0 <= mask_ratio <= 1):
-            raise ArgumentError("mask_ratio", f"must be a number in [0, 1] or None, got {mask_ratio!r}")
+        if mask_ratio is not None:
+            if not _real(mask_ratio) or not 0 <= mask_ratio <= 1:
+                raise ArgumentError("mask_ratio", f"must be a number in [0, 1] or None, got {mask_ratio!r}")
+            mask_ratio = float(mask_ratio)
         if max_new_tokens is not None:
-            _positive(max_new_tokens, "max_new_tokens")
-        _number(temperature, "temperature", 0.0, low_open=True)
+            max_new_tokens = _positive(max_new_tokens, "max_new_tokens")
+        temperature = _number(temperature, "temperature", 0.0, low_open=True)
         sp, tokenizer = self._sp, self.tokenizer_
         spec = JobSpec(mode="infill", seed=_whole(seed, "seed"), mask_ratio=infill_mask_ratio(self.meta_, mask_ratio),
                        max_new_tokens=max_new_tokens)
@@ -581,6 +598,7 @@ class Detector:
         self.scorer_, self.rule_, self.info_ = load_detector(self.path, self.device, self.precision_.dtype,
                                                              option=OPTION)
         self.length = scorer_length(self.scorer_, self.info_)  # tokens a window
+        self.min_length_ = trained_min_length(self.info_, self.length)  # the shortest windows it was trained on
         self.threshold_ = self.rule_.threshold  # on sign * score: best class-balanced accuracy on validation
         self.threshold_report_: dict | None = None  # set by refit_threshold on the detector it returns
 
@@ -588,19 +606,41 @@ class Detector:
         return (f"Detector({self.info_.get('detector')!r}, threshold={self.threshold_:.4g}, length={self.length}, "
                 f"device={str(self.device)!r}, precision={self.precision_.precision!r})")
 
-    def scores(self, texts: Iterable[str], *, batch_size: int = 64) -> np.ndarray:
+    def scores(self, texts: Iterable[str], *, batch_size: int = 64, strict: bool = False) -> np.ndarray:
         """Each text's score (N,) float64: the energy E(x) of a trained detector, a zero-shot
-        detector's statistic; the mean over the text's windows."""
-        scores, _ = text_scores(self.scorer_, _texts(texts), self.length, _positive(batch_size, "batch_size"))
+        detector's statistic; the mean over the text's windows. A text shorter than the shortest
+        windows the detector was trained on (`min_length_`) is scored with a logged warning, as
+        `detect score` scores it: its score may be on another scale; `strict` refuses it
+        (ArgumentError naming it), as `detect score --strict`."""
+        texts = _texts(texts)
+        if not isinstance(strict, bool):
+            raise ArgumentError("strict", f"must be True or False, got {strict!r}")
+        batch_size = _positive(batch_size, "batch_size")
+        if strict:
+            lengths = text_lengths(self.scorer_, texts)
+            short = [i for i, n in enumerate(lengths) if n < self.min_length_]
+            if short:
+                raise ArgumentError("texts", f"{lengths[short[0]]} tokens, fewer than the {self.min_length_} of the "
+                                             f"shortest windows the detector was trained on ({len(short)} of "
+                                             f"{len(texts)} texts are); strict=False scores them with a warning",
+                                    short[0])
+        scores, tokens = text_scores(self.scorer_, texts, self.length, batch_size)  # (N,), (N,)
+        short = int((tokens < self.min_length_).sum())
+        if short:
+            log.warning("%d of %d texts have fewer than %d tokens, the shortest windows the detector was trained on: "
+                        "their scores and probabilities may be on another scale (refit_threshold on such texts, or "
+                        "train with `detect train --min-length`)", short, len(texts), self.min_length_)
         return scores
 
-    def predict_proba(self, texts: Iterable[str], *, batch_size: int = 64) -> np.ndarray:
-        """P(generated | text) (N,) float64, calibrated on the validation windows."""
-        return self.rule_.prob_generated(self.scores(texts, batch_size=batch_size))
+    def predict_proba(self, texts: Iterable[str], *, batch_size: int = 64, strict: bool = False) -> np.ndarray:
+        """P(generated | text) (N,) float64, calibrated on the validation windows (`strict`: as
+        `scores`)."""
+        return self.rule_.prob_generated(self.scores(texts, batch_size=batch_size, strict=strict))
 
-    def predict(self, texts: Iterable[str], *, batch_size: int = 64) -> np.ndarray:
-        """True where a text is called generated (N,) bool, at `threshold_`."""
-        return self.rule_.oriented(self.scores(texts, batch_size=batch_size)) > self.threshold_
+    def predict(self, texts: Iterable[str], *, batch_size: int = 64, strict: bool = False) -> np.ndarray:
+        """True where a text is called generated (N,) bool, at `threshold_` (`strict`: as
+        `scores`)."""
+        return self.rule_.oriented(self.scores(texts, batch_size=batch_size, strict=strict)) > self.threshold_
 
     def refit_threshold(self, human_texts: Iterable[str], fpr: float = 0.01, *, held_out: float = 0.5,
                         seed: int = 0, batch_size: int = 64) -> Detector:
@@ -694,10 +734,10 @@ class JointModel:
         exp(-E), as `residual generate --prefixes FILE` continues the texts of FILE (prefix i
         seeded by (seed, "i"), so its continuation depends neither on the batch nor on the others)."""
         texts = _texts(prefixes, "prefixes")
-        _positive(n, "n")
-        _whole(top_k, "top_k")
-        _whole(seed, "seed")
-        _positive(batch_size, "batch_size")
+        n = _positive(n, "n")
+        top_k = _whole(top_k, "top_k")
+        seed = _whole(seed, "seed")
+        batch_size = _positive(batch_size, "batch_size")
         ids = self.vocab(texts, add_special_tokens=False)["input_ids"]
         for i, t in enumerate(ids):
             if len(t) < self.prefix_len:
@@ -727,11 +767,11 @@ class JointModel:
         so the numbers are those of `residual ppl --data DIR --split test --windows 0` for a
         dataset folder DIR named `texts` whose test.jsonl holds the texts, one a line, without ids."""
         texts = _texts(texts)
-        _whole(samples, "samples", 2)
-        _whole(seed, "seed")
-        _whole(bootstrap, "bootstrap")
-        _positive(chunk, "chunk")
-        _positive(batch_size, "batch_size")
+        samples = _whole(samples, "samples", 2)
+        seed = _whole(seed, "seed")
+        bootstrap = _whole(bootstrap, "bootstrap")
+        chunk = _positive(chunk, "chunk")
+        batch_size = _positive(batch_size, "batch_size")
         size = self.prefix_len + self.length
         streams = doc_streams([{"text": t} for t in texts], self.vocab)  # (doc: "i", ids) in input order
         for i, (_, ids) in enumerate(streams):

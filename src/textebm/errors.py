@@ -35,11 +35,13 @@ class TrainingDiverged(TextebmError):
 
 
 class TextTooLong(TextebmError):
-    """Text `index` (0-based, of the list given) has `tokens` tokens; the model takes at most `limit`."""
+    """Text `index` (0-based, of the list given) has `tokens` tokens; the model takes at most `limit`.
+    The message names it as `ArgumentError` names an item (`texts[3]`); the commands turn it into
+    the file and line of the text."""
 
-    def __init__(self, index: int, tokens: int, limit: int):
+    def __init__(self, index: int, tokens: int, limit: int, argument: str = "texts"):
         self.index, self.tokens, self.limit = index, tokens, limit
-        super().__init__(f"text {index + 1} has {tokens} tokens; the model takes at most {limit}")
+        super().__init__(f"{argument}[{index}]: {tokens} tokens; the model takes at most {limit}")
 
 
 class TrainingInterrupted(KeyboardInterrupt):

@@ -118,12 +118,17 @@ def _hints(cls: type) -> dict[str, Any]:
         return {}
 
 
+_NOTHING = object()  # a value of no type: what None is to an annotation that does not admit it
+
+
 def kind_problem(tp: Any, v: Any) -> str:
     """'' when `v` fits the annotation `tp` as a Python caller may give it (a path as a str or a
-    pathlib.Path, a list as a list or tuple), else what it should be. None always fits (as in
-    `check_value`: an unset option)."""
+    pathlib.Path, a list as a list or tuple), else what it should be. None fits an annotation that
+    admits it (`str | None`: an unset option) or that names no type (Any)."""
     if v is None:
-        return ""
+        if tp is Any or type(None) in typing.get_args(tp):
+            return ""
+        return kind_problem(tp, _NOTHING)
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         problems = [kind_problem(a, v) for a in typing.get_args(tp) if a is not type(None)]
         return "" if "" in problems else " or ".join(problems)

@@ -50,7 +50,7 @@ from textebm.inference import batched
 from textebm.io import read_json_object, write_json
 from textebm.lm.scoring import next_token_targets
 from textebm.models.lm import special_ids
-from textebm.models.load import load_energy, load_lm, load_tokenizer
+from textebm.models.load import inspect_folder, load_energy, load_lm, load_tokenizer, refuse_unfinished
 from textebm.models.seq_energy import encode_windows
 from textebm.tokenizer import same_vocab
 
@@ -480,8 +480,16 @@ def read_rule(path) -> tuple[dict, Rule]:
         rule = Rule(**raw["rule"])
     except (KeyError, TypeError) as e:
         raise InputError(path, f"no valid `rule`: {e}") from None
-    if not (math.isfinite(rule.threshold) and rule.temperature > 0):
-        raise InputError(path, "the rule's threshold must be finite and its temperature positive")
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if rule.sign not in (1, -1) or isinstance(rule.sign, bool):
+        raise InputError(path, f"rule.sign must be 1 or -1, got {rule.sign!r}")
+    for name in ("threshold", "temperature", "threshold_fpr", "fpr"):
+        if not number(getattr(rule, name)):
+            raise InputError(path, f"rule.{name} must be a finite number, got {getattr(rule, name)!r}")
+    if not rule.temperature > 0:
+        raise InputError(path, f"rule.temperature must be positive, got {rule.temperature!r}")
+    if not isinstance(rule.val, dict):
+        raise InputError(path, f"rule.val must be an object, got {rule.val!r}")
     return raw, rule
 
 
@@ -495,8 +503,11 @@ def load_detector(path, device="cpu", dtype: torch.dtype = torch.float32, option
         folder = folder.parent  # RUN/model of a `detect train` run: its rule lives in RUN
     rule_file = folder / RULE_FILE
     if not rule_file.is_file():
-        raise TextebmError(f"{option} {folder}: no {RULE_FILE}; expected a detector (a run of `detect train`, "
-                           "or a folder written by `detect fit`)")
+        expected = "expected a detector (a run of `detect train`, or a folder written by `detect fit`)"
+        if not folder.is_dir():
+            raise TextebmError(f"{option} {folder}: no such folder; {expected}")
+        refuse_unfinished(folder, option)
+        raise TextebmError(f"{option} {folder}: {inspect_folder(folder).describe()}, with no {RULE_FILE}; {expected}")
     info, rule = read_rule(rule_file)
     if info.get("detector") == "energy":
         return EnergyScorer(folder / info.get("model", "model"), device, dtype), rule, info

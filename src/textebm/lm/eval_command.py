@@ -50,7 +50,7 @@ def scorable_folder(model_arg: str, option: str = "--model") -> Path:
     to be a causal LM trained with the causal objective."""
 
     folder = find_model(model_arg, CAUSAL_LM, option).path
-    check_scorable(read_meta(folder))
+    check_scorable(read_meta(folder), f"{option} {folder}: ")
     return folder
 
 

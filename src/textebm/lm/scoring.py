@@ -31,11 +31,14 @@ from textebm.models.lm_format import causal_example
 log = logging.getLogger(__name__)
 
 
-def check_scorable(meta) -> None:
+def check_scorable(meta, where: str = "") -> None:
+    """A TextebmError (prefixed by `where`, e.g. "--model DIR: ") unless the LM gives P(x): one
+    trained with the causal objective."""
     if meta.objective != "causal":
-        raise TextebmError(f"lm score / eval need a causal LM; this one was trained with objective "
-                           f"{meta.objective!r}, whose probabilities are conditional on a masked copy "
-                           "of the text")
+        raise TextebmError(f"{where}a causal LM trained with objective {meta.objective!r}, whose probabilities are "
+                           "conditional on a masked copy of the text, gives no score of a text (`lm score`, `lm "
+                           "eval`, `score` and the Python Scorer need the causal objective; the Python API samples "
+                           "from an infill LM with textebm.InfillLM)")
 
 
 @dataclass

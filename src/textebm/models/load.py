@@ -226,21 +226,41 @@ def _check_loading_info(option: str, path: Path, info: dict, ignore: tuple[str, 
 
 
 def load_tokenizer(path: str | Path, option: str = "--tokenizer"):
-    """A tokenizer from a local folder; a missing or broken folder is a TextebmError naming it."""
+    """A tokenizer from a local folder, or from a run folder's model/ (the tokenizer a model was
+    trained with); a missing or broken folder is a TextebmError naming it."""
     path = Path(path).expanduser()
     if not path.is_dir():
         raise TextebmError(f"{option} {path}: no such folder; expected a tokenizer folder "
                            "(`textebm tokenizer train` writes one)")
+    if not _has_tokenizer(path) and _has_tokenizer(path / "model"):
+        path = path / "model"  # RUN given for RUN/model, as --generator and --init take it
     return _tokenizer(option, path)
+
+
+def _has_tokenizer(path: Path) -> bool:
+    return path.is_dir() and (any((path / f).is_file() for f in TOKENIZER_FILES) or any(
+        f.suffix in TOKENIZER_SUFFIXES and f.is_file() for f in path.iterdir()))
+
+
+# A folder holds its tokenizer's vocabulary in one of these (fast, WordPiece, BPE, SentencePiece,
+# tiktoken); without one, AutoTokenizer builds a placeholder of its special tokens that maps every
+# word to [UNK] and every text to the same ids.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json")
+TOKENIZER_SUFFIXES = (".model", ".tiktoken")
 
 
 def _tokenizer(option: str, path: Path):
     from transformers import AutoTokenizer
 
+    if not _has_tokenizer(path):
+        raise TextebmError(f"{option} {path}: no tokenizer in the folder (none of {', '.join(TOKENIZER_FILES)} or a "
+                           f"*{' / *'.join(TOKENIZER_SUFFIXES)} file); a model folder keeps its tokenizer beside its "
+                           "weights, as textebm writes it")
     try:
         return AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as e:
-        raise TextebmError(f"{option} {path}: cannot load its tokenizer: {str(e).splitlines()[0]}") from None
+        why = " ".join(str(e).split()) or type(e).__name__  # transformers' messages run over several lines
+        raise TextebmError(f"{option} {path}: cannot load its tokenizer: {why[:400]}") from None
 
 
 def _place(model: torch.nn.Module, dtype: torch.dtype | None, device: str | torch.device | None):

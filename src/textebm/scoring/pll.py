@@ -111,14 +111,19 @@ def cloze_scores(model, tokenizer, texts: list[str], method: str, batch_size: in
     return [TextScores(x, o, s) for x, o, s in zip(ids, offsets, per_text)]
 
 
-def check_method(objective: str, method: str) -> None:
-    """A cloze model scores by its own objective, and (with a two-tower noise model) by q."""
-
+def method_problem(objective: str, method: str) -> str:
+    """'' when a model trained with `objective` (a cloze objective, or "causal" for a causal LM)
+    scores by `method`, else why not: a cloze model scores by its own objective, and (with a
+    two-tower noise model) by q; a causal LM by its own probabilities."""
     allowed = {"electric": ("electric", "twotower"), "electra": ("electra", "twotower"), "mlm": ("mlm",),
-               "twotower": ("twotower",)}[objective]
-    if method not in allowed:
-        raise TextebmError(f"--method {method}: a model trained with objective {objective} scores with "
-                           f"{' or '.join(allowed)}")
+               "twotower": ("twotower",), "causal": ("causal",)}[objective]
+    return "" if method in allowed else f"a model trained with objective {objective} scores with {' or '.join(allowed)}"
+
+
+def check_method(objective: str, method: str) -> None:
+    """TextebmError naming --method unless a model trained with `objective` scores by `method`."""
+    if why := method_problem(objective, method):
+        raise TextebmError(f"--method {method}: {why}")
 
 
 def _gather(log_probs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

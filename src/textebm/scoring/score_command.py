@@ -31,7 +31,9 @@ from textebm.data.readers import example_id, read_numbered_examples
 from textebm.errors import InputError, TextebmError
 from textebm.fingerprint import folder_sha256, json_sha256
 from textebm.inference import inference_setup, set_threads
+from textebm.io import read_json_object
 from textebm.lm.eval_command import scorable_folder
+from textebm.models import cloze
 from textebm.models.load import (
     CAUSAL_LM,
     CLOZE,
@@ -120,19 +122,28 @@ class ScoringModel:
     lm: tuple | None = None  # a causal LM's (model, tokenizer, meta), to sample from; None for a cloze model
 
 
-def load_scoring_model(kind: str, folder: Path, method: str, dtype, device) -> ScoringModel:
-    """The model of `score_model_kind`'s (kind, folder), placed, with `method` ("auto": the
-    model's own) checked against it."""
+def scoring_objective(kind: str, folder: Path) -> str:
+    """What the model of `score_model_kind`'s (kind, folder) was trained with, from its description
+    (no weights read): a cloze objective, or "causal"."""
+    if kind != "cloze":
+        return "causal"
+    spec_file = folder / cloze.SPEC_FILE
+    return cloze.spec_from_dict(read_json_object(spec_file, "cloze model description"), spec_file).objective
 
+
+def load_scoring_model(kind: str, folder: Path, method: str, dtype, device, option: str = "--model") -> ScoringModel:
+    """The model of `score_model_kind`'s (kind, folder), placed, with `method` ("auto": the
+    model's own) checked against it (TextebmError naming --method) before the weights are read;
+    messages about the folder name it as `option`."""
+
+    if method != "auto":
+        check_method(scoring_objective(kind, folder), method)
     if kind == "cloze":
-        model, tokenizer = load_cloze(folder, dtype=dtype, device=device)
+        model, tokenizer = load_cloze(folder, dtype=dtype, device=device, option=option)
         method = model.spec.objective if method == "auto" else method
-        check_method(model.spec.objective, method)
         return ScoringModel(method, tokenizer, max_text_tokens(model), lambda texts, batch_size, budget: cloze_scores(
             model, tokenizer, texts, method, batch_size, budget))
-    if method not in ("auto", "causal"):
-        raise TextebmError(f"--method {method}: {folder} is a causal LM, which scores with causal")
-    model, tokenizer, meta = load_lm(folder, dtype=dtype, device=device)
+    model, tokenizer, meta = load_lm(folder, dtype=dtype, device=device, option=option)
     positions = getattr(model.config, "max_position_embeddings", None)
     limit = positions - 2 if positions else None  # [bos] and [eos] take two
     return ScoringModel("causal", tokenizer, limit, lambda texts, batch_size, _budget: causal_scores(
