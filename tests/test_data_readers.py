@@ -39,6 +39,25 @@ def test_jsonl_reads_fields_labels_as_strings_and_keeps_extras(tmp_path):
                     {"text": "bad film", "label": "0", "tags": []}]
 
 
+def test_a_reader_of_texts_only_looks_for_no_label_and_takes_a_named_text_field(tmp_path):
+    """labels=False (the commands that score texts): rows that carry a label only here and there
+    are read as texts, not refused; a named text field and id field are taken as given."""
+    f = write(tmp_path / "part.jsonl", '{"text": "a b", "label": "x"}\n{"text": "c d"}\n')
+    assert "has 'label' but the one on line 1" in error_of(f) or "missing field 'label'" in error_of(f)
+    assert [r["text"] for r in read_examples(f, labels=False)] == ["a b", "c d"]
+    csv = write(tmp_path / "reviews.csv", "review,stars,ref\ngreat film,5,r1\ndull,1,r2\n")
+    assert "cannot tell which field holds the text" in error_of(csv)
+    rows = read_examples(csv, "review", id_field="ref", labels=False)
+    assert rows == [{"text": "great film", "id": "r1"}, {"text": "dull", "id": "r2"}]
+    with pytest.raises(ValueError):
+        read_examples(csv, "review", label_field="stars", labels=False)
+
+
+def test_jsonl_with_a_byte_order_mark_reads_as_without(tmp_path):
+    f = write(tmp_path / "bom.jsonl", b'\xef\xbb\xbf{"text": "a"}\n{"text": "b"}\n')
+    assert [r["text"] for r in read_examples(f)] == ["a", "b"]
+
+
 def test_jsonl_auto_detects_glue_names_and_explicit_fields(tmp_path):
     f = write(tmp_path / "nli.jsonl",
               '{"premise": "A man sleeps.", "hypothesis": "A man rests.", '
@@ -50,7 +69,7 @@ def test_jsonl_auto_detects_glue_names_and_explicit_fields(tmp_path):
 
 
 @pytest.mark.parametrize("lines, line, words", [
-    (['{"text": "a"}', '{"text": "b"}', '{"text": "c"'], 3, "malformed JSON"),
+    (['{"text": "a"}', '{"text": "b"}', '{"text": "c"'], 3, "malformed JSON: Expecting ',' delimiter (column 13)"),
     (['{"text": "a"}', '{"other": "b"}'], 2, "missing field 'text'"),
     (['{"text": "a"}', '["not", "an", "object"]'], 2, "expected a JSON object"),
     (['{"text": "a"}', '{"text": 5}'], 2, "must be a string"),

@@ -195,6 +195,24 @@ def test_negatives_never_resume_from_another_generator_at_the_same_path(corpus, 
     assert partial.read_bytes() == before and not out.exists()
 
 
+def test_negatives_resume_from_the_same_generator_moved_to_another_path(corpus, tmp_path, monkeypatch):
+    """The .partial names the generator by content: the same model under another path resumes, and
+    the file equals an uninterrupted run's (each row's `generator` says where its model was read)."""
+    import shutil
+
+    gen, moved = tmp_path / "gen", tmp_path / "moved"
+    shutil.copytree(corpus["gens"][("transformer", "l2r", 0)], gen)
+    out, full = tmp_path / "n.jsonl", tmp_path / "full.jsonl"
+    _interrupted_negatives(corpus, monkeypatch, gen, out, 1, "--batch-size", "4")
+    gen.rename(moved)
+    for o in (out, full):
+        assert main(["negatives", "generate", "--data", str(corpus["data"]), "--generator", str(moved), "--vocab",
+                     str(corpus["vocab"]), "--split", "dev", "--length", "24", "--contexts", "16", "20", "--stride",
+                     "8", "--k", "2", "--out", str(o), "--no-progress", "--batch-size", "4"]) == 0
+    rows = lambda f: [{k: v for k, v in json.loads(x).items() if k != "generator"} for x in f.read_text().splitlines()]
+    assert rows(out) == rows(full) and len(rows(full)) > 4
+
+
 def test_negatives_overwrite_never_replaces_the_data_or_a_users_file(corpus, tmp_path, capsys):
     split = corpus["data"] / "dev.jsonl"
     mine = tmp_path / "mine.jsonl"
@@ -320,6 +338,64 @@ def test_the_old_residual_names_still_run_and_say_where_the_command_moved(corpus
     assert main(["detect", "train", *args, "--out", str(old)]) == 2  # earlier output: needs --overwrite
     assert main(["detect", "train", *args, "--out", str(old), "--overwrite"]) == 0
     assert main(["detect", "eval", "--model", str(new), "--test", str(trained["test"]), "--out", str(old)]) == 2
+
+
+def test_score_and_threshold_read_a_users_csv_by_its_named_columns(trained, tmp_path, capsys):
+    """A file whose text column has no auto-detected name: --text-field names it (and --id-field
+    the ids); rows that carry a label only here and there are texts all the same."""
+    texts = [json.loads(x)["positive"] for x in trained["dev"].read_text().splitlines()[:6]]
+    words = [" ".join(f"w{i}" for i in t) for t in texts]  # any text: the scores only have to agree
+    csv = tmp_path / "reviews.csv"
+    csv.write_text("review,stars,ref\n" + "".join(f"{w},{i % 5},r{i}\n" for i, w in enumerate(words)))
+    jsonl = tmp_path / "reviews.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": w, **({"label": "x"} if i == 0 else {}), "id": f"r{i}"}) + "\n"
+                             for i, w in enumerate(words)))
+    run = str(trained["run"])
+    assert main(["detect", "score", "--model", run, "--input", str(csv), "--out", str(tmp_path / "no.jsonl")]) == 2
+    assert "cannot tell which field holds the text" in capsys.readouterr().err
+    for f, extra in ((csv, ["--text-field", "review", "--id-field", "ref"]), (jsonl, [])):
+        out = tmp_path / f"{f.stem}-{f.suffix[1:]}.jsonl"
+        assert main(["detect", "score", "--model", run, "--input", str(f), *extra, "--out", str(out)]) == 0
+    a, b = ([json.loads(x) for x in (tmp_path / n).read_text().splitlines()] for n in ("reviews-csv.jsonl",
+                                                                                      "reviews-jsonl.jsonl"))
+    assert [r["id"] for r in a] == [f"r{i}" for i in range(6)] and a == b
+    assert main(["detect", "threshold", "--model", run, "--human", str(csv), "--text-field", "review", "--fpr",
+                 "0.4", "--out", str(tmp_path / "t.json")]) == 0
+
+
+def test_resume_compares_the_inputs_by_content_not_by_path(corpus, trained, tmp_path, capsys):
+    """A run records the content of its inputs (config.json's inputs_sha256): --resume refuses
+    other content under the same path, and takes the same files under another path (a moved or
+    copied folder, a relative path for an absolute one); a run recorded before textebm kept their
+    content compares their paths, as it did."""
+    import shutil
+
+    train = tmp_path / "in" / "train.jsonl"
+    train.parent.mkdir()
+    shutil.copy(trained["train"], train)
+    run = tmp_path / "run"
+    args = lambda t: ["detect", "train", "--train", str(t), "--val", str(trained["dev"]), "--vocab",
+                      str(corpus["vocab"]), "--energy", "linear", "--max-steps", "3", "--batch-size", "8",
+                      "--no-progress", "--out", str(run)]
+    assert main(args(train)) == 0
+    recorded = json.loads((run / "config.json").read_text())["inputs_sha256"]
+    assert set(recorded) == {"train", "val", "vocab"}
+    from textebm.fingerprint import file_sha256, folder_sha256
+    assert recorded["train"] == file_sha256(train) and recorded["vocab"] == folder_sha256(corpus["vocab"])
+    moved = tmp_path / "moved.jsonl"
+    shutil.copy(train, moved)
+    capsys.readouterr()
+    assert main([*args(moved), "--resume"]) == 0  # the same content elsewhere: the finished run, nothing to do
+    lines = train.read_text().splitlines()
+    train.write_text("\n".join(lines[:-1]) + "\n")  # one window fewer, same path
+    assert main([*args(train), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert f"--train {train}: other content than the run started with" in err and "Traceback" not in err
+    cfg = json.loads((run / "config.json").read_text())
+    del cfg["inputs_sha256"]  # as an older textebm wrote it
+    (run / "config.json").write_text(json.dumps(cfg))
+    assert main([*args(moved), "--resume"]) == 2
+    assert f"train={[str(train)]!r}->{[str(moved)]!r}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("energy,extra", [("bilstm", ["--width", "16"]),
@@ -1201,7 +1277,7 @@ def test_cut_rows_cut_a_window_and_its_negatives_alike():
 
 
 def test_min_length_trains_on_cut_windows_records_it_and_score_warns_or_refuses_shorter_texts(
-        corpus, trained, tmp_path, caplog):
+        corpus, trained, tmp_path, caplog, capsys):
     """`detect train --min-length`: the windows of a batch have varied lengths, detector.json
     records MIN; `detect score` warns with the count of texts under it, and --strict refuses them
     (exit 2, nothing written). A MIN past the window, or with a one-prefix energy, is exit 2."""
@@ -1220,16 +1296,17 @@ def test_min_length_trains_on_cut_windows_records_it_and_score_warns_or_refuses_
     lengths = {len(r["positive"]) for r in b.rows(list(enumerate(rows)))}
     assert len(lengths) > 3 and min(lengths) >= 4
     texts = tmp_path / "t.txt"
-    texts.write_text("a\n" + "the quick brown fox jumps over the lazy dog " * 4 + "\n")
+    texts.write_text("the quick brown fox jumps over the lazy dog " * 4 + "\n\na\n")
     out = tmp_path / "s.jsonl"
     with caplog.at_level(logging.WARNING):
         assert main(["detect", "score", "--model", str(run), "--input", str(texts), "--out", str(out)]) == 0
     tokens = [json.loads(x)["tokens"] for x in out.read_text().splitlines()]
-    assert tokens[0] < 4 <= tokens[1]
+    assert tokens[1] < 4 <= tokens[0]
     assert "1 of 2 texts have fewer than 4 tokens" in caplog.text
     out2 = tmp_path / "s2.jsonl"
+    caplog.clear()
     assert main(["detect", "score", "--model", str(run), "--input", str(texts), "--strict", "--out", str(out2)]) == 2
-    assert not out2.exists()
+    assert not out2.exists() and "(the first: line 3)" in caplog.text + capsys.readouterr().err
     for bad, name in ((["--min-length", "25"], "--min-length 25"),
                       (["--min-length", "4", "--energy", "unitransf", "--layers", "1", "--heads", "2",
                         "--pool", "continuation"], "--pool continuation")):

@@ -271,6 +271,8 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
         raise InputError(path, "file not found")
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a byte-order mark, as editors on Windows write it (CSV and text files take it too)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -278,9 +280,9 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(line.rstrip("\r\n"))  # a column past the line's end is its end
             except json.JSONDecodeError as e:
-                raise InputError(path, f"malformed JSON: {e.msg}", lineno) from None
+                raise InputError(path, f"malformed JSON: {e.msg} (column {e.colno})", lineno) from None
             if not isinstance(obj, dict):
                 raise InputError(path, f"expected a JSON object, got {type(obj).__name__}", lineno)
             yield lineno, obj

@@ -31,6 +31,19 @@ def threads_field(help: str = "CPU threads (0: torch default)") -> Any:
     return dataclasses.field(default=0, metadata={"help": help, "min": 0, "max_cores": True})
 
 
+def text_field_option() -> Any:
+    """`--text-field` of a command that reads texts from a user's file (`read_examples`)."""
+    return dataclasses.field(default=None, metadata={
+        "help": "the column / key holding the text (default: auto-detected: text, sentence, question1, premise, ...)"})
+
+
+def id_field_option() -> Any:
+    """`--id-field` of a command that reads texts from a user's file: its rows' ids."""
+    return dataclasses.field(default=None, metadata={
+        "help": "the column / key holding each text's id (default: id, idx, index, guid if present; else the row's "
+                "number, from 0)"})
+
+
 def keep_best_field(measure: str) -> Any:
     """The `--keep-best` option of a training command: after every epoch `measure` (the recipe's
     `validate`), and the run ends with the weights of the lowest (`textebm.train`'s keep_best)."""

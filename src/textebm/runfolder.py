@@ -32,6 +32,7 @@ from textebm.checkpoint import (
     save_checkpoint,
 )
 from textebm.errors import TextebmError
+from textebm.fingerprint import file_sha256, folder_sha256, json_sha256
 from textebm.io import read_json, write_json
 from textebm.options import option_defaults
 from textebm.outputs import (
@@ -75,6 +76,51 @@ def run_kind(opts: Any) -> str:
 # and hold none of them (`outputs.check_not_input`).
 INPUT_OPTIONS = ("data", "init", "residual_of", "tokenizer", "train", "val", "vocab", "encoder", "noise",
                  "unlabelled")
+INPUTS_KEY = "inputs_sha256"  # config.json: the content of each input, which --resume compares
+
+
+def input_hashes(opts: Any) -> dict[str, str]:
+    """The content of each input option of `opts` that is set (INPUT_OPTIONS): sha256 of the file
+    or of the folder's files (a list: of each item's, in order); a value that names nothing here
+    (a models-fetch id, a dataset recipe) stands for itself."""
+    out = {}
+    for name in INPUT_OPTIONS:
+        value = getattr(opts, name, None)
+        if value in (None, "", [], ()):
+            continue
+        items = value if isinstance(value, (list, tuple)) else [value]
+        hashes = [_content_sha256(str(v)) for v in items]
+        out[name] = hashes[0] if len(hashes) == 1 else json_sha256(hashes)
+    return out
+
+
+def _content_sha256(value: str) -> str:
+    path = Path(value).expanduser()
+    if path.is_file():
+        return file_sha256(path)
+    if path.is_dir():
+        return folder_sha256(path)
+    return f"name:{value}"
+
+
+def _resume_diff(old: dict, config: dict) -> list[str]:
+    """What differs between a run's config.json (`old`) and the settings it is resumed with, for
+    the message. Inputs are compared by content where the run recorded it (the same files under
+    another path resume; other content under the same path does not), else by path (a run
+    started before textebm recorded its inputs' content)."""
+    hashed = INPUTS_KEY in old
+    free = RESUME_FREE | (set(INPUT_OPTIONS) | {INPUTS_KEY} if hashed else {INPUTS_KEY})
+    diff = [f"{k}={old.get(k)!r}->{config.get(k)!r}" for k in sorted(set(old) | set(config))
+            if k not in free and old.get(k) != config.get(k)]
+    if hashed:
+        was, now = old[INPUTS_KEY], config.get(INPUTS_KEY, {})
+        for k in sorted(set(was) | set(now)):
+            if was.get(k) != now.get(k):
+                value = config.get(k) or old.get(k)
+                shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+                diff.append(f"--{k.replace('_', '-')} {shown}: other content than the run started with (sha256 "
+                            f"{str(was.get(k))[:12]} -> {str(now.get(k))[:12]})")
+    return diff
 
 
 def check_run_dir(opts: Any, config: dict | None) -> None:
@@ -90,12 +136,9 @@ def check_run_dir(opts: Any, config: dict | None) -> None:
     cfg_file = run / "config.json"
     recover_run_folder(run)
     if opts.resume and cfg_file.is_file() and config is not None:
-        old = {**option_defaults(opts, config), **read_json(cfg_file)}
-        diff = sorted(k for k in set(old) | set(config)
-                      if k not in RESUME_FREE and old.get(k) != config.get(k))
+        diff = _resume_diff({**option_defaults(opts, config), **read_json(cfg_file)}, config)
         if diff:
-            raise TextebmError(f"--out {run}: --resume with different settings: "
-                               + ", ".join(f"{k}={old.get(k)!r}->{config.get(k)!r}" for k in diff)
+            raise TextebmError(f"--out {run}: --resume with different settings: " + ", ".join(diff)
                                + "; pass the run's settings, or --overwrite to start it again")
     check_not_input(run, [(f"--{name.replace('_', '-')}", getattr(opts, name, "")) for name in INPUT_OPTIONS])
     if opts.resume:

@@ -73,12 +73,14 @@ from textebm.outputs import seal_marker
 from textebm.precision import resolve_for_run
 from textebm.progress import on_terminal
 from textebm.runfolder import (  # the run folder's policy, which the loop below follows
+    INPUTS_KEY,
     LAST_DIR,
     RUN_ENTRIES,
     RunFolder,
     abandon_failed_start,
     check_run_dir,
     drop_set_aside,
+    input_hashes,
     interrupted_message,
     run_completed,
     start_run,
@@ -347,7 +349,7 @@ def started_run(opts: TrainOptions, config: dict, recipe: Recipe) -> Iterator[Ru
     setup_torch(opts)
     path = Path(opts.out)
     choice = resolve_for_run(opts.precision, path, opts.resume)
-    config = {**config, "precision_choice": choice.as_dict()}
+    config = {**config, "precision_choice": choice.as_dict(), INPUTS_KEY: input_hashes(opts)}
     check_run_dir(opts, config)  # every process, before anything is written
     # the processes of `accelerate launch` (one without it), set up as the loop's Accelerator sets them up
     processes = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))

@@ -62,29 +62,35 @@ def read_examples(
     pair_field: str | None = None,
     label_field: str | None = None,
     id_field: str | None = None,
+    labels: bool = True,
 ) -> list[dict[str, Any]]:
     """Read all examples of a user file, dispatching on its extension.
 
     `.jsonl`/`.ndjson`: one JSON object a line; `.csv`: comma-separated with a header row and
     standard quoting; `.tsv`: tab-separated with a header row and no quoting (GLUE); `.txt`: one
     text a line. Field names default to auto-detection (see `TEXT_COLUMNS`, `LABEL_COLUMNS`);
-    header names match case-insensitively. Raises `InputError` on any bad content.
+    header names match case-insensitively. `labels=False` (a command that only reads texts): no
+    label is looked for, so a file whose rows carry one only here and there is read as texts.
+    Raises `InputError` on any bad content.
     """
-    return [row for _, row in read_numbered_examples(path, text_field, pair_field, label_field, id_field)]
+    return [row for _, row in read_numbered_examples(path, text_field, pair_field, label_field, id_field, labels)]
 
 
 def read_numbered_examples(path: str | Path, text_field: str | None = None, pair_field: str | None = None,
-                           label_field: str | None = None, id_field: str | None = None) -> list[tuple[int, dict]]:
+                           label_field: str | None = None, id_field: str | None = None,
+                           labels: bool = True) -> list[tuple[int, dict]]:
     """`read_examples` with the 1-based line of the file each example starts on."""
+    if not labels and label_field is not None:
+        raise ValueError("read_numbered_examples: a label_field with labels=False")
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "file not found" if not path.exists() else "not a regular file")
     suffix = path.suffix.lower()
     if suffix in JSONL_SUFFIXES:
-        rows = _read_jsonl(path, text_field, pair_field, label_field, id_field)
+        rows = _read_jsonl(path, text_field, pair_field, label_field, id_field, labels)
     elif suffix in (".csv", ".tsv"):
         rows = _read_delimited(path, "\t" if suffix == ".tsv" else ",",
-                               text_field, pair_field, label_field, id_field)
+                               text_field, pair_field, label_field, id_field, labels)
     elif suffix in TEXT_SUFFIXES:
         if any(f is not None for f in (text_field, pair_field, label_field, id_field)):
             raise InputError(path, "a plain-text file has one text a line and no fields; "
@@ -95,7 +101,7 @@ def read_numbered_examples(path: str | Path, text_field: str | None = None, pair
                                "expected .jsonl, .csv, .tsv or .txt")
     if not rows:
         raise InputError(path, "no examples (empty file)")
-    return _check_consistent(path, rows)
+    return _check_consistent(path, rows, ("text_pair", "label") if labels else ("text_pair",))
 
 
 def example_id(row: dict[str, Any], index: int) -> str:
@@ -161,6 +167,7 @@ def resolve_fields(
     label_field: str | None,
     id_field: str | None,
     line: int | None = None,
+    labels: bool = True,
 ) -> Fields:
     """Map requested (or auto-detected) field names onto the names present in a file.
 
@@ -192,7 +199,8 @@ def resolve_fields(
                                    f"the file has: {', '.join(names)}; name it with the text "
                                    "field option",
                              line)
-    label = find(label_field, "label") if label_field is not None else _first(LABEL_COLUMNS, lower)
+    label = (find(label_field, "label") if label_field is not None
+             else _first(LABEL_COLUMNS, lower) if labels else None)
     id_ = find(id_field, "id") if id_field is not None else _first(ID_COLUMNS, lower)
     fields = Fields(text, pair, label, id_)
     if len(fields.used()) < sum(f is not None for f in (text, pair, label, id_)):
@@ -245,10 +253,11 @@ def _scalar(path: Path, line: int, value: Any, name: str) -> str:
     return value
 
 
-def _check_consistent(path: Path, rows: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
-    """All examples of a file must agree on having a `text_pair` and a `label`."""
+def _check_consistent(path: Path, rows: list[tuple[int, dict]],
+                      keys: tuple[str, ...] = ("text_pair", "label")) -> list[tuple[int, dict]]:
+    """All examples of a file must agree on having each of `keys` (a `text_pair`, a `label`)."""
     first_line, first = rows[0]
-    for key in ("text_pair", "label"):
+    for key in keys:
         has = key in first
         for line, row in rows:
             if (key in row) != has:
@@ -262,13 +271,13 @@ def _check_consistent(path: Path, rows: list[tuple[int, dict]]) -> list[tuple[in
 
 
 def _read_jsonl(path: Path, text_field: str | None, pair_field: str | None,
-                label_field: str | None, id_field: str | None) -> list[tuple[int, dict]]:
+                label_field: str | None, id_field: str | None, labels: bool = True) -> list[tuple[int, dict]]:
     rows: list[tuple[int, dict]] = []
     fields: Fields | None = None
     for line, obj in iter_jsonl(path):
         if fields is None:
             fields = resolve_fields(path, list(obj), text_field, pair_field, label_field,
-                                    id_field, line)
+                                    id_field, line, labels)
         rows.append((line, make_example(path, line, obj, fields, keep_extra=True)))
     return rows
 
@@ -285,7 +294,7 @@ def _decode(path: Path) -> str:
 
 
 def _read_delimited(path: Path, delimiter: str, text_field: str | None, pair_field: str | None,
-                    label_field: str | None, id_field: str | None) -> list[tuple[int, dict]]:
+                    label_field: str | None, id_field: str | None, labels: bool = True) -> list[tuple[int, dict]]:
     """CSV (standard quoting) or TSV (no quoting, as GLUE) with a header row."""
     text = _decode(path)
     csv.field_size_limit(2**31 - 1)  # long documents in one cell
@@ -297,7 +306,7 @@ def _read_delimited(path: Path, delimiter: str, text_field: str | None, pair_fie
     if not header:
         return []
     fields = resolve_fields(path, header, text_field, pair_field, label_field, id_field,
-                            header_line)
+                            header_line, labels)
     rows = []
     for line, cells in records:
         if len(cells) != len(header):

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from textebm.data.readers import example_id, read_examples
+from textebm.data.readers import example_id, read_numbered_examples
 from textebm.detection import analysis, detect
 from textebm.detection.detect import ZEROSHOT
 from textebm.detection.windows import read_window_files
@@ -17,7 +17,7 @@ from textebm.errors import TextebmError
 from textebm.inference import set_threads
 from textebm.io import read_json_object, write_json
 from textebm.models.load import CAUSAL_LM, find_model, load_tokenizer
-from textebm.options import check_config, refuse_unused, threads_field
+from textebm.options import check_config, id_field_option, refuse_unused, text_field_option, threads_field
 from textebm.outputs import (
     check_output_dir,
     check_output_file,
@@ -77,6 +77,8 @@ class DetectScoreConfig:
     strict: bool = field(default=False, metadata={
         "help": "refuse (exit 2, nothing written) texts shorter than the shortest windows the detector was trained "
                 "on, instead of scoring them with a warning"})
+    text_field: str | None = text_field_option()
+    id_field: str | None = id_field_option()
     batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
     threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
@@ -95,6 +97,7 @@ class ThresholdConfig:
     held_out: float = field(default=0.5, metadata={"help": "fraction of the human texts kept to check the "
                                                            "rate reached", "gt": 0, "lt": 1})
     seed: int = field(default=0, metadata={"help": "seed of the fit / held-out split", "min": 0})
+    text_field: str | None = text_field_option()
     batch_size: int = field(default=64, metadata={"help": "windows per batch", "min": 1})
     threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
@@ -187,9 +190,12 @@ def read_detector_windows(paths: list[str], model: str, scorer, info: dict) -> l
                              vocab_of=f"the vocabulary of the detector --model {model}")
 
 
-def _texts(path: str) -> tuple[list[str], list[str]]:
-    rows = read_examples(path)
-    return [example_id(r, i) for i, r in enumerate(rows)], [r["text"] for r in rows]
+def _texts(path: str, text_field: str | None = None, id_field: str | None = None) -> tuple[list[str], list[str],
+                                                                                          list[int]]:
+    """(ids, texts, the line each starts on) of a user's file of texts (labels, if any, unread)."""
+    numbered = read_numbered_examples(path, text_field, id_field=id_field, labels=False)
+    rows = [r for _, r in numbered]
+    return [example_id(r, i) for i, r in enumerate(rows)], [r["text"] for r in rows], [line for line, _ in numbered]
 
 
 def score_texts(cfg: DetectScoreConfig) -> Path:
@@ -200,7 +206,7 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
     check_output_file(cfg.out, cfg.overwrite, kind="detect score",
                       inputs=[("--input", cfg.input), ("--threshold", cfg.threshold)])
     scorer, rule, info = detect.load_detector(cfg.model)
-    ids, texts = _texts(cfg.input)
+    ids, texts, lines = _texts(cfg.input, cfg.text_field, cfg.id_field)
     source = "the detector's (best balanced accuracy on validation)"
     if cfg.threshold:
         t, _ = read_threshold_file(cfg.threshold, info, cfg.model, cfg.force_threshold)
@@ -212,7 +218,7 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
         if short:
             raise TextebmError(f"--input {cfg.input}: {len(short)} of {len(texts)} texts have fewer than "
                                f"{trained_min} tokens, the shortest windows --model {cfg.model} was trained on "
-                               f"(the first: text {short[0] + 1}); --strict refuses them (drop --strict to score "
+                               f"(the first: line {lines[short[0]]}); --strict refuses them (drop --strict to score "
                                "them with a warning, or train a detector with `detect train --min-length`)")
     scores, tokens = detect.text_scores(scorer, texts, length, cfg.batch_size)
     probs, decisions = rule.prob_generated(scores), rule.generated(scores)  # (N,), (N,)
@@ -264,7 +270,7 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     check_config(cfg)
     set_threads(cfg.threads)
     check_output_file(cfg.out, cfg.overwrite, kind="detect threshold", inputs=[("--human", cfg.human)])
-    _, texts = _texts(cfg.human)
+    _, texts, _ = _texts(cfg.human, cfg.text_field)
     detect.split_sizes(len(texts), cfg.held_out)  # a --held-out that leaves nothing to fit fails before any work
     scorer, rule, info = detect.load_detector(cfg.model)
     out = detect.fit_threshold(scorer, rule, info, texts, cfg.fpr, cfg.seed, cfg.held_out, cfg.batch_size,

@@ -18,7 +18,6 @@ from pathlib import Path
 from textebm.data.readers import (
     example_id,
     load_split,
-    read_examples,
     read_numbered_examples,
 )
 from textebm.data.streams import chunks, doc_streams
@@ -35,7 +34,7 @@ from textebm.lm.scoring import (
 )
 from textebm.models.lm import read_meta
 from textebm.models.load import CAUSAL_LM, find_model, load_lm
-from textebm.options import check_config, refuse_unused, threads_field
+from textebm.options import check_config, id_field_option, refuse_unused, text_field_option, threads_field
 from textebm.outputs import check_file_target, check_output_file, output_file, seal_marker
 from textebm.precision import CHOICES as PRECISIONS
 
@@ -72,6 +71,8 @@ class LMScoreConfig:
     out: str = field(metadata={"help": "output JSONL, one line per input item"})
     batch_size: int = field(default=16, metadata={"help": "texts per forward pass", "min": 1})
     precision: str = field(default="auto", metadata={"help": PRECISION_HELP, "choices": list(PRECISIONS)})
+    text_field: str | None = text_field_option()
+    id_field: str | None = id_field_option()
     threads: int = threads_field()
     overwrite: bool = field(default=False, metadata={"help": "replace an existing --out file"})
 
@@ -83,13 +84,14 @@ def score_file(cfg: LMScoreConfig) -> Path:
     set_threads(cfg.threads)
     check_output_file(cfg.out, cfg.overwrite, kind="lm score", inputs=[("--input", cfg.input)])
     folder = scorable_folder(cfg.model)
-    rows = read_examples(cfg.input)
+    numbered = read_numbered_examples(cfg.input, cfg.text_field, id_field=cfg.id_field, labels=False)
+    rows = [row for _, row in numbered]
     model, tokenizer, meta, choice = _load(folder, cfg.precision)
     texts, pair_at = item_texts(rows)
     try:
         results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
     except TextTooLong as e:
-        raise _too_long(e, Path(cfg.input), pair_at) from None
+        raise _too_long(e, Path(cfg.input), [line for line, _ in numbered], pair_at) from None
     with output_file(cfg.out, "lm score") as f:
         for i, row in enumerate(rows):
             f.write(json.dumps(_score_row(row, i, results[i], results[pair_at[i]] if pair_at[i] is not None
@@ -98,10 +100,9 @@ def score_file(cfg: LMScoreConfig) -> Path:
     return Path(cfg.out)
 
 
-def _too_long(e: TextTooLong, path: Path, pair_at: list[int | None], hint: str = "") -> InputError:
-    """The too-long text of `path` named by its file and line (its index in `item_texts` order:
-    every text first, then the text_pairs)."""
-    lines = [line for line, _ in read_numbered_examples(path)]
+def _too_long(e: TextTooLong, path: Path, lines: list[int], pair_at: list[int | None], hint: str = "") -> InputError:
+    """The too-long text of `path` named by its file and line (`lines`: each example's; its index in
+    `item_texts` order: every text first, then the text_pairs)."""
     pair = e.index >= len(lines)
     i = pair_at.index(e.index) if pair else e.index
     return InputError(path, f"{'its text_pair' if pair else 'this text'} has {e.tokens} tokens; the model takes "
@@ -220,7 +221,8 @@ def eval_split(cfg: LMEvalConfig) -> dict:
             results = score_texts(model, tokenizer, meta, texts, cfg.batch_size, progress=True)
         except TextTooLong as e:
             data = Path(cfg.data)
-            raise _too_long(e, data / f"{cfg.split}.jsonl" if data.is_dir() else data, pair_at,
+            path = data / f"{cfg.split}.jsonl" if data.is_dir() else data
+            raise _too_long(e, path, [line for line, _ in read_numbered_examples(path)], pair_at,
                             f" (--chunk {e.limit} scores the split as running text, in pieces)") from None
         scores = perplexity_metrics(results, texts)
     metrics = {"split": cfg.split, **scores, "model": str(folder.resolve()),

@@ -425,7 +425,7 @@ def _compare(cfg, paths: list[Path], st: _Setup, wins) -> tuple[list[dict], list
 
 def _prefixes_from_file(path: str, vocab, prefix_len: int) -> list[tuple[str, list[int], list[int]]]:
     """(key, last p tokens, no real continuation) of each text of --prefixes."""
-    rows = read_examples(path)
+    rows = read_examples(path, labels=False)
     out = []
     for i, row in enumerate(rows):
         ids = vocab(str(row.get("text", "")), add_special_tokens=False)["input_ids"]

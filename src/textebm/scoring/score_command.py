@@ -43,7 +43,7 @@ from textebm.models.load import (
     load_cloze,
     load_lm,
 )
-from textebm.options import check_config, threads_field
+from textebm.options import check_config, id_field_option, text_field_option, threads_field
 from textebm.outputs import check_output_files, output_file
 from textebm.precision import CHOICES as PRECISIONS
 from textebm.progress import progress_bar
@@ -90,6 +90,8 @@ class ScoreTextsConfig:
         "help": "score each text in this form (textebm.data.normalize): none = as written; ptb = lower case, "
                 "clitics split (\"did n't\"); asr = lower case, no punctuation. The rows' text is the scored "
                 "text, input_text the text as read", "choices": list(NORMALIZE)})
+    text_field: str | None = text_field_option()
+    id_field: str | None = id_field_option()
     threads: int = threads_field()
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -164,7 +166,7 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     partial = PartialFile(out, KIND, ensure_ascii=False)
     partial.check()
     kind, folder = score_model_kind(cfg.model)
-    numbered = read_numbered_examples(cfg.input)
+    numbered = read_numbered_examples(cfg.input, cfg.text_field, id_field=cfg.id_field, labels=False)
     rows = [row for _, row in numbered]
     ids = [example_id(r, i) for i, r in enumerate(rows)]
     norm = normalizer(cfg.normalize)
