@@ -233,6 +233,9 @@ def _res(w) -> dict[str, Path]:
         (d / "bad.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "negatives": [[5]]}) + "\n")
         (d / "negid.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "negatives": [[5, 6, -1, 9]]})
                                        + "\n")
+        (d / "ctx.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "context_len": 4}) + "\n")
+        (d / "kmix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+            good, good, {**good, "negatives": [[5, 6, 9, 9], [5, 6, 9, 8]]})))
         short = {**good, "positive": [5, 6, 7], "negatives": [[5, 6, 9]]}
         (d / "short.jsonl").write_text(json.dumps(short) + "\n")
         from textebm.models.load import load_tokenizer
@@ -247,7 +250,8 @@ def _res(w) -> dict[str, Path]:
                                                    "tables": []}))
         (d / "matrix-ok.json").write_text(json.dumps({"corpora": ["sotu"], "generators": {"tf": {"arch": "transformer"}},
                                                       "tables": []}))
-    return {"vocab": w["lm"], **{f: d / f"{f}.jsonl" for f in ("neg", "bad", "negid", "short", "foreign")},
+    return {"vocab": w["lm"], **{f: d / f"{f}.jsonl" for f in ("neg", "bad", "negid", "short", "foreign", "ctx",
+                                                               "kmix")},
             "matrix": d / "matrix.json", "matrix-ok": d / "matrix-ok.json"}
 
 
@@ -268,6 +272,21 @@ def _det(w) -> dict[str, Path]:
         (d / "hand.json").write_text('{"threshold": 0.5}\n')  # written by hand: for no detector
     return {"energy": d / "energy", "zs": d / "zs", "thr": d / "thr.json", "hand": d / "hand.json",
             "human": w["data"] / "test.jsonl"}
+
+
+def _written(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _moved_zs(w) -> Path:
+    """`_det`'s zero-shot detector copied, its detector.json naming an LM that is no longer there."""
+    d = w["root"] / "moved-zs"
+    if not d.is_dir():
+        d.mkdir()
+        raw = json.loads((_det(w)["zs"] / "detector.json").read_text())
+        (d / "detector.json").write_text(json.dumps({**raw, "model": str(w["root"] / "gone-lm")}))
+    return d
 
 
 def _joint(w) -> dict[str, Path]:
@@ -601,6 +620,9 @@ CASES = [
      lambda w: ["data", "prepare", "rt-polarity", "--out", w["data"]], "--overwrite"),
     ("data-convert a missing input",
      lambda w: ["data", "convert", "--input", w["root"] / "nope.csv", "--out", w["root"] / "d"], "nope.csv"),
+    ("data-convert two items to split three ways",
+     lambda w: ["data", "convert", "--input", _written(w["root"] / "two.tsv", "text\tlabel\na b\t1\nc d\t0\n"),
+                "--out", w["root"] / "d"], "two.tsv: too few items (2) to split into train, dev, test; give at least 3"),
     ("data-convert --out a foreign folder",
      lambda w: ["data", "convert", "--input", w["file"], "--out", w["foreign"]], "mine"),
     ("data-convert --seed -1",
@@ -768,6 +790,11 @@ CASES = [
     ("detect-analyze --bins 0",
      lambda w: ["detect", "analyze", "--model", w["clf"], "--test", _res(w)["neg"], "--out", w["root"] / "an",
                 "--bins", "0"], "--bins"),
+    ("detect-analyze --lm an energy, not an LM", lambda w: _analyze(w, "--lm", _det(w)["energy"]),
+     "--lm "),
+    ("detect-score a zero-shot detector whose LM is gone", lambda w: ["detect", "score", "--model", _moved_zs(w),
+                                                                      "--input", w["file"], "--out", w["root"] / "s.jsonl"],
+     "moved-zs/detector.json: model"),
     ("detect-analyze --out a foreign folder",
      lambda w: ["detect", "analyze", "--model", w["clf"], "--test", _res(w)["neg"], "--out", w["foreign"]], "mine"),
     ("detect-matrix --config a bad one",
@@ -827,6 +854,10 @@ CASES = [
     ("detect-train --vocab another vocabulary than the windows'", lambda w: _res_train(w, train=_res(w)["foreign"]),
      "foreign.jsonl:1: token id"),
     ("detect-train --train a negative token id", lambda w: _res_train(w, train=_res(w)["negid"]), "negid.jsonl:2"),
+    ("detect-train --train a context_len past the window", lambda w: _res_train(w, train=_res(w)["ctx"]),
+     "ctx.jsonl:2: `context_len` 4 is not a prefix"),
+    ("detect-train --train a window with another number of negatives", lambda w: _res_train(w, train=_res(w)["kmix"]),
+     "kmix.jsonl:3: this window has 2 negatives where the first has 1"),
     ("detect-train --resume --overwrite", lambda w: _res_train(w, "--resume", "--overwrite"), "--resume"),
     ("detect-train --pool mean with --energy bilstm", lambda w: _res_train(w, "--pool", "mean", "--energy",
                                                                              "bilstm"), "--pool"),
@@ -1065,6 +1096,9 @@ CASES = [
     *[(f"tag-eval {flag} {val}", lambda w, f=flag, v=val: _tag_eval(w, f, v), flag)
       for flag, val in [("--batch-size", "0"), ("--threads", "-1")]],
     ("tag-predict --model an encoder", lambda w: _tag_predict(w, model=w["encoder"]), "expected a tagger trained with"),
+    ("tag-predict --input a dataset folder",
+     lambda w: ["tag", "predict", "--model", _tag(w)["run"], "--input", _tag(w)["data"], "--out",
+                w["root"] / "tagged.conll"], "a folder; give the file to tag"),
     ("tag-predict --model without words.json", lambda w: _tag_predict(w, model=_tag(w)["nowords"]),
      "words.json: not found"),
     ("tag-predict --input with an empty sentence", lambda w: _set(_tag_predict(w), "--input", _tag(w)["empty"]),

@@ -119,3 +119,11 @@ def test_every_commands_help_reads_well():
             for line in text.splitlines():
                 assert line.count("(default") <= 1, (sp.prog, line)
 
+
+
+def test_the_result_line_of_a_training_says_what_ran_even_without_an_evaluation():
+    from textebm.cli.show import eval_line
+
+    assert eval_line({"eval": {"dev_accuracy": 0.912345, "epochs": 2, "split": "dev"}}) == "dev_accuracy=0.9123, epochs=2"
+    assert eval_line({"eval": {}, "train": {"steps": 40}}) == "trained 40 steps; no evaluation split"
+    assert eval_line({}) == "no evaluation split"

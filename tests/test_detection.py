@@ -358,7 +358,9 @@ def test_score_and_threshold_read_a_users_csv_by_its_named_columns(trained, tmp_
         assert main(["detect", "score", "--model", run, "--input", str(f), *extra, "--out", str(out)]) == 0
     a, b = ([json.loads(x) for x in (tmp_path / n).read_text().splitlines()] for n in ("reviews-csv.jsonl",
                                                                                       "reviews-jsonl.jsonl"))
-    assert [r["id"] for r in a] == [f"r{i}" for i in range(6)] and a == b
+    assert [r["id"] for r in a] == [f"r{i}" for i in range(6)]
+    assert [r.pop("line") for r in a] == list(range(2, 8)) and [r.pop("line") for r in b] == list(range(1, 7))
+    assert a == b
     assert main(["detect", "threshold", "--model", run, "--human", str(csv), "--text-field", "review", "--fpr",
                  "0.4", "--out", str(tmp_path / "t.json")]) == 0
 
@@ -635,12 +637,38 @@ def test_refitted_threshold_reaches_its_false_positive_rate_on_held_out_human_te
     assert main(["detect", "threshold", "--model", str(trained["run"]), "--human", str(texts), "--fpr", "0.1",
                  "--out", str(out)]) == 0
     got = json.loads(out.read_text())
-    assert got["fpr_fit"] <= 0.1 and got["n_fit"] + got["n_held_out"] == len(texts.read_text().splitlines())
+    lines = texts.read_text().splitlines()
+    assert got["fpr_fit"] <= 0.1 and got["n_fit"] + got["n_held_out"] == len(set(lines))
+    assert got["n_duplicates"] == len(lines) - len(set(lines))
     scored = tmp_path / "s.jsonl"
     assert main(["detect", "score", "--model", str(trained["run"]), "--input", str(texts), "--threshold", str(out),
                  "--out", str(scored)]) == 0
     flagged = np.mean([json.loads(x)["generated"] for x in scored.read_text().splitlines()])
     assert flagged <= 0.25  # about the rate asked for (0.1 on the fitted half, near it held out)
+
+
+def test_a_repeated_human_text_counts_once_in_the_thresholds_split(corpus, trained, tmp_path):
+    """Copies of one text on both sides of the fit / held-out split would make the held-out rate
+    repeat the fitted one: the threshold of texts given three times each is that of the texts given
+    once, with a warning counting the repeats."""
+    texts = tmp_path / "human.txt"
+    once = list(dict.fromkeys(json.loads(x)["text"] for x in (corpus["data"] / "test.jsonl").read_text().splitlines()))
+    texts.write_text("".join(t + "\n" for t in once))
+    tripled = tmp_path / "tripled.txt"
+    tripled.write_text("".join(t + "\n" for t in once * 3))
+    got = {}
+    for f in (texts, tripled):
+        assert main(["detect", "threshold", "--model", str(trained["run"]), "--human", str(f), "--fpr", "0.1",
+                     "--out", str(tmp_path / f"{f.stem}.json")]) == 0
+        got[f.stem] = json.loads((tmp_path / f"{f.stem}.json").read_text())
+    a, b = got["human"], got["tripled"]
+    assert (a["threshold"], a["n_fit"], a["fpr_held_out"]) == (b["threshold"], b["n_fit"], b["fpr_held_out"])
+    assert a["n_duplicates"] == 0 and b["n_duplicates"] == 2 * len(set(once))
+    assert any(f"{2 * len(set(once))} of the {3 * len(once)} texts repeat" in w for w in b["warnings"])
+    four = tmp_path / "four.txt"
+    four.write_text("".join(t + "\n" for t in once[:2] * 4))
+    assert main(["detect", "threshold", "--model", str(trained["run"]), "--human", str(four), "--out",
+                 str(tmp_path / "f.json")]) == 2
 
 
 # ---------------------------------------------------------------- one decision rule (issue 37)
@@ -736,7 +764,7 @@ def test_threshold_reports_its_tpr_cost_on_the_validation_windows_and_what_its_t
             assert main(["detect", "threshold", "--model", str(trained["run"]), "--human", str(texts), "--fpr", fpr,
                          "--out", str(out)]) == 0
         got = json.loads(out.read_text())
-        n = len(texts.read_text().splitlines())
+        n = len(set(texts.read_text().splitlines()))  # distinct texts
         assert got["n_fit"] + got["n_held_out"] == n and got["n_held_out"] == round(n / 2)
         assert got["smallest_reachable_fpr"] == 1 / got["n_fit"]
         assert got["smallest_held_out_fpr"] == 1 / got["n_held_out"]

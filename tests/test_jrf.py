@@ -205,6 +205,11 @@ def test_pretrain_fine_tunes_every_weight_and_tag_eval_reads_it(tagged, pretrain
     assert main(["tag", "eval", "--model", str(pretrained), "--data", str(tagged), "--split", "dev",
                  "--out", str(out)]) == 0
     assert json.loads(out.read_text())["dev_accuracy"] == pytest.approx(acc, abs=1e-12)
+    # stage 1's folder holds a tagger whose output layer and A were never trained: not a tagger to use
+    for stage1 in (pretrained / "pretrain", pretrained / "pretrain" / "model"):
+        assert main(["tag", "eval", "--model", str(stage1), "--data", str(tagged), "--out", str(tmp_path / "x.json")]) == 2
+        assert main(_args("joint", tagged, tmp_path / "j", *JOINT, "--init", stage1, sizes=False)) == 2
+    assert not (tmp_path / "x.json").exists() and not (tmp_path / "j").exists()
 
 
 def test_joint_from_a_supervised_tagger_learns_and_tag_predict_reads_it(tagged, tmp_path):  # noqa: F811
@@ -226,7 +231,8 @@ def test_joint_from_a_supervised_tagger_learns_and_tag_predict_reads_it(tagged, 
 
 
 @pytest.mark.parametrize("method", ["pretrain", "joint"])
-def test_resume_after_interruptions_equals_an_uninterrupted_run(tagged, tmp_path, monkeypatch, method):  # noqa: F811
+def test_resume_after_interruptions_equals_an_uninterrupted_run(tagged, tmp_path, monkeypatch, capsys,  # noqa: F811
+                                                                method):
     from kill_at_step import stop_after
 
     from textebm.tagging import recipes
@@ -241,9 +247,24 @@ def test_resume_after_interruptions_equals_an_uninterrupted_run(tagged, tmp_path
     stages = [recipes.TRFRecipe, recipes.TaggerRecipe] if method == "pretrain" else [recipes.TaggerJointRecipe]
     for i, recipe in enumerate(stages):
         stop_after(6, recipe, monkeypatch)
+        capsys.readouterr()
         assert main([*_args(method, tagged, cut, *args), *(["--resume"] if i else [])]) == 130
         monkeypatch.undo()
+        if recipe is recipes.TRFRecipe:  # said for the user's --out, not for stage 1's folder
+            assert (f"--out {cut}: stopped in stage 1 (the TRF language model); its progress is kept in "
+                    f"{cut / 'pretrain'}; run the same command with --resume") in capsys.readouterr().err
     assert main([*_args(method, tagged, cut, *args), "--resume"]) == 0
+    if method == "pretrain":  # with --stage1-cache: the run's folder held nothing yet, the cache resumes by content
+        cached, cache = tmp_path / "cached", tmp_path / "cache"
+        stop_after(6, recipes.TRFRecipe, monkeypatch)
+        capsys.readouterr()
+        assert main([*_args(method, tagged, cached, *args, "--stage1-cache", str(cache))]) == 130
+        monkeypatch.undo()
+        err = capsys.readouterr().err
+        assert f"--out {cached}: stopped in stage 1" in err and "--stage1-cache" in err and "--resume" not in err
+        assert main([*_args(method, tagged, cached, *args, "--stage1-cache", str(cache))]) == 0
+        a, b = _weights(whole / "model"), _weights(cached / "model")
+        assert all(torch.equal(a[k], b[k]) for k in a)
     folders = ["model", "pretrain/model"] if method == "pretrain" else ["model"]
     for f in folders:
         a, b = _weights(whole / f), _weights(cut / f)
@@ -260,7 +281,8 @@ def test_resume_after_interruptions_equals_an_uninterrupted_run(tagged, tmp_path
 BAD = [
     ("U/L larger than the pool", ("pretrain", "--ratio", "4"),
      "--ratio 4: U/L = 4 with 40 labelled sentences needs 160"),
-    ("no pool without --labelled", ("joint", "--labelled", "0", "--ratio", "1"), "--ratio 1"),
+    ("no pool without --labelled", ("joint", "--labelled", "0", "--ratio", "1"),
+     "(too few for any --ratio: give --labelled N below the training split's"),
     ("a semi-supervised option under supervised", ("supervised", "--noise-ratio", "2"),
      "--noise-ratio has no effect with --method supervised"),
     ("a joint option under pretrain", ("pretrain", "--ramp-steps", "3"),
@@ -285,6 +307,16 @@ def test_bad_inputs_exit_2_naming_the_option_and_write_nothing(tagged, tmp_path,
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err, err
     assert (sorted(tmp_path.rglob("*")), sorted(tagged.rglob("*"))) == before
+
+
+def test_a_stage1_cache_that_is_a_file_is_refused_before_anything_is_read(tagged, tmp_path, capsys):  # noqa: F811
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine")
+    capsys.readouterr()
+    assert main(_args("pretrain", tagged, tmp_path / "o", "--stage1-cache", mine)) == 2
+    err = capsys.readouterr().err
+    assert f"--stage1-cache {mine}: not a folder" in err and "Traceback" not in err
+    assert mine.read_text() == "mine" and not (tmp_path / "o").exists()
 
 
 def test_init_must_be_a_tagger_with_the_training_tags(tagged, tmp_path, capsys):  # noqa: F811
@@ -369,7 +401,8 @@ def test_stage2_labelled_words_keeps_the_supervised_vocabulary_with_stage_1s_vec
     run, sup = tmp_path / "lab", tmp_path / "sup"
     assert main(_args("pretrain", data, run, *PRETRAIN, "--freeze", "--stage2-words", "labelled")) == 0
     assert main(_args("supervised", data, sup, "--epochs", "1")) == 0
-    _, stage1_vocab, _ = load_tagging_model(run / "pretrain", "cpu")
+    from textebm.tagging.vocab import load_vocab
+    stage1_vocab = load_vocab(run / "pretrain" / "model")  # stage 1's tagger is no tagger to load
     tagger, vocab, _ = load_tagging_model(run, "cpu")
     assert vocab.words == load_tagging_model(sup, "cpu")[1].words
     pool_only = [w for w in stage1_vocab.words if w not in vocab.index]

@@ -104,6 +104,29 @@ def test_a_tiny_grid_end_to_end_then_cached(tagged, tmp_path, monkeypatch, capsy
     assert "--report and --plan" in capsys.readouterr().err
 
 
+def test_an_interrupted_grid_says_to_run_it_again_and_a_rerun_continues(tagged, tmp_path, monkeypatch,  # noqa: F811
+                                                                        capsys):
+    """Ctrl-C in a cell: the grid has no --resume; the message says to run the same command again,
+    which resumes the cell and finishes the grid."""
+    from kill_at_step import stop_after
+
+    from textebm.tagging.recipes import TaggerRecipe
+
+    cfg = _config(tmp_path, tagged, proportions=[1.0], ood_proportion=1.0,
+                  options={"all": {"embed": 8, "hidden": 8, "noise_embed": 8, "noise_hidden": 8, "batch_size": 8,
+                                   "min_count": 1, "precision": "fp32", "max_steps": 4, "eval_split": "",
+                                   "lr": 0.02, "checkpoint_every": 2},
+                           "pretrain": {"pretrain_steps": 2}, "joint": {"ramp_steps": 2}})
+    out = tmp_path / "grid"
+    stop_after(3, TaggerRecipe, monkeypatch)
+    capsys.readouterr()
+    assert _grid(cfg, out) == 130
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert "run the same `tag grid` command again" in err and "--resume" not in err
+    assert _grid(cfg, out) == 0 and (out / "results.json").is_file()
+
+
 def test_shards_split_the_cells(tagged, tmp_path, capsys):  # noqa: F811
     cfg, out = _config(tmp_path, tagged), tmp_path / "grid"
     halves = []
@@ -165,6 +188,11 @@ def test_relative_error_reduction_by_hand():
     red = summarise(cells, {0.1: [50]})["reductions"][(0.1, 50)]
     assert red["joint over sup."] == pytest.approx([50.0, 25.0])
     assert red["pretrain over sup."] == [] and red["joint over pre."] == []
+    # a reference without errors leaves nothing to reduce: that seed is left out, not -inf
+    assert relative_error_reduction(1.0, 1.0) is None and relative_error_reduction(0.9, 1.0) is None
+    perfect = [{**c, "accuracy": 1.0} if c["method"] == "supervised" and c["seed"] == 1 else c for c in cells]
+    some = summarise(perfect, {0.1: [50]})["reductions"][(0.1, 50)]
+    assert some["joint over sup."] == pytest.approx([50.0]) and some["seeds"]["joint over sup."] == [0]
     assert grid_report.mean_sd(red["joint over sup."], 1, 1) == "37.5 ± 17.7"
 
 

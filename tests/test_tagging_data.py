@@ -37,6 +37,15 @@ def test_dataset_folder_jsonl_and_conll(tmp_path):
     # tokens only: rows without tags are fine for tagging
     raw = jsonl(tmp_path / "raw.jsonl", [{"text": "a b", "tokens": ["a", "b"]}])
     assert load_tagged(raw, tags=False)[0]["tokens"] == ["a", "b"]
+    # a row needs no `text`: its tokens are the sentence
+    bare = jsonl(tmp_path / "bare.jsonl", [{"tokens": ["a", "b"], "tags": ["X", "Y"]}])
+    assert [(r["tokens"], r["tags"]) for r in load_tagged(bare)] == [(["a", "b"], ["X", "Y"])]
+    with pytest.raises(InputError, match="bad.jsonl:1: no 'tokens' list"):
+        load_tagged(jsonl(tmp_path / "bad.jsonl", [{"tokens": "a b", "tags": ["X", "Y"]}]))
+    csv = tmp_path / "t.csv"
+    csv.write_text("tokens,tags\na,X\n")
+    with pytest.raises(InputError, match="t.csv: a tagging file is JSONL"):
+        load_tagged(csv)
 
 
 @pytest.mark.parametrize("bad, what", [

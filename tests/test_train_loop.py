@@ -453,6 +453,14 @@ def test_an_interrupted_run_says_that_resume_continues_it(tmp_path):
     early = run_toy(tmp_path / "e", "--interrupt-at", "2")
     assert early.returncode == 130 and "before its first checkpoint" in early.stderr
     assert not (tmp_path / "e").exists()
+    # --overwrite of a finished run, stopped before its first checkpoint: the earlier run is put back,
+    # and the message says so (not that a --resume would continue it)
+    before = weights(tmp_path / "r")
+    again = run_toy(tmp_path / "r", "--overwrite", "--interrupt-at", "2")
+    assert again.returncode == 130 and "the earlier run that --overwrite was to replace is back in place" in again.stderr
+    assert "--resume" not in again.stderr
+    after = weights(tmp_path / "r")
+    assert all((before[k] == after[k]).all() for k in before)
 
 
 def test_typed_batches_move_whole_as_accelerate_moves_batches():

@@ -76,13 +76,16 @@ from textebm.runfolder import (  # the run folder's policy, which the loop below
     INPUTS_KEY,
     LAST_DIR,
     RUN_ENTRIES,
+    SET_ASIDE,
     RunFolder,
     abandon_failed_start,
     check_run_dir,
     drop_set_aside,
+    holds_progress,
     input_hashes,
     interrupted_message,
     run_completed,
+    stages_with_progress,
     start_run,
 )
 
@@ -368,14 +371,20 @@ def started_run(opts: TrainOptions, config: dict, recipe: Recipe) -> Iterator[Ru
     try:
         yield Run(path, choice, finished=None)
     except BaseException as e:
+        # what was kept, read before a failed start is cleaned away (and an earlier run brought back)
+        message = interrupted_message(path, entries) if isinstance(e, KeyboardInterrupt) else ""
         if processes.is_main_process and not opts.resume:
+            restored = (path / SET_ASIDE).is_dir() and not (holds_progress(path) or stages_with_progress(path, entries))
+            if message and restored:
+                message = (f"--out {path}: stopped before its first checkpoint; the earlier run that --overwrite "
+                           "was to replace is back in place, as it was; run the command again to replace it")
             abandon_failed_start(path, created, entries)
         if isinstance(e, TrainingDiverged):
             where = (f"the last good checkpoint is kept in {path / CHECKPOINT_DIR}" if has_checkpoint(path)
                      else "no checkpoint was written yet")
             raise TrainingDiverged(f"{e} ({where}). Try a lower --lr, --precision fp32, or --grad-clip.") from None
         if isinstance(e, KeyboardInterrupt) and not isinstance(e, TrainingInterrupted):
-            raise TrainingInterrupted(interrupted_message(path, entries)) from None
+            raise TrainingInterrupted(message) from None
         raise
 
 

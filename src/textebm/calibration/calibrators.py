@@ -302,12 +302,14 @@ CALIBRATORS: dict[str, type[TemperatureScaling] | type[ScalingBinning]] = {
     "tscal": TemperatureScaling, "scalbin": ScalingBinning}
 
 
-def fit_logged(method: str, logits: Any, labels: Any, label: str) -> TemperatureScaling | ScalingBinning:
-    """`CALIBRATORS[method]()` with its defaults, fitted on (logits (n, C), labels (n,)); each
-    CalibrationWarning (a degenerate fit's fallback) goes to the log as "`label`: message"."""
+def fit_logged(method: str | TemperatureScaling | ScalingBinning, logits: Any, labels: Any,
+               label: str) -> TemperatureScaling | ScalingBinning:
+    """`CALIBRATORS[method]()` with its defaults (or the calibrator `method` itself), fitted on
+    (logits (n, C), labels (n,)); each CalibrationWarning (a degenerate fit's fallback) goes to the
+    log as "`label`: message", not to stderr as a Python warning."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cal = CALIBRATORS[method]().fit(logits, labels)
+        cal = (CALIBRATORS[method]() if isinstance(method, str) else method).fit(logits, labels)
     for w in caught:
         log.warning("%s: %s", label, w.message)
     return cal

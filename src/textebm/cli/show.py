@@ -7,8 +7,11 @@ import json
 
 
 def eval_line(metrics: dict) -> str:
-    """`name=value` of the numbers of metrics.json's `eval`, to 4 significant digits."""
-    return ", ".join(f"{k}={v:.4g}" for k, v in metrics.get("eval", {}).items() if isinstance(v, (int, float)))
+    """`name=value` of the numbers of metrics.json's `eval`, to 4 significant digits; without any
+    (no evaluation split), the steps trained."""
+    line = ", ".join(f"{k}={v:.4g}" for k, v in metrics.get("eval", {}).items() if isinstance(v, (int, float)))
+    steps = metrics.get("train", {}).get("steps")
+    return line or (f"trained {steps} steps; no evaluation split" if steps is not None else "no evaluation split")
 
 
 def metrics_json(metrics: dict, leave_out: tuple[str, ...] = ()) -> str:

@@ -62,7 +62,11 @@ def convert(
     if missing:
         fractions = ({"train": 0.8, "dev": 0.1, "test": 0.1} if len(missing) == 2
                      else {"train": 0.9, missing[0]: 0.1})
-        given.update(split_examples(given["train"], seed, fractions))
+        try:
+            given.update(split_examples(given["train"], seed, fractions))
+        except TextebmError as e:
+            raise TextebmError(f"--input {files['train']}: {e}; give at least {len(fractions)} items, or the "
+                               f"{' and '.join('--' + m for m in missing)} file{'s' if len(missing) > 1 else ''}") from None
     splits = {s: [_rename_id(ex) for ex in given[s]] for s in ("train", "dev", "test")}
     labelled = any("label" in ex for ex in splits["train"])
     source: dict[str, Any] = {"files": {s: str(f.absolute()) for s, f in files.items() if f is not None}}

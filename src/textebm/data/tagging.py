@@ -18,7 +18,8 @@ from typing import Any, Collection, Sequence
 
 from textebm.data.conll import CONLL_SUFFIX, read_conll
 from textebm.data.layout import SPLITS
-from textebm.data.readers import read_numbered_examples, split_path
+from textebm.data.readers import JSONL_SUFFIXES, read_numbered_examples, split_path
+from textebm.io import iter_jsonl
 from textebm.errors import InputError
 
 
@@ -30,7 +31,15 @@ def load_tagged(data: str | Path, split: str = "train", tags: bool = True, token
     path = split_path(data, split)
     if path.suffix.lower() == CONLL_SUFFIX:
         return read_conll(path, token_column, tag_column if tags else None)
-    return [_checked(path, line, row, tags) for line, row in read_numbered_examples(path)]
+    if path.suffix.lower() not in JSONL_SUFFIXES:
+        raise InputError(path, f"a tagging file is JSONL (rows with `tokens` and `tags`) or CoNLL columns "
+                               f"({CONLL_SUFFIX}), not {path.suffix or 'a file without an extension'}")
+    if not path.is_file():
+        raise InputError(path, "file not found" if not path.exists() else "not a regular file")
+    rows = [_checked(path, line, row, tags) for line, row in iter_jsonl(path)]  # a row's `text` is optional
+    if not rows:
+        raise InputError(path, "no examples (empty file)")
+    return rows
 
 
 def load_unlabelled_text(folders: Sequence[str | Path], option: str = "--unlabelled") -> list[list[str]]:

@@ -139,6 +139,11 @@ def fit_zeroshot(cfg: FitConfig) -> dict:
             "length": len(rows[0]["positive"]), "val": [str(Path(v).resolve()) for v in cfg.val]}, rule)
     log.info("%s: validation balanced accuracy %.3f, AUROC %.3f", cfg.zeroshot, rule.val["balanced_accuracy"],
              rule.val["auroc"])
+    if rule.val["auroc"] < 0.5 and cfg.zeroshot != "loglik":  # loglik fits its sign; the others' is fixed
+        log.warning("%s with --model %s scores the generated windows of --val LOWER than the real ones (AUROC %.3f "
+                    "< 0.5): it tells them apart worse than chance, and its decisions are near 1/2 for every text; "
+                    "another scoring model (or --observer) may suit these negatives", cfg.zeroshot, cfg.model,
+                    rule.val["auroc"])
     return rule.as_dict()
 
 
@@ -224,8 +229,8 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
     probs, decisions = rule.prob_generated(scores), rule.generated(scores)  # (N,), (N,)
     name = "energy" if info.get("detector") == "energy" else "score"
     with output_file(cfg.out, "detect score") as f:
-        for i, s, p, g, n in zip(ids, scores, probs, decisions, tokens):
-            f.write(json.dumps({"id": i, name: float(s), "p_generated": float(p), "generated": bool(g),
+        for i, line, s, p, g, n in zip(ids, lines, scores, probs, decisions, tokens):
+            f.write(json.dumps({"id": i, "line": line, name: float(s), "p_generated": float(p), "generated": bool(g),
                                 "tokens": int(n), "windows": -(-int(n) // length)}) + "\n")
     short = int((tokens < trained_min).sum())
     if short:
@@ -295,11 +300,12 @@ def analyze(cfg: AnalyzeConfig) -> dict:
     if cfg.lm and info.get("detector") != "energy":
         raise TextebmError(f"--lm with --model {cfg.model}: the perturbation analysis needs a trained energy "
                            "(a run of `detect train`), not a zero-shot detector")
+    lm_path = find_model(cfg.lm, CAUSAL_LM, "--lm").path if cfg.lm else None  # before any window is scored
     rows = read_detector_windows(cfg.test, cfg.model, scorer, info)
     real, fake = detect.window_scores(scorer.score_ids, rows, cfg.batch_size)
     result = {"context": analysis.by_context(rule, rows, real, fake)}
     if cfg.lm:
-        lm = detect.ZeroShotScorer("loglik", cfg.lm, scorer.vocab)
+        lm = detect.ZeroShotScorer("loglik", lm_path, scorer.vocab, option="--lm")
         result["perturbations"] = analysis.perturbations(
             [r["positive"] for r in rows[:cfg.windows]], scorer.vocab, lambda s: scorer.score_ids(s, cfg.batch_size),
             lambda s: -lm.score_ids(s, cfg.batch_size), cfg.bins, cfg.positions)

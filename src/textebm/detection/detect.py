@@ -40,7 +40,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from textebm.calibration.calibrators import TemperatureScaling
+from textebm.calibration.calibrators import TemperatureScaling, fit_logged
 from textebm.calibration.metrics import ece_toplabel
 from textebm.data.batching import right_pad
 from textebm.detection import metrics, zeroshot
@@ -101,20 +101,20 @@ class ZeroShotScorer:
     """A zero-shot detector's score of windows from causal LMs (see the module doc)."""
 
     def __init__(self, method: str, model_path, vocab, observer_path=None, device="cpu",
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, option: str = "--model", observer_option: str = "--observer"):
         if method not in ZEROSHOT:
             raise TextebmError(f"unknown zero-shot detector {method!r}; choose one of {', '.join(ZEROSHOT)}")
         if (method == "binoculars") != bool(observer_path):
             raise TextebmError("binoculars needs --observer (a second LM with the same tokenizer); "
                                "loglik and fastdetectgpt take none")
         self.method, self.vocab, self.device = method, vocab, device
-        self.model, self.tokenizer, self.meta = load_lm(model_path, dtype=dtype, device=device)
+        self.model, self.tokenizer, self.meta = load_lm(model_path, dtype=dtype, device=device, option=option)
         self.sp = special_ids(self.tokenizer, self.meta)
         self.observer = None
         if observer_path:
-            self.observer, otok, ometa = load_lm(observer_path, dtype=dtype, device=device, option="--observer")
+            self.observer, otok, ometa = load_lm(observer_path, dtype=dtype, device=device, option=observer_option)
             if not same_vocab(otok, self.tokenizer) or ometa.direction != self.meta.direction:
-                raise TextebmError(f"--observer {observer_path}: binoculars needs an observer with the "
+                raise TextebmError(f"{observer_option} {observer_path}: binoculars needs an observer with the "
                                    "performer's tokenizer and direction")
         self.native = same_vocab(self.tokenizer, vocab)
 
@@ -248,7 +248,8 @@ def fit_rule(real_val, fake_val, fit_sign: bool = False, fpr: float = 0.01) -> R
     keep = np.unique(np.linspace(0, f.size - 1, min(r.size, f.size)).round().astype(int))
     z = np.concatenate([r, f[keep]]) - thr
     labels = np.concatenate([np.zeros(r.size, int), np.ones(keep.size, int)])
-    ts = TemperatureScaling(t_min=1e-3, t_max=1e4).fit(_two_class(z), labels)
+    ts = fit_logged(TemperatureScaling(t_min=1e-3, t_max=1e4), _two_class(z), labels,
+                    "the detector's temperature on validation")
     rule = Rule(sign=sign, threshold=thr, temperature=float(ts.temperature_), fpr=fpr,
                 threshold_fpr=metrics.threshold_at_fpr(r, fpr))
     both = np.concatenate([real, fake[keep]])
@@ -363,10 +364,21 @@ def fit_threshold(scorer, rule: Rule, info: dict, texts: Sequence[str], fpr: flo
     (`text_scores`, windows of the detector's length), what the new threshold costs on the
     detector's validation windows (`validation_cost`), and `warnings` (a rate below what the texts
     can show, an unknown cost, more than half the detection lost). `name`: how messages call the
-    detector. The command writes it to a file; `textebm.api.Detector.refit_threshold` keeps it."""
+    detector. The command writes it to a file; `textebm.api.Detector.refit_threshold` keeps it.
+    A text that repeats an earlier one counts once (`n_duplicates`, with a warning): copies of one
+    text on both sides of the split would make the held-out rate repeat the fitted one."""
 
-    scores, _ = text_scores(scorer, texts, scorer_length(scorer, info), batch_size)  # (N,)
+    unique = list(dict.fromkeys(texts))
+    try:  # the distinct texts must fill both parts
+        split_sizes(len(unique), held_out, "--held-out")
+    except TextebmError as e:
+        raise TextebmError(f"{e} (each distinct text counted once: {len(unique)} of the {len(texts)} given)") from None
+    scores, _ = text_scores(scorer, unique, scorer_length(scorer, info), batch_size)  # (N,)
     out = refit_threshold(scores, rule, fpr, seed, held_out)
+    out["n_duplicates"] = len(texts) - len(unique)
+    if out["n_duplicates"]:
+        out["warnings"].append(f"{out['n_duplicates']} of the {len(texts)} texts repeat an earlier one: each distinct "
+                               "text counts once, so that no text is both fitted on and held out")
     cost, problem = validation_cost(scorer, rule, info, name, out["threshold"], batch_size)
     out.update(cost)
     if problem:
@@ -513,8 +525,8 @@ def load_detector(path, device="cpu", dtype: torch.dtype = torch.float32, option
         return EnergyScorer(folder / info.get("model", "model"), device, dtype), rule, info
     if info.get("detector") in ZEROSHOT:
         vocab = load_tokenizer(info["vocab"], f"{rule_file}: vocab")
-        return ZeroShotScorer(info["detector"], info["model"], vocab, info.get("observer") or None, device,
-                              dtype), rule, info
+        return ZeroShotScorer(info["detector"], info["model"], vocab, info.get("observer") or None, device, dtype,
+                              option=f"{rule_file}: model", observer_option=f"{rule_file}: observer"), rule, info
 
     raise InputError(rule_file, f"unknown detector {info.get('detector')!r}")
 

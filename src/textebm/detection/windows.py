@@ -98,7 +98,7 @@ def read_window_file(path, length: int | None = None, vocab_size: int | None = N
     of at least 0 and, with `vocab_size`, below it (`vocab_of` names that vocabulary); every window
     has `length` tokens (`length_of` says why; default: as many as the first one)."""
 
-    rows = []
+    rows, lines = [], []
     for lineno, row in iter_jsonl(path):
         pos, negs = row.get("positive"), row.get("negatives")
         if not (isinstance(pos, list) and pos and all(isinstance(t, int) for t in pos)):
@@ -110,6 +110,9 @@ def read_window_file(path, length: int | None = None, vocab_size: int | None = N
                              lineno)
         if row.get("direction") not in DIRECTIONS or not isinstance(row.get("context_len"), int):
             raise InputError(path, "missing `direction` (l2r / r2l) or `context_len`", lineno)
+        if not 0 <= row["context_len"] < len(pos):
+            raise InputError(path, f"`context_len` {row['context_len']} is not a prefix of the {len(pos)}-token window "
+                                   f"(0 to {len(pos) - 1})", lineno)
         bad = next((t for t in (_first_bad_id(s, vocab_size) for s in (pos, *negs)) if t is not None), None)
         if bad is not None and bad < 0:
             raise InputError(path, f"token id {bad} is negative; token ids count from 0", lineno)
@@ -122,11 +125,14 @@ def read_window_file(path, length: int | None = None, vocab_size: int | None = N
         if len(pos) != length:
             raise InputError(path, f"a window of {len(pos)} tokens where {length} are expected ({length_of})", lineno)
         rows.append(row)
+        lines.append(lineno)
     if not rows:
         raise InputError(path, "no windows in the file")
-    k = {len(r["negatives"]) for r in rows}
-    if len(k) != 1:
-        raise InputError(path, f"windows have different numbers of negatives ({sorted(k)})")
+    k = len(rows[0]["negatives"])
+    other = next((i for i, r in enumerate(rows) if len(r["negatives"]) != k), None)
+    if other is not None:
+        raise InputError(path, f"this window has {len(rows[other]['negatives'])} negatives where the first has {k}; "
+                               "every window of a file has as many", lines[other])
     return rows
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from textebm.data.conll import CONLL_SUFFIX, write_conll
 from textebm.data.readers import split_path
@@ -88,6 +89,9 @@ def tag_predict(cfg: TagPredictConfig) -> int:
     check_config(cfg)
     set_threads(cfg.threads)
     check_output_file(cfg.out, cfg.overwrite, kind="tag predict", inputs=[("--input", cfg.input)])
+    if Path(cfg.input).is_dir():  # a dataset folder would be read as its train split, unasked
+        raise TextebmError(f"--input {cfg.input}: a folder; give the file to tag (JSONL with `tokens`, or CoNLL), "
+                           f"e.g. {Path(cfg.input) / 'test.jsonl'} for a dataset's test split")
     device, _ = inference_setup("fp32")
     tagger, vocab, _ = load_tagging_model(cfg.model, device)
     rows = load_tagged(cfg.input, "train", tags=False)

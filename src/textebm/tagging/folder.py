@@ -17,17 +17,26 @@ from typing import Any
 import torch
 
 from textebm.data.batching import right_pad
-from textebm.errors import InputError
+from textebm.errors import InputError, TextebmError
 from textebm.inference import batched
 from textebm.models.crf import SPEC_FILE, BiLSTMCRF
 from textebm.models.load import TAGGER, find_model, load_tagger
 from textebm.tagging.vocab import VOCAB_FILE, WordVocab, load_vocab
 
 
+TRF_FILE = "trf.safetensors"  # beside a stage-1 tagger: the TRF head and the noise LM
+
+
 def load_tagging_model(model: str | Path, device: str | torch.device | None = None,
                        option: str = "--model") -> tuple[BiLSTMCRF, WordVocab, Path]:
-    """(tagger in eval mode, its vocabulary, its folder), checked before any weights are read."""
+    """(tagger in eval mode, its vocabulary, its folder), checked before any weights are read. The
+    tagger of pre-training's stage 1 (with its TRF_FILE) is refused: its output layer and A were
+    never trained, only its encoder is."""
     path = find_model(model, TAGGER, option, ids=False).path
+    if (path / TRF_FILE).is_file():
+        raise TextebmError(f"{option} {model}: the first stage of pre-training (a TRF language model: its encoder "
+                           "is trained, its tag output layer and transitions are not), not a trained tagger; give the "
+                           "run folder of `tag train --method pretrain` (RUN, not RUN/pretrain)")
     vocab = load_vocab(path)
     tagger = load_tagger(path, dtype=torch.float32, device=device, option=option)
     if len(vocab) != tagger.spec.vocab_size or tagger.spec.pad_id != vocab.pad_id:

@@ -4,7 +4,6 @@ cells, and accuracy.png; `write_report` writes them with results.json into the g
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 
@@ -14,11 +13,12 @@ from textebm.markdown import table
 from textebm.tagging.metrics import SCORE_NAMES
 
 
-def relative_error_reduction(accuracy: float, reference: float) -> float:
+def relative_error_reduction(accuracy: float, reference: float) -> float | None:
     """Table 4's relative improvement, in %: the share of the reference's errors removed,
-    100 (e_ref - e) / e_ref with e = 1 - accuracy (negative when `accuracy` is below the reference)."""
+    100 (e_ref - e) / e_ref with e = 1 - accuracy (negative when `accuracy` is below the reference);
+    None where the reference makes no error (nothing to remove: no share of it is defined)."""
     if reference >= 1.0:
-        return 0.0 if accuracy >= 1.0 else -math.inf
+        return None
     return 100.0 * (accuracy - reference) / (1.0 - reference)
 
 
@@ -49,9 +49,12 @@ def summarise(results: list[dict], ratios: dict[float, list[int]]) -> dict:
             frozen = acc.get(("frozen", p, ratio), {})
             pairs = {"pretrain over sup.": (pre, sup), "joint over sup.": (joint, sup), "joint over pre.": (joint, pre),
                      "frozen over sup.": (frozen, sup)}
-            red = {name: [relative_error_reduction(x[s][metric], ref[s][metric]) for s in sorted(x) if s in ref]
+            # the seeds of both, but those where the reference makes no error (no reduction is defined)
+            paired = {name: [s for s in sorted(x) if s in ref and ref[s][metric] < 1.0]
+                      for name, (x, ref) in pairs.items()}
+            red = {name: [relative_error_reduction(x[s][metric], ref[s][metric]) for s in paired[name]]
                    for name, (x, ref) in pairs.items()}
-            red["seeds"] = {name: [s for s in sorted(x) if s in ref] for name, (x, ref) in pairs.items()}
+            red["seeds"] = paired
             reductions[(p, ratio)] = red
     return {"accuracy": acc, "reductions": reductions, "metric": metric}
 

@@ -33,7 +33,7 @@ from textebm.losses.crf import crf_nll
 from textebm.models.crf import BiLSTMCRF, TaggerSpec, save_tagger
 from textebm.models.trf import TRFHead
 from textebm.seeds import derive_seed
-from textebm.tagging.folder import tag_batch, tag_sentences
+from textebm.tagging.folder import TRF_FILE, tag_batch, tag_sentences
 from textebm.tagging.metrics import SCORE_NAMES, selected_score, tagging_scores
 from textebm.tagging.ssl import (
     DNCESpec,
@@ -48,7 +48,6 @@ from textebm.train import MAIN, ParamGroup, Recipe
 log = logging.getLogger(__name__)
 
 STAGE1 = "pretrain"  # RUN/pretrain: stage 1 of --method pretrain (and of joint --from-pretrained)
-TRF_FILE = "trf.safetensors"  # beside a stage-1 tagger: the TRF head and the noise LM
 
 
 class TaggerRecipe(Recipe):

@@ -53,14 +53,14 @@ from textebm.data.conll import CONLL_SUFFIX
 from textebm.data.readers import eval_split_of, split_path
 from textebm.data.ssl_split import nested_split
 from textebm.data.tagging import check_known_tags, load_tagged, load_unlabelled_text, tag_set
-from textebm.errors import TextebmError
+from textebm.errors import TextebmError, TrainingInterrupted
 from textebm.fingerprint import file_sha256, json_sha256
 from textebm.io import once, read_json
 from textebm.models.crf import BiLSTMCRF, TaggerSpec
 from textebm.models.noise_lm import NoiseLM
 from textebm.models.trf import TRFHead, length_distribution
 from textebm.options import check_config, field_default, options_dict, refuse_unused
-from textebm.runfolder import check_keep_best, check_run_dir, RESUME_FREE, run_completed
+from textebm.runfolder import check_keep_best, check_run_dir, holds_progress, RESUME_FREE, run_completed
 from textebm.seeds import seeded_sample
 from textebm.tagging.folder import load_tagging_model
 from textebm.tagging.metrics import SCORE_NAMES, selected_score
@@ -206,6 +206,9 @@ class TagTrainConfig(TrainOptions):
 
     def check(self) -> None:
         super().check()
+        if self.stage1_cache and Path(self.stage1_cache).exists() and not Path(self.stage1_cache).is_dir():
+            raise TextebmError(f"--stage1-cache {self.stage1_cache}: not a folder; name a folder (new, or one that "
+                               "holds stage 1 runs) for the TRF language models of pre-training")
         if self.method == "joint" and self.from_pretrained and self.init:
             raise TextebmError("--from-pretrained and --init: joint training starts from one of them; give one")
         for names, why in unused_options(self.method, from_pretrained=self.from_pretrained, init=bool(self.init)):
@@ -277,8 +280,10 @@ def ssl_rows(rows: list[dict[str, Any]], labelled: int, proportion: float, ratio
                            f"unlabelled ones; {where}" + (" and --unlabelled" if extra else "")
                            + f" hold {len(split.pool):,} sentences outside the --labelled set"
                            + (f" of at most --unlabelled-max-tokens {max_tokens}" if max_tokens else "")
-                           + " (the largest "
-                           f"--ratio it allows is {len(split.pool) // len(lab)})")
+                           + (f" (the largest --ratio it allows is {len(split.pool) // len(lab)})"
+                              if len(split.pool) >= len(lab) else
+                              " (too few for any --ratio: give --labelled N below the training split's "
+                              f"{len(rows):,} sentences, so that the rest forms the pool, or --unlabelled DIR)"))
     return lab, [rows[i] if src == "train" else {"tokens": extra[i]} for src, i in split.unlabelled(proportion, ratio)]
 
 
@@ -406,9 +411,20 @@ def train_stage1(cfg: TagTrainConfig, run: Path, trf_model: SemiSupervisedTagger
                                    "differ from this run's: another pool, vocabulary or options); move it away or "
                                    "choose another --stage1-cache")
             log.info("stage 1 (the TRF language model): reusing %s (same content)", out)
-        once(out, lambda: run_completed(out), build)
-    else:
-        build()
+    try:
+        if cfg.stage1_cache:
+            once(out, lambda: run_completed(out), build)
+        else:
+            build()
+    except TrainingInterrupted:  # said for the user's --out, not for stage 1's own folder
+        kept = holds_progress(out)
+        if cfg.stage1_cache:
+            what = (f"its progress is kept in the --stage1-cache ({out})" if kept else "nothing of it was kept")
+            again = "run the same command again to continue"  # the cache resumes by content
+        else:
+            what = f"its progress is kept in {out}" if kept else "nothing of it was kept"
+            again = "run the same command with --resume to continue" if kept else "run the command again"
+        raise TrainingInterrupted(f"--out {run}: stopped in stage 1 (the TRF language model); {what}; {again}") from None
     return out / "model"
 
 
