@@ -659,6 +659,25 @@ def test_a_damaged_rule_is_an_input_error_naming_its_field(runs, tmp_path):
             api.Detector(folder)
 
 
+def test_a_classifier_reads_the_kind_of_input_it_was_trained_on(runs, tmp_path):
+    """A classifier records whether it was trained on text pairs: given the other kind (a pair to a
+    single-text model, a single text to a pair model) it refuses, naming text_pairs; one saved
+    before textebm recorded it (no `pairs`) is not checked."""
+    folder = tmp_path / "ebm"
+    shutil.copytree(runs / "runs" / "ebm", folder)
+    spec_file = folder / "model" / "classifier.json"
+    spec = json.loads(spec_file.read_text())
+    assert "pairs" not in spec or spec["pairs"] is None
+    assert api.Classifier(folder).predict(["a b"], text_pairs=["c d"])  # unknown: as before
+    for pairs, call, words in ((False, dict(text_pairs=["c d"]), "trained on single texts"),
+                               (True, {}, "trained on text pairs")):
+        spec_file.write_text(json.dumps({**spec, "pairs": pairs}))
+        clf = api.Classifier(folder)
+        with pytest.raises(api.ArgumentError, match=f"^text_pairs: the classifier was {words}"):
+            clf.predict(["a b"], **call)
+        assert clf.predict(["a b"], **({} if call else dict(text_pairs=["c d"])))
+
+
 def test_a_model_folder_without_its_tokenizer_is_refused_not_read_as_all_unknown(runs, tmp_path):
     from textebm.models.load import TOKENIZER_FILES
 
@@ -806,6 +825,7 @@ def test_training_from_python_keeps_the_output_rules_and_raises_on_bad_options(c
     assert (mine / "notes.txt").read_text() == "my notes" and not (tmp_path / "a").exists()
     run = tmp_path / "run"
     first = training.classify_train(training.ClassifyTrainConfig(out=str(run), **opts))
+    assert json.loads((run / "model" / "classifier.json").read_text())["pairs"] is False  # trained on single texts
     with pytest.raises(api.TextebmError, match="--overwrite"):
         training.classify_train(training.ClassifyTrainConfig(out=str(run), **opts))
     again = training.classify_train(training.ClassifyTrainConfig(out=str(run), overwrite=True, **opts))

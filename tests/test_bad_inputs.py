@@ -274,6 +274,18 @@ def _det(w) -> dict[str, Path]:
             "human": w["data"] / "test.jsonl"}
 
 
+def _pair_clf(w) -> Path:
+    """The trained classifier copied, its classifier.json saying it was trained on text pairs."""
+    import shutil
+
+    d = w["root"] / "pair-clf"
+    if not d.is_dir():
+        shutil.copytree(w["clf"], d)
+        spec = d / "model" / "classifier.json"
+        spec.write_text(json.dumps({**json.loads(spec.read_text()), "pairs": True}))
+    return d
+
+
 def _written(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
@@ -563,6 +575,8 @@ CASES = [
     *[(f"classify-eval {flag} {val}", lambda w, f=flag, v=val: _clf_eval(w, f, v), flag)
       for flag, val in [("--bins", "0"), ("--batch-size", "0"), ("--seed", "-1"), ("--precision", "fp17")]],
     ("classify-eval --out the trained run", lambda w: _clf_eval(w, out=w["clf"]), "clf"),
+    ("classify-eval a pair classifier on single texts", lambda w: _clf_eval(w, model=_pair_clf(w)),
+     "train.jsonl: the classifier was trained on text pairs"),
     ("classify-eval --out the trained run --overwrite", lambda w: _clf_eval(w, "--overwrite", out=w["clf"]),
      "clf"),
     ("classify-eval --out a foreign folder", lambda w: _clf_eval(w, out=w["foreign"]), "mine"),

@@ -39,7 +39,7 @@ import torch
 
 from textebm.assets import MODELS
 from textebm.calibration.calibrators import CALIBRATORS, ScalingBinning, TemperatureScaling, fit_logged
-from textebm.classify.data import encode_examples
+from textebm.classify.data import encode_examples, pairs_problem
 from textebm.classify.predict import predict as classifier_predict
 from textebm.data.normalize import normalizer
 from textebm.data.streams import doc_streams
@@ -484,7 +484,10 @@ class Classifier:
 
     def _outputs(self, texts: Iterable[str], text_pairs: Iterable[str] | None, batch_size: int) -> dict:
         """`classifier_predict`'s logits, probabilities and energies (float64, input order)."""
-        examples = encode_examples(self.tokenizer_, _rows(texts, text_pairs), self.classes_, self.model_.spec.max_len)
+        rows = _rows(texts, text_pairs)
+        if why := pairs_problem(rows, self.model_.spec.pairs):
+            raise ArgumentError("text_pairs", why)
+        examples = encode_examples(self.tokenizer_, rows, self.classes_, self.model_.spec.max_len)
         return classifier_predict(self.model_, examples, self.tokenizer_.pad_token_id or 0,
                                   _positive(batch_size, "batch_size"))
 

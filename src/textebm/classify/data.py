@@ -80,7 +80,23 @@ def encode(tokenizer, rows: list[dict], max_len: int) -> list[tuple[list[int], l
     return [(ids, type_ids[i] if type_ids is not None else None) for i, ids in enumerate(enc["input_ids"])]
 
 
-def encode_examples(tokenizer, rows: list[dict], labels: list[str], max_len: int) -> list[Encoded]:
+def pairs_problem(rows: list[dict], pairs: bool | None) -> str:
+    """'' when `rows` are what a classifier trained on text pairs (`pairs` True) or on single texts
+    (False) reads, or when it is unknown (None); else what differs. A pair classifier given single
+    texts (or the reverse) would return labels for inputs it never saw the like of."""
+    has = any(r.get("text_pair") is not None for r in rows)
+    if pairs is None or has == pairs:
+        return ""
+    return ("the classifier was trained on text pairs (text, text_pair), these examples have no text_pair"
+            if pairs else "the classifier was trained on single texts, these examples have a text_pair")
+
+
+def encode_examples(tokenizer, rows: list[dict], labels: list[str], max_len: int,
+                    pairs: bool | None = None) -> list[Encoded]:
+    """The examples encoded for a classifier; `pairs` (the classifier's `ClassifierSpec.pairs`)
+    checked first (`pairs_problem`: a TextebmError)."""
+    if why := pairs_problem(rows, pairs):
+        raise TextebmError(why)
     index = {l: i for i, l in enumerate(labels)}
     out = []
     for i, ((ids, tt), r) in enumerate(zip(encode(tokenizer, rows, max_len), rows)):

@@ -29,11 +29,11 @@ from textebm.calibration.plots import (
 )
 from textebm.calibration.report import method_label, render_table
 from textebm.calibration.uncertainty import bootstrap_ci, paired_bootstrap_diff
-from textebm.classify.data import check_eval_labels, encode_examples
+from textebm.classify.data import check_eval_labels, encode_examples, pairs_problem
 from textebm.classify.predict import predict
 from textebm.data.readers import example_id, load_split, split_file
 from textebm.energy import hidden_energy
-from textebm.errors import TextebmError
+from textebm.errors import InputError, TextebmError
 from textebm.inference import inference_setup, set_threads
 from textebm.io import atomic_write, read_json, read_json_object, write_json
 from textebm.markdown import table
@@ -93,6 +93,9 @@ def run_predictions(info, data: str, split: str, batch_size: int, precision=None
     train_rows = train_rows[:limit] if limit else train_rows
     eval_rows = load_split(data, split)
     check_eval_labels(eval_rows, model.spec.labels, split_file(data, split))
+    for path, rows in ((split_file(data, "train"), train_rows), (split_file(data, split), eval_rows)):
+        if why := pairs_problem(rows, model.spec.pairs):
+            raise InputError(path, why)
     out = {}
     for name, rows in (("train", train_rows), (split, eval_rows)):
         ex = encode_examples(tok, rows, model.spec.labels, model.spec.max_len)

@@ -29,6 +29,7 @@ from textebm.classify.data import (
     encode,
     encode_examples,
     label_vocab,
+    pairs_problem,
     noise_stream,
     read_noise,
     warn_noise_reuse,
@@ -36,7 +37,7 @@ from textebm.classify.data import (
 from textebm.classify.predict import predict, refresh_poscal_table
 from textebm.data.readers import eval_split_of, load_split, split_file
 from textebm.energy import ENERGY_CHOICES, POOLINGS
-from textebm.errors import TextebmError
+from textebm.errors import InputError, TextebmError
 from textebm.losses.nce import nce_loss
 from textebm.losses.poscal import poscal_penalty
 from textebm.models.classifier import ClassifierSpec, save_classifier
@@ -105,9 +106,15 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     labels = label_vocab(rows, files["train"])
     if eval_split:  # checked before training, so a finished training is never thrown away
         check_eval_labels(eval_rows, labels, files[eval_split])  # classify.data
+        pairs = any(r.get("text_pair") is not None for r in rows)
+        if pairs_problem(eval_rows, pairs):
+            raise InputError(files[eval_split], f"the training split holds {'text pairs' if pairs else 'single texts'}, "
+                                                f"this split {'single texts' if pairs else 'text pairs'}; a classifier "
+                                                "reads one kind")
     noise_rows = read_noise(cfg.noise) if cfg.energy != "none" else []  # read before the encoder loads
     spec = ClassifierSpec(labels=labels, energy=cfg.energy, head=cfg.head, pooling=cfg.pooling,
-                          max_len=cfg.max_len, poscal_bins=cfg.poscal_bins if cfg.poscal else 0)
+                          max_len=cfg.max_len, poscal_bins=cfg.poscal_bins if cfg.poscal else 0,
+                          pairs=any(r.get("text_pair") is not None for r in rows))
     seed_everything(cfg.seed)  # the new head's initial weights
     model, tokenizer = build_classifier(cfg.encoder, spec)  # a folder or a `models fetch` id
     examples = encode_examples(tokenizer, rows, labels, cfg.max_len)

@@ -45,6 +45,7 @@ class ClassifierSpec:
     dropout: float = 0.1
     max_len: int = 64
     poscal_bins: int = 0  # > 0 when trained with PosCal
+    pairs: bool | None = None  # trained on text pairs (text, text_pair); None: saved before textebm recorded it
 
 
 def spec_from_dict(raw, path: str | Path) -> ClassifierSpec:
