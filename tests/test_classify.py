@@ -345,6 +345,23 @@ def test_train_ce_words_name_the_ebms_that_fit_the_labels_less():
     assert "above the baseline" not in train_ce_words({**ce, "ebm-scalar": 0.25, "ebm-sharp-hidden": 0.2}, 1)
 
 
+def test_an_interrupted_quickstart_says_to_run_it_again(classify_fixture, tmp_path, capsys, monkeypatch):
+    """Ctrl-C inside one of its steps: the quickstart takes no --resume (each step resumes itself),
+    so the message says to run the same command again, not the inner run's --resume."""
+    from kill_at_step import stop_after
+
+    from textebm.lm.train import LMRecipe
+
+    d = classify_fixture
+    stop_after(2, LMRecipe, monkeypatch)  # in the noise LM's training, its first step
+    capsys.readouterr()
+    assert _run("quickstart", "--out", tmp_path / "qs", "--data", d / "data", "--encoder", d / "encoder",
+                "--train-limit", "0", "--epochs", "1", "--lm-epochs", "1", "--lm-layers", "1", "--lm-width", "32",
+                "--lm-vocab-size", "300", "--batch-size", "16", "--no-progress", "--seeds", "1") == 130
+    err = capsys.readouterr().err
+    assert "run the same command again (`make quickstart`) to continue" in err and "--resume" not in err
+
+
 def test_quickstart_checks_its_data_before_any_work(tmp_path, capsys):
     from textebm.data.layout import write_dataset
 

@@ -367,9 +367,8 @@ def test_score_and_threshold_read_a_users_csv_by_its_named_columns(trained, tmp_
 
 def test_resume_compares_the_inputs_by_content_not_by_path(corpus, trained, tmp_path, capsys):
     """A run records the content of its inputs (config.json's inputs_sha256): --resume refuses
-    other content under the same path, and takes the same files under another path (a moved or
-    copied folder, a relative path for an absolute one); a run recorded before textebm kept their
-    content compares their paths, as it did."""
+    other content under the same path, and takes the same files under another path (a copy); a
+    run recorded before textebm kept their content compares their paths, as it did."""
     import shutil
 
     train = tmp_path / "in" / "train.jsonl"
@@ -388,6 +387,8 @@ def test_resume_compares_the_inputs_by_content_not_by_path(corpus, trained, tmp_
     shutil.copy(train, moved)
     capsys.readouterr()
     assert main([*args(moved), "--resume"]) == 0  # the same content elsewhere: the finished run, nothing to do
+    assert json.loads((run / "config.json").read_text())["train"] == [str(moved)]  # where it is read now
+    assert main([*args(train), "--resume"]) == 0  # and back
     lines = train.read_text().splitlines()
     train.write_text("\n".join(lines[:-1]) + "\n")  # one window fewer, same path
     assert main([*args(train), "--resume"]) == 2

@@ -358,6 +358,21 @@ def test_resume_refuses_another_model_at_the_same_path(models, data, tmp_path, m
     assert out.is_file() and not partial.exists()
 
 
+def test_resume_takes_the_same_model_moved_to_another_path(models, data, tmp_path, monkeypatch):
+    """The model is compared by content: moved elsewhere, the interrupted run resumes (its header
+    keeps the path it was first read from) and ends as an uninterrupted run's file."""
+    model = make_tiny_lm(tmp_path / "lm", seed=3)
+    cfg = lambda m, o: SampleConfig(model=str(m), data=str(data), out=str(tmp_path / o), mode="prefix",  # noqa: E731
+                                    max_new_tokens=3, batch_size=2, precision="fp32")
+    partial = _interrupted_sample(monkeypatch, cfg(model, "o.jsonl"), 1)
+    assert partial.is_file()
+    moved = (tmp_path / "lm").rename(tmp_path / "moved")
+    sample_file(cfg(moved, "o.jsonl"))
+    sample_file(cfg(moved, "whole.jsonl"))
+    drop = lambda rows: [{k: v for k, v in r.items() if k != "model"} for r in rows]  # noqa: E731  where each row's model was read
+    assert_same_samples(drop(read_rows(tmp_path / "o.jsonl")), drop(read_rows(tmp_path / "whole.jsonl")))
+
+
 def test_overwrite_replaces_only_its_own_output(models, data, tmp_path):
     """--overwrite replaces a file `lm sample` wrote (its marker beside it), never the input, a
     file textebm did not write, nor one it wrote that the user changed since."""

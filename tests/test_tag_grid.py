@@ -123,7 +123,7 @@ def test_an_interrupted_grid_says_to_run_it_again_and_a_rerun_continues(tagged, 
     assert _grid(cfg, out) == 130
     monkeypatch.undo()
     err = capsys.readouterr().err
-    assert "run the same `tag grid` command again" in err and "--resume" not in err
+    assert "run the same command again to continue: the grid resumes each cell" in err and "--resume" not in err
     assert _grid(cfg, out) == 0 and (out / "results.json").is_file()
 
 

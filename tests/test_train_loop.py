@@ -592,3 +592,36 @@ def test_a_cycling_stream_smaller_than_a_batch_is_a_clear_error():
 
     with pytest.raises(TextebmError, match="a cycling stream needs at least batch_size"):
         CycleBatchSampler(BucketBatchSampler([1, 2], 4, 0), 3)
+
+
+def test_an_inputs_content_is_what_a_training_reads_of_it(tmp_path):
+    """input_hashes: a run folder stands for its model (RUN and RUN/model hash the same; what a run
+    keeps beside it, an evaluation merged into metrics.json or a checkpoint, changes nothing); a
+    dataset folder for its splits and description (an output written into it changes nothing); a
+    file for its bytes; a name that is no path for itself."""
+    from types import SimpleNamespace
+
+    from textebm.runfolder import input_hashes
+
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "config.json").write_text("{}")
+    (run / "metrics.json").write_text('{"completed": true}')
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"text": "a"}\n')
+    (data / "dataset.json").write_text("{}")
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"text": "b"}\n')
+    h = lambda **kw: input_hashes(SimpleNamespace(**kw))  # noqa: E731
+    first = h(init=str(run), data=str(data), train=[str(f)], encoder="minilm-l6")
+    assert first["init"] == h(init=str(run / "model"))["init"] and first["encoder"] == "name:minilm-l6"
+    (run / "metrics.json").write_text('{"completed": true, "eval": {"test_ppl": 9.0}}')
+    (run / "checkpoint").mkdir()
+    (data / "scores.jsonl").write_text("{}\n")
+    assert h(init=str(run), data=str(data), train=[str(f)], encoder="minilm-l6") == first
+    (run / "model" / "config.json").write_text('{"n": 1}')
+    (data / "train.jsonl").write_text('{"text": "c"}\n')
+    f.write_text('{"text": "d"}\n')
+    again = h(init=str(run), data=str(data), train=[str(f)], encoder="minilm-l6")
+    assert all(again[k] != first[k] for k in ("init", "data", "train"))

@@ -658,7 +658,7 @@ class Detector:
         fpr = _number(fpr, "fpr", 0.0, 1.0, low_open=True)
         held_out = _number(held_out, "held_out", 0.0, 1.0, low_open=True)
         try:
-            split_sizes(len(texts), held_out, "held_out")
+            split_sizes(len(set(texts)), held_out, "held_out")  # each distinct text counts once
         except TextebmError as e:
             raise ArgumentError("human_texts", str(e)) from None
         report = fit_threshold(self.scorer_, self.rule_, self.info_, texts, fpr, _whole(seed, "seed"), held_out,

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from textebm.errors import InputError, TextebmError
+from textebm.errors import InputError, TextebmError, TrainingInterrupted
 from textebm.inference import set_threads
 from textebm.io import locked, once, read_json, read_json_object, write_json  # noqa: F401 (grid.once, grid.locked)
 from textebm.options import check_config, refuse_unused, threads_field, type_problem
@@ -185,7 +185,12 @@ class Grid:
                     return None
                 if not path.is_file():
                     t0 = time.perf_counter()
-                    result = self.compute(cell)
+                    try:
+                        result = self.compute(cell)
+                    except TrainingInterrupted:  # a cell's run says --resume; a grid takes none
+                        raise TrainingInterrupted(f"cell {cell.name} of {self.folder}: stopped; run the same command "
+                                                  "again to continue: the grid resumes each cell from what it "
+                                                  "kept") from None
                     write_json(path, {"name": cell.name, "settings": cell.settings, "result": result,
                                       "seconds": round(time.perf_counter() - t0, 1)})
         return self.result(cell)

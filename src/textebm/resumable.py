@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from textebm.errors import TextebmError
 from textebm.io import atomic_write, read_partial
@@ -74,9 +74,11 @@ class PartialFile:
             raise TextebmError(f"{self.option} {self.out}: {self.path} is a folder; textebm writes the rows "
                                "of an unfinished run there")
 
-    def start(self, identity: dict) -> list[dict]:
+    def start(self, identity: dict, informative: Sequence[str] = ()) -> list[dict]:
         """The rows an interrupted run with the same identity left (none for a new file, which is
-        created with its header); TextebmError when the file was written by another run."""
+        created with its header); TextebmError when the file was written by another run. The keys
+        `informative` are recorded but not compared: where an input was read (its path), when its
+        content is in the identity by hash, so that the same input moved elsewhere resumes."""
         self.check()
         self.identity = json.loads(json.dumps(identity))  # as it reads back (tuples become lists)
         if self.path.is_file():
@@ -85,7 +87,8 @@ class PartialFile:
                                    f"line: an older textebm's file, or not textebm's); delete {self.path} to start "
                                    "over")
             rows = read_partial(self.path)  # ours: a torn last line may be dropped
-            diff = differences(rows[0][HEADER], self.identity)
+            drop = lambda d: {k: v for k, v in d.items() if k not in informative}  # noqa: E731
+            diff = differences(drop(rows[0][HEADER]), drop(self.identity))
             if diff:
                 raise TextebmError(f"{self.path}: was written with other settings than this run's "
                                    f"({'; '.join(diff)}); its rows cannot be mixed with this run's: delete "

@@ -31,6 +31,7 @@ from textebm.checkpoint import (
     rng_state,
     save_checkpoint,
 )
+from textebm.data.layout import LAYOUT_FILES
 from textebm.errors import TextebmError
 from textebm.fingerprint import file_sha256, folder_sha256, json_sha256
 from textebm.io import read_json, write_json
@@ -75,7 +76,7 @@ def run_kind(opts: Any) -> str:
 # The options of training commands that name inputs (files or folders): --out may be none of them
 # and hold none of them (`outputs.check_not_input`).
 INPUT_OPTIONS = ("data", "init", "residual_of", "tokenizer", "train", "val", "vocab", "encoder", "noise",
-                 "unlabelled")
+                 "unlabelled", "base")
 INPUTS_KEY = "inputs_sha256"  # config.json: the content of each input, which --resume compares
 
 
@@ -95,12 +96,36 @@ def input_hashes(opts: Any) -> dict[str, str]:
 
 
 def _content_sha256(value: str) -> str:
+    """What a training reads from one input: a file's bytes; a run folder's model (RUN and RUN/model
+    hash the same, and what a run keeps beside its model, metrics.json with an evaluation merged
+    in, checkpoint/, is not what is read); a dataset folder's splits and description (not an output
+    written into it); any other folder's files."""
     path = Path(value).expanduser()
     if path.is_file():
         return file_sha256(path)
     if path.is_dir():
+        if (path / "model").is_dir():
+            path = path / "model"
+        layout = sorted(f for f in LAYOUT_FILES if (path / f).is_file())
+        if layout:
+            return json_sha256([[f, file_sha256(path / f)] for f in layout])
         return folder_sha256(path)
     return f"name:{value}"
+
+
+def record_moved_inputs(run: Path, config: dict) -> None:
+    """Under --resume with the same inputs by content, read from other paths: RUN/config.json is
+    rewritten with the paths this run reads, so what reads them later (a joint model checking its
+    energy's negatives) finds them."""
+    cfg_file = run / "config.json"
+    old = read_json(cfg_file)
+    if INPUTS_KEY not in old or old[INPUTS_KEY] != config.get(INPUTS_KEY):
+        return
+    moved = {k: config[k] for k in INPUT_OPTIONS if k in config and old.get(k) != config[k]}
+    if moved:
+        log.info("%s: its inputs are read from new paths (the same content): %s", run,
+                 ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in moved.items()))
+        write_json(cfg_file, {**old, **moved})
 
 
 def _resume_diff(old: dict, config: dict) -> list[str]:
@@ -118,8 +143,12 @@ def _resume_diff(old: dict, config: dict) -> list[str]:
             if was.get(k) != now.get(k):
                 value = config.get(k) or old.get(k)
                 shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-                diff.append(f"--{k.replace('_', '-')} {shown}: other content than the run started with (sha256 "
-                            f"{str(was.get(k))[:12]} -> {str(now.get(k))[:12]})")
+                if k not in now or k not in was:
+                    diff.append(f"--{k.replace('_', '-')}: {'given' if k in now else 'left out'} now, "
+                                f"{'left out' if k in now else 'given'} when the run started")
+                else:
+                    diff.append(f"--{k.replace('_', '-')} {shown}: other content than the run started with "
+                                f"(sha256 {str(was[k])[:12]} -> {str(now[k])[:12]})")
     return diff
 
 

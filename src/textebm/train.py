@@ -84,6 +84,7 @@ from textebm.runfolder import (  # the run folder's policy, which the loop below
     holds_progress,
     input_hashes,
     interrupted_message,
+    record_moved_inputs,
     run_completed,
     stages_with_progress,
     start_run,
@@ -363,6 +364,8 @@ def started_run(opts: TrainOptions, config: dict, recipe: Recipe) -> Iterator[Ru
     entries = [*RUN_ENTRIES, *recipe.run_files]
     if processes.is_main_process and not opts.resume:
         start_run(path, opts, config, entries)
+    elif processes.is_main_process and (path / "config.json").is_file():
+        record_moved_inputs(path, config)
     processes.wait_for_everyone()
     if opts.resume and run_completed(path):
         log.info("%s already finished; nothing to resume", path)

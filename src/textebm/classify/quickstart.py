@@ -42,7 +42,7 @@ from textebm.classify.evaluate import ClassifyEvalConfig, evaluate_runs
 from textebm.classify.train import ClassifyTrainConfig, classify_train
 from textebm.data.readers import load_split
 from textebm.data.recipes import prepare
-from textebm.errors import TextebmError
+from textebm.errors import TextebmError, TrainingInterrupted
 from textebm.io import atomic_write, read_json, write_json
 from textebm.lm.sample_command import SampleConfig, sample_file
 from textebm.lm.train import LMTrainConfig, lm_train
@@ -184,6 +184,14 @@ def check_models(cfg: QuickstartConfig) -> None:
 
 
 def quickstart(cfg: QuickstartConfig) -> dict:
+    try:
+        return _quickstart(cfg)
+    except TrainingInterrupted:  # a step's run says --resume; the quickstart takes none, it resumes each step
+        raise TrainingInterrupted(f"--out {cfg.out}: stopped; run the same command again (`make quickstart`) to "
+                                  "continue: each step resumes from what it kept") from None
+
+
+def _quickstart(cfg: QuickstartConfig) -> dict:
     check_config(cfg)  # bounds and rules between options, also when called from Python
     _, shard = cfg.start()  # threads, and this process's shard of the seeds
     out = Path(cfg.out)

@@ -276,7 +276,7 @@ def refit_threshold(cfg: ThresholdConfig) -> dict:
     set_threads(cfg.threads)
     check_output_file(cfg.out, cfg.overwrite, kind="detect threshold", inputs=[("--human", cfg.human)])
     _, texts, _ = _texts(cfg.human, cfg.text_field)
-    detect.split_sizes(len(texts), cfg.held_out)  # a --held-out that leaves nothing to fit fails before any work
+    detect.split_sizes(len(set(texts)), cfg.held_out)  # fails before any work; each distinct text counts once
     scorer, rule, info = detect.load_detector(cfg.model)
     out = detect.fit_threshold(scorer, rule, info, texts, cfg.fpr, cfg.seed, cfg.held_out, cfg.batch_size,
                                f"--model {cfg.model}")

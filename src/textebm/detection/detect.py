@@ -282,7 +282,7 @@ def split_sizes(n: int, held_out: float, option: str = "--held-out") -> tuple[in
     `held_out` held out; a TextebmError when either part would be empty (`option`: how it names
     `held_out`)."""
     if n < 4:
-        raise TextebmError(f"need at least 4 human texts to fit and check a threshold, got {n}")
+        raise TextebmError(f"need at least 4 human texts to fit and check a threshold, got {n} distinct ones")
     n_hold = max(1, int(round(held_out * n)))
     if n_hold >= n:
         raise TextebmError(f"{option} {held_out:g} of {n} human texts holds out all {n}, leaving none to fit "
@@ -517,7 +517,8 @@ def load_detector(path, device="cpu", dtype: torch.dtype = torch.float32, option
     if not rule_file.is_file():
         expected = "expected a detector (a run of `detect train`, or a folder written by `detect fit`)"
         if not folder.is_dir():
-            raise TextebmError(f"{option} {folder}: no such folder; {expected}")
+            raise TextebmError(f"{option} {folder}: {'a file, not a folder' if folder.exists() else 'no such folder'}; "
+                               f"{expected}")
         refuse_unfinished(folder, option)
         raise TextebmError(f"{option} {folder}: {inspect_folder(folder).describe()}, with no {RULE_FILE}; {expected}")
     info, rule = read_rule(rule_file)

@@ -135,11 +135,10 @@ def generate_negatives(cfg: NegativesConfig) -> Path:
               "precision": choice.precision}
     # What every row depends on: the generator by content (not its path), the windows (data,
     # vocabulary, length, stride, contexts, subset) by content, and the sampling options.
-    # The generator's path stays out of it: the same model moved or copied elsewhere resumes.
     identity = {"command": KIND, "generator_sha256": folder_sha256(gen_path),
-                "windows_sha256": json_sha256([[w.key, w.ids, w.context_len] for w in wins]),
-                **{k: v for k, v in common.items() if k != "generator"}}
-    done_rows = partial.start(identity)
+                "windows_sha256": json_sha256([[w.key, w.ids, w.context_len] for w in wins]), **common}
+    # the generator's path is recorded, not compared: the same model moved or copied elsewhere resumes
+    done_rows = partial.start(identity, informative=("generator",))
     keys = {w.key for w in wins}
     stray = next((row.get("key") for row in done_rows if row.get("key") not in keys), None)
     if stray is not None:

@@ -84,7 +84,7 @@ def score_file(cfg: LMScoreConfig) -> Path:
     set_threads(cfg.threads)
     check_output_file(cfg.out, cfg.overwrite, kind="lm score", inputs=[("--input", cfg.input)])
     folder = scorable_folder(cfg.model)
-    numbered = read_numbered_examples(cfg.input, cfg.text_field, id_field=cfg.id_field, labels=False)
+    numbered = read_numbered_examples(cfg.input, cfg.text_field, id_field=cfg.id_field)  # a label is echoed
     rows = [row for _, row in numbered]
     model, tokenizer, meta, choice = _load(folder, cfg.precision)
     texts, pair_at = item_texts(rows)

@@ -301,7 +301,7 @@ def sample_file(cfg: SampleConfig) -> Path:
     identity = {"command": KIND, "model_sha256": folder_sha256(model_path), "data_sha256": json_sha256(all_examples),
                 **common, "context_ratio": cfg.context_ratio, "context_tokens": cfg.context_tokens,
                 "max_new_tokens": cfg.max_new_tokens}
-    done_rows = partial.start(identity)
+    done_rows = partial.start(identity, informative=("model",))  # the model by content: moved, it resumes
     _check_ids(done_rows, order, partial.path)
     done = {row["id"] for row in done_rows}
     if done:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -238,8 +239,19 @@ def load_tokenizer(path: str | Path, option: str = "--tokenizer"):
 
 
 def _has_tokenizer(path: Path) -> bool:
-    return path.is_dir() and (any((path / f).is_file() for f in TOKENIZER_FILES) or any(
-        f.suffix in TOKENIZER_SUFFIXES and f.is_file() for f in path.iterdir()))
+    if not path.is_dir():
+        return False
+    if any((path / f).is_file() for f in TOKENIZER_FILES) or any(
+            f.suffix in TOKENIZER_SUFFIXES and f.is_file() for f in path.iterdir()):
+        return True
+    try:  # a byte- or character-level tokenizer has no vocabulary file, only its config
+        config = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("tokenizer_class") in VOCABULARY_FREE
+
+
+VOCABULARY_FREE = ("ByT5Tokenizer", "CanineTokenizer")  # tokenizers whose vocabulary is built in
 
 
 # A folder holds its tokenizer's vocabulary in one of these (fast, WordPiece, BPE, SentencePiece,

@@ -44,7 +44,7 @@ from textebm import grid
 from textebm.data.readers import eval_split_of
 from textebm.data.ssl_split import nested_split
 from textebm.data.tagging import load_tagged, load_unlabelled_text, tag_set
-from textebm.errors import InputError, TextebmError, TrainingInterrupted
+from textebm.errors import InputError, TextebmError
 from textebm.fingerprint import folder_sha256
 from textebm.io import read_json
 from textebm.options import check_config
@@ -388,17 +388,11 @@ class TagGrid:
             if opts.get("from_pretrained") or tag_method(s.method) == "pretrain":
                 opts["stage1_cache"] = str(self.out / "stage1")  # shared by the cells of one pool, by content
             log.info("training %s", path.name)
-            try:
-                tag_train(TagTrainConfig(
-                    data=self.cfg["data"], out=str(path), method=tag_method(s.method), labelled=self.cfg["labelled"],
-                    proportion=s.proportion, seed=s.seed, split_seed=s.seed, threads=self.threads,
-                    progress=self.progress, resume=(path / "config.json").is_file(),
-                    **_ratio_init(s.method, s.ratio, init),
-                    **({"unlabelled": list(self.cfg["unlabelled"])} if s.method != "supervised" else {}), **opts))
-            except TrainingInterrupted:  # the grid resumes its cells itself: no --resume to give it
-                raise TrainingInterrupted(f"cell {path.name} of --out {self.out}: what it trained is kept where it "
-                                          "can be resumed; run the same `tag grid` command again to continue the "
-                                          "grid") from None
+            tag_train(TagTrainConfig(
+                data=self.cfg["data"], out=str(path), method=tag_method(s.method), labelled=self.cfg["labelled"],
+                proportion=s.proportion, seed=s.seed, split_seed=s.seed, threads=self.threads,
+                progress=self.progress, resume=(path / "config.json").is_file(), **_ratio_init(s.method, s.ratio, init),
+                **({"unlabelled": list(self.cfg["unlabelled"])} if s.method != "supervised" else {}), **opts))
 
         return grid.once(path, lambda: run_completed(path), build)
 

@@ -90,7 +90,7 @@ def tables(summary: dict, cfg: dict, ratios: dict[float, list[int]], deviations:
             f"## Table 4: relative error reduction (%) in {METRIC_NAMES[summary['metric']]}, mean ± sd over seeds "
             "(paired by seed)", "",
             f"100 (e_ref − e) / e_ref, e = 1 − {METRIC_NAMES[summary['metric']]}: the share of the reference's "
-            "errors removed.", ""]
+            "errors removed (a seed whose reference makes no error is left out: no share is defined).", ""]
     cols = ["pretrain over sup.", "joint over sup.", "joint over pre."] + (["frozen over sup."]
                                                                             if "frozen" in cfg["methods"] else [])
     rows4 = [[f"{p * 100:g}%", str(r), *(mean_sd(red[(p, r)][c], 1, 1) for c in cols)]
