@@ -601,7 +601,7 @@ def test_an_inputs_content_is_what_a_training_reads_of_it(tmp_path):
     file for its bytes; a name that is no path for itself."""
     from types import SimpleNamespace
 
-    from textebm.runfolder import input_hashes
+    from textebm.train import input_hashes
 
     run = tmp_path / "run"
     (run / "model").mkdir(parents=True)

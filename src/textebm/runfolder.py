@@ -31,9 +31,7 @@ from textebm.checkpoint import (
     rng_state,
     save_checkpoint,
 )
-from textebm.data.layout import LAYOUT_FILES
 from textebm.errors import TextebmError
-from textebm.fingerprint import file_sha256, folder_sha256, json_sha256
 from textebm.io import read_json, write_json
 from textebm.options import option_defaults
 from textebm.outputs import (
@@ -78,39 +76,6 @@ def run_kind(opts: Any) -> str:
 INPUT_OPTIONS = ("data", "init", "residual_of", "tokenizer", "train", "val", "vocab", "encoder", "noise",
                  "unlabelled", "base")
 INPUTS_KEY = "inputs_sha256"  # config.json: the content of each input, which --resume compares
-
-
-def input_hashes(opts: Any) -> dict[str, str]:
-    """The content of each input option of `opts` that is set (INPUT_OPTIONS): sha256 of the file
-    or of the folder's files (a list: of each item's, in order); a value that names nothing here
-    (a models-fetch id, a dataset recipe) stands for itself."""
-    out = {}
-    for name in INPUT_OPTIONS:
-        value = getattr(opts, name, None)
-        if value in (None, "", [], ()):
-            continue
-        items = value if isinstance(value, (list, tuple)) else [value]
-        hashes = [_content_sha256(str(v)) for v in items]
-        out[name] = hashes[0] if len(hashes) == 1 else json_sha256(hashes)
-    return out
-
-
-def _content_sha256(value: str) -> str:
-    """What a training reads from one input: a file's bytes; a run folder's model (RUN and RUN/model
-    hash the same, and what a run keeps beside its model, metrics.json with an evaluation merged
-    in, checkpoint/, is not what is read); a dataset folder's splits and description (not an output
-    written into it); any other folder's files."""
-    path = Path(value).expanduser()
-    if path.is_file():
-        return file_sha256(path)
-    if path.is_dir():
-        if (path / "model").is_dir():
-            path = path / "model"
-        layout = sorted(f for f in LAYOUT_FILES if (path / f).is_file())
-        if layout:
-            return json_sha256([[f, file_sha256(path / f)] for f in layout])
-        return folder_sha256(path)
-    return f"name:{value}"
 
 
 def record_moved_inputs(run: Path, config: dict) -> None:

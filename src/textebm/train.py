@@ -65,7 +65,9 @@ import torch
 
 from textebm.checkpoint import BEST_DIR, CHECKPOINT_DIR, has_checkpoint, load_best, save_best
 from textebm.data.batching import Stream, stream_loader, stream_sampler
+from textebm.data.layout import LAYOUT_FILES
 from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
+from textebm.fingerprint import file_sha256, folder_sha256, json_sha256
 from textebm.inference import set_threads
 from textebm.io import atomic_dir, read_json, write_json
 from textebm.options import threads_field
@@ -74,6 +76,7 @@ from textebm.precision import resolve_for_run
 from textebm.progress import on_terminal
 from textebm.runfolder import (  # the run folder's policy, which the loop below follows
     INPUTS_KEY,
+    INPUT_OPTIONS,
     LAST_DIR,
     RUN_ENTRIES,
     SET_ASIDE,
@@ -82,7 +85,6 @@ from textebm.runfolder import (  # the run folder's policy, which the loop below
     check_run_dir,
     drop_set_aside,
     holds_progress,
-    input_hashes,
     interrupted_message,
     record_moved_inputs,
     run_completed,
@@ -91,6 +93,39 @@ from textebm.runfolder import (  # the run folder's policy, which the loop below
 )
 
 log = logging.getLogger(__name__)
+
+
+def input_hashes(opts: Any) -> dict[str, str]:
+    """The content of each input option of `opts` that is set (INPUT_OPTIONS): sha256 of the file
+    or of the folder's files (a list: of each item's, in order); a value that names nothing here
+    (a models-fetch id, a dataset recipe) stands for itself."""
+    out = {}
+    for name in INPUT_OPTIONS:
+        value = getattr(opts, name, None)
+        if value in (None, "", [], ()):
+            continue
+        items = value if isinstance(value, (list, tuple)) else [value]
+        hashes = [_content_sha256(str(v)) for v in items]
+        out[name] = hashes[0] if len(hashes) == 1 else json_sha256(hashes)
+    return out
+
+
+def _content_sha256(value: str) -> str:
+    """What a training reads from one input: a file's bytes; a run folder's model (RUN and RUN/model
+    hash the same, and what a run keeps beside its model, metrics.json with an evaluation merged
+    in, checkpoint/, is not what is read); a dataset folder's splits and description (not an output
+    written into it); any other folder's files."""
+    path = Path(value).expanduser()
+    if path.is_file():
+        return file_sha256(path)
+    if path.is_dir():
+        if (path / "model").is_dir():
+            path = path / "model"
+        layout = sorted(f for f in LAYOUT_FILES if (path / f).is_file())
+        if layout:
+            return json_sha256([[f, file_sha256(path / f)] for f in layout])
+        return folder_sha256(path)
+    return f"name:{value}"
 
 @dataclass(kw_only=True)
 class TrainOptions:
