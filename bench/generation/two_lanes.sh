@@ -76,9 +76,11 @@ lane_b() {
     waitfor finished "base/$c" || return
     go_on && BASELINES=ralm bash "$P" "$W" baselines || return
   fi
-  # the energies' rows for table 1. With RALM and this step the lanes are about even (brown v3,
-  # seconds of one thread: lane B 12,830 + 3,664 + 3,323 + 2,179 + 2,353; lane A 19,523 and its
-  # negatives)
+  # the energies' rows for table 1. RALM is lane B's for news: there lane A's UniT and BiT*
+  # scoring double with the corpus while the MLM stops on its dev loss (an estimate from brown v3's
+  # seconds of one thread, news twice: lane A about 50,000 with RALM's 4,400, lane B about 38,000).
+  # On brown v3 itself lane B (12,830 + 3,664 + 3,323 + 2,353, and RALM's 2,179) ends about 0.8 h
+  # after lane A (19,523 and its negatives, about 2,000).
   if [ -n "$small" ]; then
     waitfor finished $(for e in $small; do echo "energy/$c-$e-w0"; done) || return
     go_on && ENERGIES="$small" BASELINES= PPL_NAME=energies bash "$P" "$W" ppl || return
