@@ -127,6 +127,7 @@ def _content_sha256(value: str) -> str:
         return folder_sha256(path)
     return f"name:{value}"
 
+
 @dataclass(kw_only=True)
 class TrainOptions:
     """Options shared by every training command (the command's config extends this)."""
