@@ -134,6 +134,11 @@ def test_csv_empty_cell_and_header_only(tmp_path):
     assert "e.csv:3:" in error_of(f) and "'label' is empty" in error_of(f)
     h = write(tmp_path / "h.csv", "text,label\n")
     assert "h.csv" in error_of(h) and "no rows" in error_of(h)
+    # one column: a quoted "" is an empty text (refused), a blank line or a row of empty cells is skipped
+    one = write(tmp_path / "one.csv", 'text\na\n""\nb\n')
+    assert "one.csv:3:" in error_of(one) and "'text' is empty" in error_of(one)
+    blank = write(tmp_path / "blank.csv", "text,label\na,pos\n\n,\nb,neg\n")
+    assert [r["text"] for r in read_examples(blank)] == ["a", "b"]
 
 
 # ---------------------------------------------------------------- TSV / GLUE

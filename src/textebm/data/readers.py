@@ -320,7 +320,8 @@ def _read_delimited(path: Path, delimiter: str, text_field: str | None, pair_fie
 
 
 def _records(path: Path, reader: Any, kind: str) -> Iterator[tuple[int, list[str]]]:
-    """Yield (first line of the record, cells), skipping blank lines."""
+    """Yield (first line of the record, cells), skipping blank lines (and rows of empty cells only,
+    as a spreadsheet pads its end); a lone quoted `""` is a row, an empty text the reader refuses."""
     end = 0
     while True:
         try:
@@ -330,7 +331,7 @@ def _records(path: Path, reader: Any, kind: str) -> Iterator[tuple[int, list[str
         except csv.Error as e:
             raise InputError(path, f"malformed {kind}: {e}", end + 1) from None
         start, end = end + 1, reader.line_num
-        if cells and any(c.strip() for c in cells):
+        if cells == [""] or (cells and any(c.strip() for c in cells)):  # [""]: a quoted "" (a blank line is [])
             yield start, cells
 
 
