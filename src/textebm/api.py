@@ -43,8 +43,8 @@ from textebm.classify.data import encode_examples, pairs_problem
 from textebm.classify.predict import predict as classifier_predict
 from textebm.data.normalize import normalizer
 from textebm.data.streams import doc_streams
-from textebm.detection.detect import (RULE_FILE, fit_threshold, load_detector, scorer_length, split_sizes, text_lengths,
-                                     text_scores, trained_min_length)
+from textebm.detection.detect import (RULE_FILE, fit_threshold, load_detector, scorer_length, short_texts, split_sizes,
+                                     text_lengths, text_scores, trained_min_length)
 from textebm.detection.windows import make_windows
 from textebm.energy import hidden_energy
 from textebm.errors import ArgumentError, InputError, TextebmError, TextTooLong
@@ -620,10 +620,9 @@ class Detector:
             raise ArgumentError("strict", f"must be True or False, got {strict!r}")
         batch_size = _positive(batch_size, "batch_size")
         if strict:
-            lengths = text_lengths(self.scorer_, texts)
-            short = [i for i, n in enumerate(lengths) if n < self.min_length_]
-            if short:
-                raise ArgumentError("texts", f"{lengths[short[0]]} tokens, fewer than the {self.min_length_} of the "
+            if short := short_texts(self.scorer_, texts, self.min_length_):
+                n = text_lengths(self.scorer_, [texts[short[0]]])[0]
+                raise ArgumentError("texts", f"{n} tokens, fewer than the {self.min_length_} of the "
                                              f"shortest windows the detector was trained on ({len(short)} of "
                                              f"{len(texts)} texts are); strict=False scores them with a warning",
                                     short[0])

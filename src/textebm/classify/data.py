@@ -91,12 +91,7 @@ def pairs_problem(rows: list[dict], pairs: bool | None) -> str:
             if pairs else "the classifier was trained on single texts, these examples have a text_pair")
 
 
-def encode_examples(tokenizer, rows: list[dict], labels: list[str], max_len: int,
-                    pairs: bool | None = None) -> list[Encoded]:
-    """The examples encoded for a classifier; `pairs` (the classifier's `ClassifierSpec.pairs`)
-    checked first (`pairs_problem`: a TextebmError)."""
-    if why := pairs_problem(rows, pairs):
-        raise TextebmError(why)
+def encode_examples(tokenizer, rows: list[dict], labels: list[str], max_len: int) -> list[Encoded]:
     index = {l: i for i, l in enumerate(labels)}
     out = []
     for i, ((ids, tt), r) in enumerate(zip(encode(tokenizer, rows, max_len), rows)):

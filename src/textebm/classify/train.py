@@ -104,9 +104,9 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     eval_rows = load_split(cfg.data, eval_split) if eval_split else []
     files = {split: split_file(cfg.data, split) for split in ("train", eval_split) if split}
     labels = label_vocab(rows, files["train"])
+    pairs = any(r.get("text_pair") is not None for r in rows)  # a classifier of text pairs
     if eval_split:  # checked before training, so a finished training is never thrown away
         check_eval_labels(eval_rows, labels, files[eval_split])  # classify.data
-        pairs = any(r.get("text_pair") is not None for r in rows)
         if pairs_problem(eval_rows, pairs):
             raise InputError(files[eval_split], f"the training split holds {'text pairs' if pairs else 'single texts'}, "
                                                 f"this split {'single texts' if pairs else 'text pairs'}; a classifier "
@@ -114,7 +114,7 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
     noise_rows = read_noise(cfg.noise) if cfg.energy != "none" else []  # read before the encoder loads
     spec = ClassifierSpec(labels=labels, energy=cfg.energy, head=cfg.head, pooling=cfg.pooling,
                           max_len=cfg.max_len, poscal_bins=cfg.poscal_bins if cfg.poscal else 0,
-                          pairs=any(r.get("text_pair") is not None for r in rows))
+                          pairs=pairs)
     seed_everything(cfg.seed)  # the new head's initial weights
     model, tokenizer = build_classifier(cfg.encoder, spec)  # a folder or a `models fetch` id
     examples = encode_examples(tokenizer, rows, labels, cfg.max_len)

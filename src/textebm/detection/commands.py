@@ -219,7 +219,7 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
     length = detect.scorer_length(scorer, info)
     trained_min = detect.trained_min_length(info, length)
     if cfg.strict:
-        short = [i for i, n in enumerate(detect.text_lengths(scorer, texts)) if n < trained_min]
+        short = detect.short_texts(scorer, texts, trained_min)
         if short:
             raise TextebmError(f"--input {cfg.input}: {len(short)} of {len(texts)} texts have fewer than "
                                f"{trained_min} tokens, the shortest windows --model {cfg.model} was trained on "

@@ -98,7 +98,7 @@ def read_window_file(path, length: int | None = None, vocab_size: int | None = N
     of at least 0 and, with `vocab_size`, below it (`vocab_of` names that vocabulary); every window
     has `length` tokens (`length_of` says why; default: as many as the first one)."""
 
-    rows, lines = [], []
+    rows = []
     for lineno, row in iter_jsonl(path):
         pos, negs = row.get("positive"), row.get("negatives")
         if not (isinstance(pos, list) and pos and all(isinstance(t, int) for t in pos)):
@@ -124,15 +124,12 @@ def read_window_file(path, length: int | None = None, vocab_size: int | None = N
             length, length_of = len(pos), "the windows above it are that long"
         if len(pos) != length:
             raise InputError(path, f"a window of {len(pos)} tokens where {length} are expected ({length_of})", lineno)
+        if rows and len(negs) != len(rows[0]["negatives"]):
+            raise InputError(path, f"this window has {len(negs)} negatives where the first has "
+                                   f"{len(rows[0]['negatives'])}; every window of a file has as many", lineno)
         rows.append(row)
-        lines.append(lineno)
     if not rows:
         raise InputError(path, "no windows in the file")
-    k = len(rows[0]["negatives"])
-    other = next((i for i, r in enumerate(rows) if len(r["negatives"]) != k), None)
-    if other is not None:
-        raise InputError(path, f"this window has {len(rows[other]['negatives'])} negatives where the first has {k}; "
-                               "every window of a file has as many", lines[other])
     return rows
 
 
