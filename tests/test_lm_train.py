@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,26 @@ def test_infill_lm_resumed_after_a_kill_equals_an_uninterrupted_run(data, tmp_pa
     a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "cut" / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_resume_continues_it(data, tmp_path):
+    """SIGTERM (`kill`, a scheduler's time limit) at step 7, the checkpoint of step 6 written: exit
+    143 with the message Ctrl-C gets (the kept checkpoint, --resume), no model/ half-written; the
+    resumed run finishes. In-process, the handler is Python's own again after `main` returns."""
+    args = ["lm", "train", "--data", str(data), "--epochs", "2", "--checkpoint-every", "3", *TINY,
+            "--out", str(tmp_path / "cut")]
+    env = {"OMP_NUM_THREADS": "1"}
+    cut = run_main("kill_at_step", ["7", "--sigterm", *args], env, entry="run")
+    assert cut.returncode == 143, cut.stderr
+    assert "terminated (SIGTERM)" in cut.stderr and "checkpoint of step 6" in cut.stderr
+    assert "--resume" in cut.stderr and "Traceback" not in cut.stderr
+    assert not (tmp_path / "cut" / "model").exists()
+    resumed = run_main("textebm.cli", [*args, "--resume"], env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "cut" / "model" / "model.safetensors").is_file()
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["lm", "train", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "r"), *TINY]) == 2
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_infill_masks_depend_on_seed_epoch_and_example_not_on_the_batch():

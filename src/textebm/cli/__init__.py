@@ -8,9 +8,12 @@ heavy dependencies inside the command functions, so `--help` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import signal
 import sys
+import threading
 
 from textebm.cli.args import add_dataclass_arguments, dataclass_from_namespace
 from textebm.errors import TextebmError
@@ -72,14 +75,38 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     logging.basicConfig(level=logging.DEBUG if ns.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    terminated = []
     try:
-        cfg = dataclass_from_namespace(ns._cls, ns)
-        ns._fn(cfg)
+        with _sigterm_as_interrupt(terminated):
+            cfg = dataclass_from_namespace(ns._cls, ns)
+            ns._fn(cfg)
     except TextebmError as e:
         print(f"textebm: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a training run says how to continue (TrainingInterrupted)
-        print(f"textebm: interrupted: {e}" if str(e) else "textebm: interrupted", file=sys.stderr)
-        return 130
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(f"textebm: {how}: {e}" if str(e) else f"textebm: {how}", file=sys.stderr)
+        return 128 + signal.SIGTERM if terminated else 130
     return 0
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt(terminated: list):
+    """Take SIGTERM (`kill`, a batch scheduler's time limit or pre-emption, `accelerate launch`
+    passing on Ctrl-C to its workers) as Ctrl-C: the command stops through the same paths, so a
+    training run keeps its last checkpoint and says how to resume, a `.partial` file is kept, and
+    nothing half-written is left; exit status 143. Python's own handler is back afterwards."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+
+    def stop(signum, frame):
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
