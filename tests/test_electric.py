@@ -8,6 +8,7 @@ import math
 import random
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -333,3 +334,8 @@ def test_two_processes_train_electric(corpus, tmp_path):
     assert json.loads((out / "metrics.json").read_text())["completed"]
     model, _ = load_cloze(out)
     assert model.spec.objective == "electric"
+    # the inputs' content, hashed by the main process and broadcast, is what one process records
+    from textebm.train import INPUTS_KEY, input_hashes
+
+    recorded = json.loads((out / "config.json").read_text())[INPUTS_KEY]
+    assert recorded == input_hashes(SimpleNamespace(data=str(corpus))) and set(recorded) == {"data"}

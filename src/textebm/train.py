@@ -384,15 +384,18 @@ def started_run(opts: TrainOptions, config: dict, recipe: Recipe) -> Iterator[Ru
     if recipe.patience and not recipe.keep_best:
         raise TextebmError("patience (stopping when the validation loss stops improving) needs keep_best")
     from accelerate import PartialState
-    from accelerate.utils import parse_flag_from_env
+    from accelerate.utils import broadcast_object_list, parse_flag_from_env
 
     setup_torch(opts)
     path = Path(opts.out)
     choice = resolve_for_run(opts.precision, path, opts.resume)
-    config = {**config, "precision_choice": choice.as_dict(), INPUTS_KEY: input_hashes(opts)}
-    check_run_dir(opts, config)  # every process, before anything is written
     # the processes of `accelerate launch` (one without it), set up as the loop's Accelerator sets them up
     processes = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    hashes = [input_hashes(opts) if processes.is_main_process else None]  # large inputs read once, not per process
+    if processes.num_processes > 1:
+        broadcast_object_list(hashes)
+    config = {**config, "precision_choice": choice.as_dict(), INPUTS_KEY: hashes[0]}
+    check_run_dir(opts, config)  # every process, before anything is written
     if processes.is_main_process:
         log.info("precision %s", choice.reason)
     processes.wait_for_everyone()
