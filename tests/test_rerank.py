@@ -180,6 +180,27 @@ def test_lambda_is_chosen_per_subset(tmp_path):
     assert pooled["one_best"]["dev_edits"] == 2 and pooled["dev"]["words"] == 6
 
 
+def test_a_test_subset_whose_references_hold_no_words_has_no_test_wer(tmp_path, capsys):
+    """An empty `ref` is allowed in test lists: a subset whose references hold no words at all has
+    no test WER ("–" in the report, None in metrics.json), as a subset without test lists (it
+    crashed in the test curve). A dev subset so is refused (lambda has nothing to be chosen on)."""
+    test = {"e1": {"ref": "", "hyp_1": {"text": "the cat sat", "score": -1.0},
+                   "hyp_2": {"text": "the cap sat", "score": -1.5}}}
+    d, t, scores = _items(tmp_path, DEV, test)
+    metrics, _ = evaluate(d, t, scores, PAPER_GRID)
+    m = metrics["subsets"]["all"]["methods"]["electric"]
+    assert m["lambda"] == 0.35 and m["test_wer"] is None and m["test_edits"] == 3
+    assert m["curve"]["test_wer"] == [None] * len(PAPER_GRID)
+    out = tmp_path / "r"
+    argv = ["rerank", "--dev", str(tmp_path / "dev.json"), "--test", str(tmp_path / "test.json"),
+            "--scores", str(write_scores(tmp_path / "s.jsonl", TEXT_SCORES)), "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "| electric | 0.00 | – | 0.35 |" in _cells((out / "report.md").read_text())
+    write_nbest(tmp_path / "dev.json", test)
+    assert main([*argv[:-1], str(tmp_path / "r2")]) == 2
+    assert "hold no words" in capsys.readouterr().err and not (tmp_path / "r2").exists()
+
+
 def test_a_test_subset_missing_from_dev_is_an_error(tmp_path):
     test = {"x": {**TEST["t1"], "subset": "other"}}
     d, t, scores = _items(tmp_path, DEV, test)

@@ -377,7 +377,9 @@ def evaluate(dev: Sequence[NBest], test: Sequence[NBest], methods: dict[str, tup
                 if split == "test":
                     chosen += [_chosen_row(it, name, lam, i, ts) for it, i, ts in zip(its, idx, sc[split])]
                     utt["methods"][name] = np.array([it.edits[i] for it, i in zip(its, idx)], dtype=np.int64)
-            test_curve = wer_curve(parts["test"], sc["test"], grid) if parts["test"] else [None] * len(grid)
+            # a subset of test lists whose references hold no words has no test WER, as one with none
+            test_curve = (wer_curve(parts["test"], sc["test"], grid) if entry["test"]["words"]
+                          else [None] * len(grid))
             m["curve"] = {"lambda": list(grid), "dev_wer": dev_curve, "test_wer": test_curve}
             entry["methods"][name] = m
         _add_intervals(entry["methods"], utt, versus, n_boot, seed)
