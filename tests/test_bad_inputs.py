@@ -336,13 +336,27 @@ def _joint(w) -> dict[str, Path]:
 
         rows = [{"text": "w1 w2 w3 w4 w5 w6 w7 w8", "doc": "d0"}, {"text": "w1 w2 </s> w3 w4 w5 w6 w7", "doc": "d1"}]
         write_dataset(d / "eos-data", {"train": rows, "dev": rows, "test": rows}, {"name": "eos"})
+        # energies the joint model cannot take: a ranking loss, truncated negatives, a control of another LM
+        assert main(["detect", "train", "--train", str(r["neg"]), "--val", str(r["neg"]), "--vocab", str(r["vocab"]),
+                     "--energy", "linear", "--loss", "ranking", "--max-steps", "1", "--out", str(d / "det-ranking"),
+                     "--no-progress", "--precision", "fp32"]) == 0
+        rows = [{**json.loads(x), "top_k": 10, "temperature": 1.0} for x in r["neg"].read_text().splitlines()]
+        (d / "neg-top10.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+        assert main(["detect", "train", "--train", str(d / "neg-top10.jsonl"), "--val", str(r["neg"]), "--vocab",
+                     str(r["vocab"]), "--energy", "linear", "--max-steps", "1", "--out", str(d / "det-top10"),
+                     "--no-progress", "--precision", "fp32"]) == 0
+        assert main(["detect", "train", "--train", str(r["neg"]), "--val", str(r["neg"]), "--vocab", str(r["vocab"]),
+                     "--energy", "lmstats", "--base", str(w["lm"]), "--max-steps", "1", "--out", str(d / "ctrl"),
+                     "--no-progress", "--precision", "fp32"]) == 0
+        make_tiny_lm(d / "other-lm", seed=1)  # the same vocabulary, other weights
         (d / "prefixes.txt").write_text("w1 w2 w3\nw4\nw5 w6\n")
         (d / "good-prefixes.txt").write_text("w1 w2 w3\nw5 w6\n")
         assert main([str(a) for a in _jppl(w, out=d / "ppl-out")]) == 0
     return {"short-lm": d / "short-lm", "other-vocab-lm": d / "other-vocab-lm", "det3": d / "det3",
             "det-wordpiece": d / "det-wordpiece", "stale": d / "stale", "dir": d / "dir",
             "eos-data": d / "eos-data", "r2l-lm": d / "r2l-lm", "prefixes": d / "prefixes.txt",
-            "good-prefixes": d / "good-prefixes.txt", "ppl-out": d / "ppl-out"}
+            "good-prefixes": d / "good-prefixes.txt", "ppl-out": d / "ppl-out", "det-ranking": d / "det-ranking",
+            "det-top10": d / "det-top10", "ctrl": d / "ctrl", "other-lm": d / "other-lm"}
 
 
 def _jgen(w, *extra, base=None, energy=None, out=None):
@@ -979,6 +993,13 @@ CASES = [
     *[(f"residual-{cmd} --base of 3 positions, shorter than [bos] + prefix + continuation",
        lambda w, b=build: b(w, base=_joint(w)["short-lm"]), "--prefix-len 2 + 2 generated tokens (and [bos]) exceed the 3 positions of --base")
       for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],
+    *[(f"residual-{cmd} --energy {what}", lambda w, b=build, k=key, o=other: b(w, energy=_joint(w)[k], base=o and
+                                                                             _joint(w)[o]), expected)
+      for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))
+      for what, key, other, expected in (
+          ("trained with --loss ranking", "det-ranking", None, "trained with --loss ranking"),
+          ("trained on top-k 10 negatives", "det-top10", None, "top-k 10, temperature 1.0"),
+          ("a control (lmstats) of another LM than --base", "ctrl", "other-lm", "another LM than --base"))],
     *[(f"residual-{cmd} --base of another vocabulary than the energy's",
        lambda w, b=build: b(w, base=_joint(w)["other-vocab-lm"]), "vocabulary differs from the energy's")
       for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],

@@ -213,16 +213,29 @@ def test_lmstats_saves_and_loads_back_with_identical_energies(world, tmp_path):
         assert torch.equal(model(**batch), loaded16(**batch))
 
 
-def test_residual_ppl_and_generate_take_the_control_unchanged(world, control, tmp_path):
+def test_residual_ppl_and_generate_take_the_control_unchanged(world, control, tmp_path, capsys):
+    """This control learned negatives at temperature 2, not P_LM's: the joint commands refuse it,
+    naming the temperature. The same energy recorded as trained on P_LM's own samples (its run's
+    negatives file rewritten to say temperature 1) is taken as it is."""
+    args = ["--base", str(world["base"]), "--data", str(world["data"]), "--no-progress"]
     out = tmp_path / "ppl"
-    assert main(["residual", "ppl", "--base", str(world["base"]), "--energy", str(control), "--data",
-                 str(world["data"]), "--windows", "3", "--samples", "6", "--out", str(out), "--no-progress"]) == 0
+    assert main(["residual", "ppl", *args, "--energy", str(control), "--windows", "3", "--samples", "6", "--out",
+                 str(out)]) == 2
+    assert "temperature 2.0" in capsys.readouterr().err and not out.exists()
+    import shutil
+
+    control = shutil.copytree(control, tmp_path / "control")
+    rows = [{**json.loads(x), "temperature": 1.0} for x in world["train"].read_text().splitlines()]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = json.loads((control / "config.json").read_text())
+    (control / "config.json").write_text(json.dumps({**cfg, "train": [str(tmp_path / "train.jsonl")]}))
+    assert main(["residual", "ppl", *args, "--energy", str(control), "--windows", "3", "--samples", "6", "--out",
+                 str(out)]) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["models"][0]["kind"] == "lmstats" and np.isfinite(m["models"][0]["joint_ppl_upper"])
     gen = tmp_path / "gen"
-    assert main(["residual", "generate", "--base", str(world["base"]), "--energy", str(control), "--data",
-                 str(world["data"]), "--windows", "2", "--n", "4", "--top-k", "4", "--out", str(gen),
-                 "--no-progress"]) == 0
+    assert main(["residual", "generate", *args, "--energy", str(control), "--windows", "2", "--n", "4", "--top-k",
+                 "4", "--out", str(gen)]) == 0
     rows = [json.loads(x) for x in (gen / "generations.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(len(r["ids"]["joint"]) == 6 for r in rows)
 

@@ -204,22 +204,34 @@ def energy_shape(spec, energy_arg: str, prefix_len: int, length: int, names: Nam
 def check_negatives(base: tuple[str, Path], energies: Sequence[tuple[str, Path]], precision: str,
                     names: Names = Names()) -> None:
     """One P_LM (issue 35): each energy's training negatives (the --train files its `detect train`
-    run records) were drawn by the base LM, compared by content, in `precision`; TextebmError
-    naming what differs. An energy folder without its run's record, or negatives whose generator
-    folder is gone, is not checked (logged)."""
+    run records) were drawn by the base LM, compared by content, untruncated (top-k 0, temperature
+    1: eq. 3's noise is P_LM itself) and in `precision`, and the energy was trained by eq. 3's
+    binary NCE (`--loss bce`; a ranking margin learns no log density ratio); TextebmError naming
+    what differs. An energy folder without its run's record, or negatives whose generator folder
+    is gone, is not checked (logged)."""
     base_sha = None
     for arg, path in energies:
         run = path.parent if (path / "energy.json").is_file() else path
         record = run / "config.json"
         try:
-            train = read_json_object(record, "run config").get("train") if record.is_file() else None
+            config = read_json_object(record, "run config") if record.is_file() else {}
         except TextebmError:
-            train = None
+            config = {}
+        train = config.get("train")
+        if config.get("loss", "bce") != "bce":
+            raise TextebmError(f"{names.energy} {arg}: trained with --loss {config['loss']} ({record}); the joint "
+                               "model needs eq. 3's binary NCE (--loss bce), whose optimum is log P_data / P_LM up "
+                               "to a constant per prefix, which a ranking margin does not learn")
         if not train or not Path(train[0]).is_file():
             log.info("%s %s: its training negatives are not at hand (no run record, or the file moved); not checked "
                      "against %s", names.energy, arg, names.base)
             continue
         row = next((r for _, r in iter_jsonl(train[0])), {})
+        top_k, temperature = row.get("top_k", 0), row.get("temperature", 1.0)
+        if top_k or temperature != 1.0:
+            raise TextebmError(f"{names.energy} {arg}: trained on negatives drawn with top-k {top_k}, temperature "
+                               f"{temperature} ({train[0]}); the joint model P_LM(x) exp(-E(x)) / Z needs negatives "
+                               "from P_LM itself: draw them with `negatives generate --top-k 0 --temperature 1`")
         drew = row.get("precision")
         if drew and drew != precision:
             raise TextebmError(f"{names.precision} {precision}: the energy {arg} was trained on negatives the base LM "
@@ -235,6 +247,14 @@ def check_negatives(base: tuple[str, Path], energies: Sequence[tuple[str, Path]]
             raise TextebmError(f"{names.energy} {arg}: trained on negatives of {gen} ({train[0]}), another LM than "
                                f"{names.base} {base[0]} (their weights differ); the residual energy corrects the "
                                "P_LM that drew its negatives: give that LM as the base")
+
+
+def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    """Whether two models hold the same parameters, compared in `a`'s dtype (an lmstats energy keeps
+    its LM in fp32 while the base LM may run in bf16)."""
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(
+        x.shape == sb[k].shape and torch.equal(x, sb[k].to(device=x.device, dtype=x.dtype)) for k, x in sa.items())
 
 
 def load_joint(base: tuple[str, Path], energies: Sequence[tuple[str, Path]], prefix_len: int, length: int,
@@ -257,6 +277,12 @@ def load_joint(base: tuple[str, Path], energies: Sequence[tuple[str, Path]], pre
     lm, tok, meta = load_lm(base[1], dtype=dtype, device=device, option=names.base)
     base_lm = BaseLM(lm, tok, meta, loaded[0].vocab, name=f"{names.base} {base[0]}")
     base_lm.check_length(*shape, names.prefix_len)
+    for (arg, _), e in zip(energies, loaded):
+        if e.spec.kind == "lmstats" and not same_weights(lm, e.model.lm):
+            raise TextebmError(f"{names.energy} {arg}: a control energy (lmstats) that weighs the statistics of "
+                               f"another LM than {names.base} {base[0]} (their weights differ); it corrects the base "
+                               "LM's temperature only when it reads that LM: train it with `detect train --energy "
+                               "lmstats --base` the base LM")
     if precision is not None:
         check_negatives(base, energies, precision, names)
     return base_lm, loaded, shape[0], shape[1]
