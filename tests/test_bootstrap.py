@@ -75,6 +75,16 @@ def test_no_resamples_give_the_difference_alone():
     assert got == {"diff": 0.0, "lo": None, "hi": None, "excludes_zero": None, "p_below_zero": None}
 
 
+def test_one_window_gives_no_interval():
+    """Every resample of one window is that window: a zero-width interval that "excludes 0" would
+    claim a sure difference from one window; none is given (as without resamples)."""
+    got = paired_perplexity_diffs([[4.0], [5.0]], [2.0], [(0, 1)], n_boot=100)[0]
+    assert got["lo"] is None and got["excludes_zero"] is None and got["diff"] == pytest.approx(math.exp(2) - math.exp(2.5))
+    from textebm.bootstrap import mean_interval
+
+    assert mean_interval([-0.5], n_boot=100) is None
+
+
 @pytest.mark.parametrize("nll, tokens, pairs, n_boot", [
     ([[1.0, 2.0]], [1.0], [(0, 0)], 10),  # tokens of another length
     ([[1.0, float("nan")]], [1.0, 1.0], [(0, 0)], 10),

@@ -54,8 +54,9 @@ def paired_perplexity_diffs(nll, tokens, pairs: Sequence[tuple[int, int]], n_boo
     held fixed (for a joint model, its log Z estimate): the interval is over the test windows only.
 
     nll: (M, W) summed negative log-likelihood of each window under each model; tokens: (W,).
-    Returns per pair {"diff", "lo", "hi", "excludes_zero", "p_below_zero"}: with n_boot 0 only
-    "diff" is known (the others None). Resamples of no tokens are left out."""
+    Returns per pair {"diff", "lo", "hi", "excludes_zero", "p_below_zero"}: with n_boot 0, or one
+    window (every resample is that window: no spread to read), only "diff" is known (the others
+    None). Resamples of no tokens are left out."""
     nll = np.asarray(nll, dtype=np.float64)
     tokens = np.asarray(tokens, dtype=np.float64)
     if nll.ndim != 2 or tokens.shape != nll.shape[1:] or not tokens.size:
@@ -71,7 +72,7 @@ def paired_perplexity_diffs(nll, tokens, pairs: Sequence[tuple[int, int]], n_boo
     ppl = np.exp(nll.sum(1) / tokens.sum())  # (M,) on all windows
     out = [{"diff": float(ppl[a] - ppl[b]), "lo": None, "hi": None, "excludes_zero": None, "p_below_zero": None}
            for a, b in pairs]
-    if n_boot == 0:
+    if n_boot == 0 or tokens.size < 2:
         return out
     boot = resampled_perplexities(nll, tokens, resample_indices(tokens.size, n_boot, seed))  # (n_boot, M)
     boot = boot[np.isfinite(boot).all(1)]  # (kept, M)
@@ -84,12 +85,12 @@ def paired_perplexity_diffs(nll, tokens, pairs: Sequence[tuple[int, int]], n_boo
 
 def mean_interval(values, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
     """The percentile-bootstrap interval of the mean of `values` (N,), N >= 1, over `n_boot`
-    resamples of the items (seeded); None for n_boot 0."""
+    resamples of the items (seeded); None for n_boot 0 or a single value (no spread to read)."""
     v = np.asarray(values, dtype=np.float64).reshape(-1)  # (N,)
     if not v.size or not np.all(np.isfinite(v)):
         raise ValueError("mean_interval: give at least one value, all finite")
     if n_boot < 0 or not 0 < level < 1:
         raise ValueError(f"mean_interval: n_boot {n_boot} must be >= 0 and level {level} in (0, 1)")
-    if n_boot == 0:
+    if n_boot == 0 or v.size < 2:
         return None
     return percentile_interval(v[resample_indices(v.size, n_boot, seed)].mean(1), level)  # (n_boot,) means

@@ -164,7 +164,8 @@ def perplexity_differences(joint: Sequence[tuple[str, dict]], others: Sequence[t
     upper perplexity (U_n) and its lower (T_n); each window's log Z estimate is held fixed, so the
     intervals say how much the test windows move the difference, and the gap (upper − lower
     perplexity, "gap_a" and for two joint models "gap_b") how much log Z's estimate leaves open.
-    "can_tell_from_zero": both intervals exclude 0 on the same side (None without resamples).
+    "can_tell_from_zero": both intervals exclude 0 on the same side (None without resamples, or
+    with one window).
 
     joint: (name, `window_nll` of its windows); others: (name, (W,) summed NLL per window), all
     over the same windows in the same order."""
@@ -190,7 +191,7 @@ def perplexity_differences(joint: Sequence[tuple[str, dict]], others: Sequence[t
     out = []
     for i, (a, b, _, gap_a, gap_b) in enumerate(specs):
         up, lo = diffs[2 * i], diffs[2 * i + 1]
-        tell = None if n_boot == 0 else bool((up["hi"] < 0 and lo["hi"] < 0) or (up["lo"] > 0 and lo["lo"] > 0))
+        tell = None if up["lo"] is None else bool((up["hi"] < 0 and lo["hi"] < 0) or (up["lo"] > 0 and lo["lo"] > 0))
         out.append({"a": a, "b": b, "upper": up, "lower": lo, "gap_a": gap_a, "gap_b": gap_b,
                     "can_tell_from_zero": tell})
     return out
@@ -385,5 +386,5 @@ def repetition_summary(examples: Sequence[dict], n_boot: int = 1000, seed: int =
     ci = mean_interval(r, n_boot, seed, level)
     return {"examples": int(r.size), "lowered": int((r < 0).sum()), "raised": int((r > 0).sum()),
             "mean_log_ratio": float(r.mean()), "lo": None if ci is None else ci[0],
-            "hi": None if ci is None else ci[1], "level": level, "resamples": n_boot,
+            "hi": None if ci is None else ci[1], "level": level, "resamples": 0 if ci is None else n_boot,
             "excludes_zero": None if ci is None else bool(ci[0] > 0 or ci[1] < 0)}

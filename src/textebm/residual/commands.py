@@ -317,7 +317,10 @@ def residual_ppl(cfg: ResidualPPLConfig) -> dict:
     metrics["compare"] = compare
     others = [("base LM", joint_nll[0][1]["base"])]
     others += [(report.run_name(c["model"]), nll) for c, nll in zip(compare, compare_nll)]
-    metrics["bootstrap"] = {"resamples": cfg.bootstrap, "level": 0.95, "seed": cfg.seed, "over": "test windows",
+    resamples = cfg.bootstrap if metrics["windows"] > 1 else 0  # one window: no spread to resample
+    if cfg.bootstrap and not resamples:
+        log.warning("one test window: no interval (a bootstrap of one window has no spread); give --windows 2 or more")
+    metrics["bootstrap"] = {"resamples": resamples, "level": 0.95, "seed": cfg.seed, "over": "test windows",
                             "held_fixed": "each window's log Z estimate (T_n, U_n)"}
     metrics["differences"] = bounds.perplexity_differences(joint_nll, others, cfg.bootstrap,
                                                            derive_seed(cfg.seed, "bootstrap"))

@@ -72,7 +72,7 @@ def differences_section(metrics: dict) -> list[str]:
             for d in diffs]
     resampled = (f"its 95 % interval comes from {b['resamples']} paired bootstrap resamples of the "
                  f"{metrics['windows']} test windows (every model scored on the same draw; seeded by "
-                 f"--seed {b['seed']})" if b["resamples"] else "no interval was asked for (`--bootstrap 0`)")
+                 f"--seed {b['seed']})" if b["resamples"] else "no interval: `--bootstrap 0`, or a single test window")
     return ["## Differences, with 95 % intervals over the test windows", "",
             (f"A minus B in perplexity on the same tokens; {resampled}. Each window's log Z estimate is held "
              "fixed, so the interval is the test windows' doubt only. A joint model's perplexity is a range, so a "
