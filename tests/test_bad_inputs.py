@@ -351,11 +351,13 @@ def _joint(w) -> dict[str, Path]:
         make_tiny_lm(d / "other-lm", seed=1)  # the same vocabulary, other weights
         (d / "prefixes.txt").write_text("w1 w2 w3\nw4\nw5 w6\n")
         (d / "good-prefixes.txt").write_text("w1 w2 w3\nw5 w6\n")
+        (d / "dup-prefixes.csv").write_text("id,start\na,w1 w2 w3\n\nb,w4 w5\na,w5 w6\n")  # "a" again on line 5
         assert main([str(a) for a in _jppl(w, out=d / "ppl-out")]) == 0
     return {"short-lm": d / "short-lm", "other-vocab-lm": d / "other-vocab-lm", "det3": d / "det3",
             "det-wordpiece": d / "det-wordpiece", "stale": d / "stale", "dir": d / "dir",
             "eos-data": d / "eos-data", "r2l-lm": d / "r2l-lm", "prefixes": d / "prefixes.txt",
-            "good-prefixes": d / "good-prefixes.txt", "ppl-out": d / "ppl-out", "det-ranking": d / "det-ranking",
+            "good-prefixes": d / "good-prefixes.txt", "dup-prefixes": d / "dup-prefixes.csv",
+            "ppl-out": d / "ppl-out", "det-ranking": d / "det-ranking",
             "det-top10": d / "det-top10", "ctrl": d / "ctrl", "other-lm": d / "other-lm"}
 
 
@@ -1049,6 +1051,16 @@ CASES = [
     ("residual-generate --prefixes a line shorter than the prefix",
      lambda w: _drop(_drop(_jgen(w, "--prefixes", _joint(w)["prefixes"]), "--data"), "--windows"),
      "prefixes.txt:2: a prefix of 1 tokens"),
+    *[(f"residual-generate {flag} {what}", lambda w, f=flag, v=value: _drop(_drop(_jgen(
+        w, "--prefixes", _joint(w)["dup-prefixes"], *f), "--data"), "--windows"), expected)
+      for flag, what, value, expected in (
+          (("--text-field", "start"), "an id given twice", None, "dup-prefixes.csv:5: the id 'a' again (first on line 2)"),
+          (("--text-field", "text"), "a column the file lacks", None, "'text'"),
+          (("--text-field", "start", "--id-field", "ref"), "--id-field a column the file lacks", None, "'ref'"))],
+    ("residual-generate --text-field with --data", lambda w: _jgen(w, "--text-field", "start"),
+     "--text-field has no effect with --data"),
+    ("residual-generate --id-field with --data", lambda w: _jgen(w, "--id-field", "ref"),
+     "--id-field has no effect with --data"),
     ("residual-generate --prefixes with --windows",
      lambda w: _drop(_jgen(w, "--prefixes", _joint(w)["good-prefixes"]), "--data"), "--windows"),
     ("residual-generate --split with --prefixes",

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from textebm.data.readers import read_examples
+from textebm.data.readers import example_id, read_numbered_examples
 from textebm.detection import detect
 from textebm.detection.negative_sampling import corpus_name, windows_of
 from textebm.errors import InputError, TextebmError
@@ -31,7 +31,7 @@ from textebm.fingerprint import folder_sha256, json_sha256
 from textebm.inference import inference_setup, set_threads
 from textebm.io import atomic_write, iter_jsonl, read_json_object, write_json
 from textebm.models.load import CAUSAL_LM, ENERGY, find_model, load_lm
-from textebm.options import check_config, refuse_unused, threads_field
+from textebm.options import check_config, id_field_option, refuse_unused, text_field_option, threads_field
 from textebm.outputs import changed_entries, check_output_dir, output_dir, read_marker
 from textebm.precision import resolve_precision
 from textebm.progress import progress_bar
@@ -92,12 +92,16 @@ class ResidualGenerateConfig(_JointOptions):
     judge: str = field(default="", metadata={"help": "a detector (RUN of `detect train`, trained on negatives "
                                                      "of ANOTHER base LM) that scores the joint and the base "
                                                      "continuations: less detectable is better"})
+    text_field: str | None = text_field_option()
+    id_field: str | None = id_field_option()
 
     def check(self) -> None:
         if bool(self.data) == bool(self.prefixes):
             raise TextebmError("give the prefixes either as --data DIR (test windows) or as --prefixes FILE")
         if self.prefixes:
             refuse_unused(self, ["windows", "split"], "with --prefixes (every prefix of the file is continued)")
+        else:
+            refuse_unused(self, ["text_field", "id_field"], "with --data (they name columns of --prefixes)")
 
 
 @dataclass(kw_only=True)
@@ -426,18 +430,22 @@ def _compare(cfg, paths: list[Path], st: _Setup, wins) -> tuple[list[dict], list
 # ---------------------------------------------------------------- residual generate
 
 
-def _prefixes_from_file(path: str, vocab, prefix_len: int) -> list[tuple[str, list[int], list[int]]]:
-    """(key, last p tokens, no real continuation) of each text of --prefixes."""
-    rows = read_examples(path, labels=False)
-    out = []
-    for i, row in enumerate(rows):
+def _prefixes_from_file(path: str, vocab, prefix_len: int, text_field: str | None = None,
+                        id_field: str | None = None) -> list[tuple[str, list[int], list[int]]]:
+    """(key, last p tokens, no real continuation) of each text of --prefixes; a prefix too short or
+    an id given twice (the key of its row, its seed and its place on resume) names its line."""
+    out, seen = [], {}
+    for i, (line, row) in enumerate(read_numbered_examples(path, text_field, id_field=id_field, labels=False)):
         ids = vocab(str(row.get("text", "")), add_special_tokens=False)["input_ids"]
         if len(ids) < prefix_len:
             raise InputError(path, f"a prefix of {len(ids)} tokens where the energy needs {prefix_len} "
-                                   "(--prefix-len)", i + 1)
-        out.append((str(row.get("id", i)), ids[-prefix_len:], []))
-    if not out:
-        raise InputError(path, "no prefixes in the file")
+                                   "(--prefix-len)", line)
+        key = example_id(row, i)
+        if key in seen:
+            raise InputError(path, f"the id {key!r} again (first on line {seen[key]}); each prefix needs an id of "
+                                   "its own: it keys the prefix's row and seed", line)
+        seen[key] = line
+        out.append((key, ids[-prefix_len:], []))
     return out
 
 
@@ -459,7 +467,7 @@ def residual_generate(cfg: ResidualGenerateConfig) -> dict:
         _check_continuations(cfg, st, wins)
         items = [(w.key, list(w.ids[:st.prefix_len]), list(w.ids[st.prefix_len:])) for w in wins]
     else:
-        items = _prefixes_from_file(cfg.prefixes, vocab, st.prefix_len)
+        items = _prefixes_from_file(cfg.prefixes, vocab, st.prefix_len, cfg.text_field, cfg.id_field)
     identity = {"command": GENERATE_KIND, "base_sha256": folder_sha256(st.base_path),
                 "energy_sha256": folder_sha256(st.energy_paths[0]), "prefixes_sha256": json_sha256(items),
                 "prefix_len": st.prefix_len, "length": st.length, "n": cfg.n, "top_k": cfg.top_k,
