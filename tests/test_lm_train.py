@@ -312,15 +312,15 @@ def test_lm_eval_chunk_scores_running_text_as_lm_train_evaluates_it(tmp_path, ca
     toy_corpus(tmp_path, walking_doc)
     run = tmp_path / "lm"
     assert main(["lm", "train", "--data", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "vocab"),
-                 "--layers", "1", "--width", "32", "--heads", "2", "--context", "20", "--chunk", "16",
+                 "--layers", "1", "--width", "32", "--heads", "2", "--context", "20", "--chunk", "18",
                  "--max-steps", "6", "--batch-size", "8", "--out", str(run), "--no-progress",
-                 "--precision", "fp32"]) == 0
+                 "--precision", "fp32"]) == 0  # [bos] + 18 + [eos]: the 20 positions, the most a piece takes
     trained = json.loads((run / "metrics.json").read_text())["eval"]
     out = tmp_path / "eval.json"
     assert main(["lm", "eval", "--model", str(run), "--data", str(tmp_path / "data"), "--split", "dev",
-                 "--chunk", "16", "--batch-size", "5", "--precision", "fp32", "--metrics", str(out)]) == 0
+                 "--chunk", "18", "--batch-size", "5", "--precision", "fp32", "--metrics", str(out)]) == 0
     got = json.loads(out.read_text())["eval_dev"]
-    assert got["tokens"] == trained["dev_tokens"] and got["chunk"] == 16
+    assert got["tokens"] == trained["dev_tokens"] and got["chunk"] == 18
     assert got["nll_per_token"] == pytest.approx(trained["dev_nll_per_token"], abs=1e-6)
     capsys.readouterr()
     assert main(["lm", "eval", "--model", str(run), "--data", str(tmp_path / "data"), "--split", "dev",
@@ -329,3 +329,7 @@ def test_lm_eval_chunk_scores_running_text_as_lm_train_evaluates_it(tmp_path, ca
     assert main(["lm", "eval", "--model", str(run), "--data", str(tmp_path / "data"), "--split", "dev",
                  "--chunk", "19", "--precision", "fp32"]) == 2
     assert "--chunk 19" in capsys.readouterr().err
+    assert main(["lm", "train", "--data", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "vocab"),
+                 "--layers", "1", "--width", "32", "--heads", "2", "--context", "20", "--chunk", "19",
+                 "--max-steps", "1", "--out", str(tmp_path / "lm19"), "--no-progress"]) == 2
+    assert "--chunk 18 at most" in capsys.readouterr().err and not (tmp_path / "lm19").exists()

@@ -259,9 +259,11 @@ def lm_train(cfg: LMTrainConfig) -> dict:
     limit = min(cfg.max_len, model.config.max_position_embeddings // (2 if cfg.objective == "infill" else 1) - 3)
     encode = lambda texts: [ids[:limit] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     if cfg.chunk:
-        room = model.config.max_position_embeddings - 3
+        room = model.config.max_position_embeddings - 2  # [bos] and [eos] take two positions, as lm eval's
         if cfg.chunk > room:
-            raise TextebmError(f"--chunk {cfg.chunk} does not fit the model's {room} positions (--context)")
+            raise TextebmError(f"--chunk {cfg.chunk}: a piece and its [bos] and [eos] take {cfg.chunk + 2} positions; "
+                               f"the model has {model.config.max_position_embeddings} (--context): --chunk {room} "
+                               "at most")
         encode = lambda texts: chunks(doc_streams([{"text": t, "doc": d} for t, d in texts], tokenizer),
                                       cfg.chunk)
         train_texts, eval_texts = _docs(train_rows), _docs(eval_rows)  # (text, document) pairs
