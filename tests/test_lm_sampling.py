@@ -324,6 +324,24 @@ def _interrupted_sample(monkeypatch, cfg: SampleConfig, batches: int) -> Path:
     return Path(cfg.out + ".partial")
 
 
+def test_resume_with_a_smaller_limit_writes_only_the_rows_asked_for(models, data, tmp_path, monkeypatch):
+    """--limit and --per-example change which rows there are, not a row: a run interrupted with
+    --limit 6 --per-example 2 resumes with --limit 2 --per-example 1 (it was refused, the .partial to
+    be deleted), and writes the rows a fresh run with those options writes, to the byte."""
+    def cfg(name, limit, per_example):
+        return SampleConfig(model=str(models["l2r"]), data=str(data), out=str(tmp_path / name), mode="prefix",
+                            per_example=per_example, max_new_tokens=4, batch_size=1, seed=3, limit=limit,
+                            precision="fp32")
+
+    partial = _interrupted_sample(monkeypatch, cfg("o.jsonl", 6, 2), 5)
+    assert len(partial.read_text().splitlines()) == 1 + 5
+    sample_file(cfg("o.jsonl", 2, 1))
+    sample_file(cfg("fresh.jsonl", 2, 1))
+    assert (tmp_path / "o.jsonl").read_bytes() == (tmp_path / "fresh.jsonl").read_bytes()
+    rows = read_rows(tmp_path / "o.jsonl")
+    assert len(rows) == 2 and all(r["id"].endswith("-n0") for r in rows)
+
+
 def test_resume_refuses_other_settings(models, data, tmp_path, monkeypatch):
     out = tmp_path / "o.jsonl"
     partial = _interrupted_sample(monkeypatch, SampleConfig(model=str(models["l2r"]), data=str(data), out=str(out),

@@ -132,12 +132,15 @@ class PartialFile:
         """The rows written so far (the header left out)."""
         return read_partial(self.path)[1:]
 
-    def finish(self, order: Callable[[dict], Any] | None = None) -> int:
-        """Write OUT from the rows (sorted by `order(row)` when given; the lines' bytes as written),
-        mark it as this command's output, and remove OUT.partial. Returns the number of rows."""
+    def finish(self, order: Callable[[dict], Any] | None = None, keep: Callable[[dict], bool] | None = None) -> int:
+        """Write OUT from the rows (those `keep(row)` accepts, when given; sorted by `order(row)`
+        when given; the lines' bytes as written), mark it as this command's output, and remove
+        OUT.partial. Returns the number of rows written."""
 
         lines = self.path.read_bytes().split(b"\n")[1:-1]
         lines = [line for line in lines if line.strip()]
+        if keep is not None:
+            lines = [line for line in lines if keep(json.loads(line))]
         if order is not None:
             lines.sort(key=lambda line: order(json.loads(line)))
         with output_file(self.out, self.kind, "wb") as f:
