@@ -48,10 +48,21 @@ def _parse(*argv):
     (["--lr", "inf"], "--lr must be a finite number"),
     (["--ratio", "1.5"], "--ratio must be at most 1"),
     (["--extra", "x"], "--extra has no effect unless --mode b"),
+    (["--extra", ""], "--extra has no effect unless --mode b"),  # typed, though at its default value
 ])
 def test_bad_values_name_the_option(argv, message):
     with pytest.raises(TextebmError, match=message.replace("(", r"\(")):
         _parse("--out", "o", "--data", "d", *argv)
+
+
+def test_an_option_typed_counts_as_set_and_one_left_out_does_not():
+    """The command line records the options typed (`changed`): an unused one is refused even at its
+    default value; a config built in Python counts an option as set when it is not its default."""
+    cfg, _ = _parse("--out", "o", "--data", "d", "--lr", "0.001")
+    assert cfg._given == {"out", "data", "lr"}
+    check_config(Cmd(out="o", data="d", extra=""))  # Python: the default value is no setting
+    with pytest.raises(TextebmError, match="--extra has no effect"):
+        check_config(Cmd(out="o", data="d", extra="y"))
 
 
 def test_good_values_pass_and_inapplicable_defaults_are_fine():

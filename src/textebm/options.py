@@ -204,7 +204,12 @@ def check_config(cfg: Any) -> None:
 
 
 def changed(cfg: Any, name: str) -> bool:
-    """True when option `name` differs from its default (the user set it)."""
+    """True when the user set option `name`: typed it on the command line (`cli.args` records the
+    options given in `cfg._given`, whatever their value), or, for a config built in Python, gave
+    it a value other than its default."""
+    given = getattr(cfg, "_given", None)
+    if given is not None and name in given:
+        return True
     f = next(f for f in dataclasses.fields(cfg) if f.name == name)
     return getattr(cfg, name) != field_default(f)
 

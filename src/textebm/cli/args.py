@@ -35,6 +35,22 @@ def _show_default(default: Any) -> str:
     return f" (default: {default})"
 
 
+GIVEN = "_given"  # the options typed on the command line (a set of field names), on the namespace and the config
+
+
+def _given(action: type[argparse.Action]) -> type[argparse.Action]:
+    """`action` that also records its option as given: `refuse_unused` refuses an option typed in a
+    mode where it does nothing even at its default value (`--context-ratio 0.5` beside
+    `--context-tokens` was taken and ignored)."""
+
+    class Given(action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            super().__call__(parser, namespace, values, option_string)
+            setattr(namespace, GIVEN, getattr(namespace, GIVEN, set()) | {self.dest})
+
+    return Given
+
+
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     hints = typing.get_type_hints(cls)
     shared = None
@@ -59,7 +75,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             continue
         flag = flag_of(f)
         if tp is bool:
-            target.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+            target.add_argument(flag, dest=f.name, action=_given(argparse.BooleanOptionalAction),
                                 default=default, help=help_)
             continue
         shown = "" if "(default" in help_ or not has_default else _show_default(default)
@@ -72,7 +88,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             kwargs["default"] = default
         else:
             kwargs["required"] = True
-        target.add_argument(flag, type=_converter(tp), choices=meta.get("choices"), **kwargs)
+        target.add_argument(flag, type=_converter(tp), choices=meta.get("choices"), action=_given(argparse._StoreAction),
+                            **kwargs)
 
 
 def _converter(tp: Any):
@@ -86,5 +103,6 @@ def _converter(tp: Any):
 def dataclass_from_namespace(cls: type, ns: argparse.Namespace) -> Any:
     kwargs = {f.name: getattr(ns, f.name) for f in cli_fields(cls) if hasattr(ns, f.name)}
     cfg = cls(**kwargs)
+    object.__setattr__(cfg, GIVEN, frozenset(getattr(ns, GIVEN, ())))  # not a field: configs and records unchanged
     check_config(cfg)
     return cfg
