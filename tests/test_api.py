@@ -606,6 +606,8 @@ def test_bad_texts_raise_errors_naming_the_argument_and_the_index(runs):
     with pytest.raises(api.TextTooLong, match=r"^texts\[1\]: 70 tokens; the model takes at most 62") as e:
         scorer.score(["w1", " ".join(["w2"] * 70)])
     assert e.value.index == 1
+    with pytest.raises(api.ArgumentError, match=r"^texts\[1\]: '\\u200b' has no token for the model's tokenizer"):
+        scorer.score(["w1", "\u200b"])  # it scored 0.0, the best score a reranked hypothesis can get
     with pytest.raises(api.ArgumentError, match=r"^text_pairs: 1 pairs for 2 texts"):
         api.Classifier(runs / "runs" / "ebm").predict_proba(["a", "b"], ["c"])
     tagger = api.Tagger(runs / "runs" / "pos")

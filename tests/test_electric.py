@@ -207,6 +207,94 @@ def test_evaluation_weights_accuracy_by_the_positions_that_took_part(objective):
     assert mixed[key] is not None and math.isfinite(mixed[key])  # was NaN: the short batch's 0/0
 
 
+@pytest.mark.parametrize("objective", ["electric", "electra", "mlm"])
+def test_a_batch_of_one_token_texts_logs_no_accuracy_and_no_nan(objective):
+    """One-token texts have no replaced or masked position (k <= n - 1): the batch's losses are 0,
+    and its accuracy (NCE: 0/0 = NaN; RTD: 0) is left out of the log instead of averaged in."""
+    from textebm.cloze.train import ClozeObjective, cloze_step
+
+    model, tok = _tiny_model(objective)
+    s, e = model.spec.start_id, model.spec.end_id
+    ids = torch.tensor([[s, 7, e], [s, 8, e]])
+    loss, logs = cloze_step(ClozeObjective(model), {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, 1.0,
+                            50.0)
+    assert math.isfinite(float(loss.detach())) and all(math.isfinite(v) for v in logs.values()), logs
+    assert not {"nce_acc", "rtd_acc"} & set(logs)
+    assert logs.get("loss_mlm", logs.get("loss_disc")) == 0.0
+
+
+def test_special_token_strings_in_training_text_are_plain_text():
+    """"<mask>" or "[SEP]" in a training text is its characters, not the mask or framing token
+    (q gives those probability 0: an infinite loss)."""
+    from transformers import BertTokenizer
+
+    from textebm.cloze.train import encode_texts
+
+    model, tok = _tiny_model("electric")
+    spec = model.spec
+    special = {spec.start_id, spec.end_id, spec.pad_id, spec.mask_id}
+    for x in encode_texts(tok, spec, ["w1 <mask> w2", "</s>", "<s> <pad>"]):
+        assert not special & set(x[1:-1]), tok.convert_ids_to_tokens(x)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[", "]", "the", "mask", "sep"]
+    bert = BertTokenizer(vocab={w: i for i, w in enumerate(words)})
+    bert_spec = SimpleNamespace(start_id=2, end_id=3, max_len=16)
+    assert encode_texts(bert, bert_spec, ["the [MASK] [SEP]"]) == [[2, 7, 5, 8, 6, 5, 9, 6, 3]]
+
+
+def test_a_diverged_loss_stops_with_the_message_alone():
+    """The loop's NaN check reads a loss that requires grad without torch's warning about it."""
+    import warnings
+
+    from textebm.errors import TrainingDiverged
+    from textebm.train import _check_finite
+
+    loss = torch.tensor(float("nan"), requires_grad=True) * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TrainingDiverged, match="loss is nan at step 3"):
+            _check_finite(loss, 2, SimpleNamespace(num_processes=1))
+
+
+def _texts_dataset(path: Path, splits: dict[str, list[str]]) -> Path:
+    path.mkdir(parents=True)
+    for split, texts in splits.items():
+        (path / f"{split}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return path
+
+
+def test_cloze_train_with_one_token_texts_keeps_its_history_strict_json(tmp_path):
+    """Batches of only one-token texts (bucketed by length) log no NCE accuracy: metrics.json has
+    no NaN (strict JSON), and the other batches keep theirs."""
+    long = [f"the {n} sees the {m} ." for n in ("cat", "dog", "cow") for m in ("bird", "fish", "cat")][:8]
+    data = _texts_dataset(tmp_path / "data", {"train": ["cat", "dog", "bird", "fish"] * 2 + long, "dev": long[:4]})
+    out = tmp_path / "run"
+    assert main(["cloze", "train", "--data", str(data), "--out", str(out), "--objective", "electric", "--epochs", "1",
+                 "--log-every", "1", "--eval-split", "", "--batch-size", "4", *TINY[:8], *TINY[10:]]) == 0
+
+    def refuse(name):
+        raise AssertionError(f"{name} in metrics.json")
+
+    history = json.loads((out / "metrics.json").read_text(), parse_constant=refuse)["train"]["history"]
+    assert len(history) == 4 and any("nce_acc" not in h for h in history) and any("nce_acc" in h for h in history)
+
+
+def test_cloze_train_refuses_splits_it_cannot_learn_or_evaluate_on(tmp_path, capsys):
+    """Before any training: a split whose every text has no token (zero-width spaces) names its file;
+    a training split of only one-token texts (no position to learn at) names --data."""
+    long = ["the cat sees the bird .", "the dog eats the fish ."] * 4
+    args = ["--objective", "electric", "--max-steps", "2", *TINY]
+    zw = _texts_dataset(tmp_path / "zw", {"train": long, "dev": ["\u200b", "\u200b\u200b"]})
+    assert main(["cloze", "train", "--data", str(zw), "--out", str(tmp_path / "a"), *args]) == 2
+    err = capsys.readouterr().err
+    assert f"{zw / 'dev.jsonl'}: no text of the dev split" in err and "Traceback" not in err, err
+    assert not (tmp_path / "a" / "model").exists()
+    one = _texts_dataset(tmp_path / "one", {"train": ["cat", "dog", "bird"] * 4, "dev": long})
+    assert main(["cloze", "train", "--data", str(one), "--out", str(tmp_path / "b"), *args]) == 2
+    err = capsys.readouterr().err
+    assert f"--data {one}: every text of the training split is one token long" in err, err
+    assert not (tmp_path / "b" / "model").exists()
+
+
 def _corpus(path: Path, n_train=160) -> Path:
     rng = random.Random(0)
     nouns, verbs = "cat dog bird fish cow".split(), "sees eats likes finds".split()

@@ -384,6 +384,30 @@ def test_cli_a_hypothesis_without_a_score_names_the_file_and_how_to_score(tmp_pa
     assert not out.exists()
 
 
+def test_cli_write_texts_refuses_a_hypothesis_that_normalisation_empties(tmp_path, capsys):
+    """"..." is empty in the asr form: `score` would skip its blank line and rerank would ask for the
+    same --write-texts again; refused, naming the list, the utterance and the hypothesis."""
+    dev = write_nbest(tmp_path / "dev.json", {**DEV, "d3": {"ref": "ok", "hyp_1": {"text": "ok", "score": -1.0},
+                                                            "hyp_2": {"text": "...", "score": -2.0}}})
+    test = write_nbest(tmp_path / "test.json", TEST)
+    for name in ("t.txt", "t.jsonl"):
+        assert main(["rerank", "--dev", str(dev), "--test", str(test), "--normalize", "asr", "--write-texts",
+                     str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert f"{dev}:" in err and "utterance 'd3', hyp_2: the hypothesis '...' is empty" in err, err
+        assert not (tmp_path / name).exists()
+
+
+def test_cli_scores_that_name_a_folder_or_nothing_say_so_with_the_option(tmp_path, capsys):
+    f = _files(tmp_path)
+    base = ["rerank", "--dev", str(f["dev"]), "--test", str(f["test"]), "--out", str(tmp_path / "o")]
+    assert main(base + ["--scores", str(tmp_path)]) == 2
+    assert f"--scores {tmp_path}: is a folder; give the JSONL file that `textebm score` wrote" in capsys.readouterr().err
+    assert main(base + ["--scores", str(f["electric"]), str(tmp_path / "nope.jsonl")]) == 2
+    assert f"--scores {tmp_path / 'nope.jsonl'}: file not found" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_cli_options_that_do_nothing_are_refused(tmp_path, capsys):
     f = _files(tmp_path)
     base = ["rerank", "--dev", str(f["dev"]), "--test", str(f["test"])]

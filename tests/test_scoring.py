@@ -272,6 +272,58 @@ def test_a_text_too_long_is_named_by_file_and_line_for_every_model_kind(tmp_path
         assert not out.exists() and not (tmp_path / f"{folder}.jsonl.partial").exists()
 
 
+@pytest.mark.parametrize("method", ["electric", "twotower", "mlm"])
+def test_special_token_strings_in_a_text_are_scored_as_plain_text(method):
+    """"<mask>", "</s>", "[SEP]" written in a text are its characters, not the model's framing or
+    mask tokens (q gives those probability 0: the score was -inf)."""
+    from textebm.scoring.pll import text_ids
+
+    model, tok = _tiny_model("mlm" if method == "mlm" else "electric")
+    model.eval()
+    texts = ["w1 <mask> w2", "[SEP]", "w3 </s>", "<s>"]
+    special = {model.spec.start_id, model.spec.end_id, model.spec.pad_id, model.spec.mask_id}
+    scored = cloze_scores(model, tok, texts, method)
+    for text, sc, ids in zip(texts, scored, text_ids(tok, texts, method)):
+        assert sc.token_ids == ids and not special & set(ids), (text, tok.convert_ids_to_tokens(sc.token_ids))
+        assert all(math.isfinite(x) for x in sc.scores) and math.isfinite(sc.total)
+        assert "".join(text[a:b] for a, b in sc.offsets) == text.replace(" ", "")  # the spans cover the text
+
+
+def test_bert_special_token_strings_are_plain_text_too():
+    """The same with BERT's WordPiece ([MASK], [SEP]: MiniLM's tokenizer), offsets kept."""
+    from transformers import BertTokenizer
+
+    from textebm.scoring.pll import _encode
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[", "]", "the", "cat", "mask", "sep"]
+    tok = BertTokenizer(vocab={w: i for i, w in enumerate(words)})
+    ids, offsets = _encode(tok, ["the [MASK] cat [SEP]"])
+    assert tok.convert_ids_to_tokens(ids[0]) == ["the", "[", "mask", "]", "cat", "[", "sep", "]"]
+    assert offsets[0] == [(0, 3), (4, 5), (5, 9), (9, 10), (11, 14), (15, 16), (16, 19), (19, 20)]
+
+
+def test_score_checks_each_text_in_its_scored_form_before_writing(tmp_path, capsys):
+    """The length limit holds for the text as scored (--normalize ptb splits "gonna" in two), and a
+    text of no token (zero-width spaces) is refused as an empty one is: both by file and line,
+    before any chunk is written."""
+    model, tok = _tiny_model("electric")  # takes 62 tokens; an unknown word is one [unk]
+    save_cloze(model, tok, tmp_path / "m")
+    args = ["score", "--model", str(tmp_path / "m"), "--no-progress", "--chunk", "1", "--precision", "fp32"]
+    grows = tmp_path / "grows.txt"
+    grows.write_text("w1 w2\n" + " ".join(["gonna"] * 40) + "\n")  # 40 tokens as written, 80 in PTB form
+    out = tmp_path / "g.jsonl"
+    assert main([*args, "--input", str(grows), "--out", str(out)]) == 0  # as written: it fits
+    assert main([*args, "--input", str(grows), "--out", str(out), "--normalize", "ptb", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert f"{grows}:2: this text has 80 tokens in the form of --normalize ptb; the model takes at most 62" in err
+    assert not (tmp_path / "g.jsonl.partial").exists()
+    zero = tmp_path / "zero.txt"
+    zero.write_text("w1 w2\n\u200b\u200b\n")
+    assert main([*args, "--input", str(zero), "--out", str(tmp_path / "z.jsonl")]) == 2
+    assert f"{zero}:2: this text ('\\u200b\\u200b') has no token for the model's tokenizer" in capsys.readouterr().err
+    assert not (tmp_path / "z.jsonl").exists() and not (tmp_path / "z.jsonl.partial").exists()
+
+
 # ---------------------------------------------------------------- --normalize, the text check, --threads
 
 
@@ -352,6 +404,41 @@ def test_text_check_figures_and_warnings_by_hand(tmp_path):
     (tmp_path / "run" / "config.json").write_text(json.dumps({"data": str(data)}))
     assert check_texts(texts, bpe, tmp_path / "run" / "model") == [
         m.replace("(train.jsonl)", f"({data / 'train.jsonl'})") for m in msgs]
+
+
+def test_the_training_text_is_found_where_the_run_was_started_and_only_with_its_content(tmp_path, monkeypatch):
+    """config.json records --data and --out as typed: a relative --data is read against the folder
+    the run was started from (RUN less its --out), not the current one, and where the run recorded
+    the content (inputs_sha256), another content is never taken for it."""
+    from types import SimpleNamespace
+
+    from textebm.scoring.textcheck import training_texts
+    from textebm.train import input_hashes
+
+    def dataset(folder, text):
+        folder.mkdir(parents=True)
+        (folder / "train.jsonl").write_text(json.dumps({"text": text}) + "\n")
+
+    proj, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    dataset(proj / "data", "i did n't go")
+    dataset(elsewhere / "data", "unrelated text")  # the same relative path, other content
+    monkeypatch.chdir(proj)
+    sha = input_hashes(SimpleNamespace(data="data"))["data"]  # as the training recorded it
+    run = proj / "runs" / "el"
+    (run / "model").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"out": "runs/el", "data": "data", "inputs_sha256": {"data": sha}}))
+    monkeypatch.chdir(elsewhere)
+    assert training_texts(run / "model") == (proj / "data" / "train.jsonl", ["i did n't go"])
+    # a run folder moved away from its dataset: the current folder's data only when its content is the run's
+    moved = elsewhere / "moved"
+    run.rename(moved)
+    assert training_texts(moved / "model") is None
+    (proj / "data").rename(elsewhere / "data2")
+    (moved / "config.json").write_text(json.dumps({"out": "runs/el", "data": "data2", "inputs_sha256": {"data": sha}}))
+    assert training_texts(moved / "model") == (elsewhere / "data2" / "train.jsonl", ["i did n't go"])
+    # no recorded content: a relative --data is not looked up in the current folder
+    (moved / "config.json").write_text(json.dumps({"out": "runs/el", "data": "data"}))
+    assert training_texts(moved / "model") is None
 
 
 def test_threads_sets_torchs_thread_count(tmp_path):

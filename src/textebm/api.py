@@ -79,7 +79,7 @@ from textebm.precision import PrecisionChoice, inference_device
 from textebm.residual import bounds
 from textebm.residual.generate import joint_sample
 from textebm.residual.joint import Names, load_joint
-from textebm.scoring.pll import METHODS, method_problem
+from textebm.scoring.pll import METHODS, method_problem, text_ids
 from textebm.scoring.rerank import rerank_index
 from textebm.scoring.score_command import load_scoring_model, score_model_kind, scoring_objective, warn_mismatch
 from textebm.scoring.words import word_scores
@@ -295,13 +295,15 @@ class Scorer:
                            [tuple(o) for o in r.offsets]) for t, r in zip(scored, results)]
 
     def _check_lengths(self, texts: list[str]) -> None:
-        """TextTooLong naming the first text longer than the model takes, before any forward pass."""
-        if self._model.limit is None:
-            return
-        encoded = self._model.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        for i, ids in enumerate(encoded):
-            if len(ids) > self._model.limit:
-                raise TextTooLong(i, len(ids), self._model.limit)
+        """Before any forward pass, as `textebm score` checks a file: ArgumentError naming the first
+        text with no token for the tokenizer (zero-width characters only: it would score 0, the
+        best a reranked hypothesis can get), TextTooLong the first longer than the model takes."""
+        limit = self._model.limit
+        for i, (text, ids) in enumerate(zip(texts, text_ids(self._model.tokenizer, texts, self._model.method))):
+            if not ids:
+                raise ArgumentError("texts", f"{text!r} has no token for the model's tokenizer; nothing to score", i)
+            if limit is not None and len(ids) > limit:
+                raise TextTooLong(i, len(ids), limit)
 
     def rerank(self, nbest: Iterable[Sequence[tuple[str, float]]], lam: float, *, batch_size: int = 16,
                token_budget: int = 4096, normalize: str = "none") -> list[Reranked]:

@@ -65,7 +65,7 @@ import torch
 
 from textebm.checkpoint import BEST_DIR, CHECKPOINT_DIR, has_checkpoint, load_best, save_best
 from textebm.data.batching import Stream, stream_loader, stream_sampler
-from textebm.data.layout import LAYOUT_FILES
+from textebm.data.layout import dataset_sha256
 from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
 from textebm.fingerprint import file_sha256, folder_sha256, json_sha256
 from textebm.inference import set_threads
@@ -121,10 +121,7 @@ def _content_sha256(value: str) -> str:
     if path.is_dir():
         if (path / "model").is_dir():
             path = path / "model"
-        layout = sorted(f for f in LAYOUT_FILES if (path / f).is_file())
-        if layout:
-            return json_sha256([[f, file_sha256(path / f)] for f in layout])
-        return folder_sha256(path)
+        return dataset_sha256(path) or folder_sha256(path)
     return f"name:{value}"
 
 
@@ -670,7 +667,7 @@ def _check_finite(loss: torch.Tensor, step: int, accelerator) -> None:
     if accelerator.num_processes > 1:
         bad = accelerator.reduce(bad, reduction="sum")
     if bad.item() > 0:
-        raise TrainingDiverged(f"loss is {float(loss):.4g} at step {step + 1}; stopping")
+        raise TrainingDiverged(f"loss is {float(loss.detach()):.4g} at step {step + 1}; stopping")
 
 
 def progress_line(entry: dict[str, Any], total: int, steps_done: int, seconds: float) -> str:

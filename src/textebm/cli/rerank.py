@@ -88,15 +88,23 @@ def write_texts(cfg: RerankConfig) -> int:
     gives them), in order of first appearance."""
     from textebm.data.nbest import read_nbest, top_hypotheses
     from textebm.data.normalize import normalizer
-    from textebm.errors import TextebmError
+    from textebm.errors import InputError, TextebmError
     from textebm.outputs import check_output_file, output_file
 
     target = Path(cfg.write_texts)
     check_output_file(target, cfg.overwrite, "--write-texts", kind="rerank --write-texts",
                       inputs=[("--dev", cfg.dev), ("--test", cfg.test)])
     norm = normalizer(cfg.normalize)
-    texts = list(dict.fromkeys(norm(h.text) for p in (cfg.dev, cfg.test) for u in read_nbest(p)
-                               for h in top_hypotheses(u, cfg.top).hyps))
+    texts = []
+    for p in (cfg.dev, cfg.test):
+        for u in read_nbest(p):
+            for h in top_hypotheses(u, cfg.top).hyps:
+                texts.append(norm(h.text))
+                if not texts[-1].strip():  # `score` has nothing to score: no line would ever match it
+                    raise InputError(p, f"utterance {u.id!r}, {h.key}: the hypothesis {h.text!r} is empty in the "
+                                        f"form of --normalize {cfg.normalize}, which `textebm score` cannot score; "
+                                        "give another --normalize, or drop the hypothesis from the list", h.line)
+    texts = list(dict.fromkeys(texts))
     jsonl = target.suffix.lower() == ".jsonl"
     if not jsonl:
         bad = next((t for t in texts if "\n" in t or "\r" in t or t != t.strip()), None)
@@ -128,6 +136,11 @@ def run_rerank(cfg: RerankConfig) -> Path:
         empty = [s for s, w in words.items() if w == 0]
         if empty and split == "dev":
             raise InputError(path, f"the references of subset {empty[0]!r} hold no words: WER is undefined")
+    for p in map(Path, cfg.scores):  # named by the option, before its reader's "file not found"
+        if p.is_dir():
+            raise TextebmError(f"--scores {p}: is a folder; give the JSONL file that `textebm score` wrote")
+        if not p.is_file():
+            raise TextebmError(f"--scores {p}: file not found; give the JSONL file that `textebm score` wrote")
     files = read_score_files(cfg.scores)
     opts = (f" --top {cfg.top}" if cfg.top else "") + (f" --normalize {cfg.normalize}" if cfg.normalize != "none" else "")
     how = (f"write the texts with `textebm rerank --dev {cfg.dev} --test {cfg.test}{opts} --write-texts texts.txt`, "

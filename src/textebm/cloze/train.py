@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from textebm.data.batching import right_pad
-from textebm.data.readers import eval_split_of, load_split
-from textebm.errors import TextebmError
+from textebm.data.readers import eval_split_of, load_split, split_file
+from textebm.errors import InputError, TextebmError
 from textebm.lm.scoring import item_texts
 from textebm.losses.electric import (
     electra_rtd,
@@ -234,7 +234,8 @@ def cloze_losses(model, batch: dict, generator: torch.Generator | None = None,
         inp = torch.where(chosen & (u >= 0.8) & (u < 0.9), rand_tok, inp)  # (B, T)
         h = model.hidden(inp, attn)[chosen]  # (N, H) states of the chosen positions
         logits = model.mlm_head(h).float()  # (N, V)
-        out["loss_mlm"] = F.cross_entropy(logits, ids[chosen])
+        # a batch of one-token texts has no position (k <= n - 1): loss 0, not the NaN of an empty mean
+        out["loss_mlm"] = F.cross_entropy(logits, ids[chosen], reduction="sum") / chosen.sum().clamp(min=1)
         return out
     log_q = model.noise_log_probs(ids, attn)  # (B, T, V) fp32, from the clean x
     nll = -log_q.gather(-1, ids[..., None]).squeeze(-1)  # (B, T)
@@ -325,9 +326,24 @@ class ClozeBatcher:
 
 
 def encode_texts(tokenizer, spec, texts: list[str]) -> list[list[int]]:
-    """[start] tokens [end], the tokens cut to max_len − 2; empty texts dropped."""
-    body = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    """[start] tokens [end], the tokens cut to max_len − 2; texts of no token dropped. A special
+    token's string in a text ("[MASK]", "</s>") is read as plain text, never as that token."""
+    body = tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
     return [[spec.start_id, *ids[: spec.max_len - 2], spec.end_id] for ids in body if ids]
+
+
+def split_ids(tokenizer, spec, texts: list[str], data: str, split: str) -> list[list[int]]:
+    """`encode_texts` of one split of --data; a warning counts the texts dropped (no token: a line
+    of zero-width spaces), and InputError naming the split's file when none is left."""
+    ids = encode_texts(tokenizer, spec, texts)
+    if not ids:
+        example = f", e.g. {texts[0]!r}" if texts else ""
+        raise InputError(split_file(data, split), f"no text of the {split} split (--data {data}) has a token for "
+                                                  f"the tokenizer (non-blank texts: {len(texts)}{example})")
+    if dropped := len(texts) - len(ids):
+        log.warning("--data %s: %d of the %d texts of the %s split have no token for the tokenizer; left out",
+                    data, dropped, len(texts), split)
+    return ids
 
 
 def step_flops(model, batch: dict, fn) -> float:
@@ -411,7 +427,11 @@ def cloze_train(cfg: ClozeTrainConfig) -> dict:
         objective=cfg.objective, init=cfg.init, tokenizer=cfg.tokenizer, vocab_size=cfg.vocab_size, layers=cfg.layers,
         width=cfg.width, heads=cfg.heads, ffn=cfg.ffn, noise_scale=cfg.noise_scale, twotower_scale=cfg.twotower_scale,
         mask_fraction=cfg.mask_fraction, max_len=cfg.max_len, seed=cfg.seed), train_texts)
-    train_ids = encode_texts(tokenizer, model.spec, train_texts)
+    train_ids = split_ids(tokenizer, model.spec, train_texts, cfg.data, "train")
+    if cfg.objective != "twotower" and all(len(x) <= 3 for x in train_ids):  # [start] token [end]
+        raise TextebmError(f"--data {cfg.data}: every text of the training split is one token long; --objective "
+                           f"{cfg.objective} learns at k = ceil(f n) positions of a text, at most n − 1, so a "
+                           "text needs two tokens or more")
     batcher = ClozeBatcher(model.spec.pad_id)
     n_params = sum(p.numel() for p in model.parameters())
     noise_params = sum(p.numel() for n, p in model.named_parameters() if n.startswith("noise."))  # shared embedding not counted
@@ -437,7 +457,7 @@ def cloze_train(cfg: ClozeTrainConfig) -> dict:
     log.info("cloze %s: %.1fM parameters (noise model %.1fM), %d training texts, %d steps, %.3g FLOPs",
              cfg.objective, n_params / 1e6, noise_params / 1e6, len(train_ids), steps, compute["train_flops"])
 
-    eval_ids = encode_texts(tokenizer, model.spec, eval_texts) if eval_split else []
+    eval_ids = split_ids(tokenizer, model.spec, eval_texts, cfg.data, eval_split) if eval_split else []
     groups = []
     if cfg.objective in ("electric", "electra"):
         groups = [ParamGroup(name="noise", prefix="model.noise.", lr=cfg.noise_lr or 10 * cfg.lr)]
@@ -456,7 +476,11 @@ def cloze_step(model: ClozeObjective, batch: dict, mle_weight: float, disc_weigh
     """The weighted loss of one batch and every term to log."""
     parts = model(batch)
     loss = total_loss(parts, mle_weight, disc_weight)
-    return loss, {k: float(v.detach()) for k, v in parts.items()}
+    logs = {k: float(v.detach()) for k, v in parts.items()}
+    if logs.get("disc_positions") == 0:  # no position took part (one-token texts): no accuracy, not NaN or 0
+        logs.pop("nce_acc", None)
+        logs.pop("rtd_acc", None)
+    return loss, logs
 
 
 @dataclass(kw_only=True)

@@ -27,6 +27,16 @@ LAYOUT_FILES = {f"{s}.jsonl" for s in SPLITS} | {"dataset.json"}
 FIRST_KEYS = ("id", "text", "text_pair", "label")
 
 
+def dataset_sha256(folder: str | Path) -> str | None:
+    """A dataset folder's content as a training records it (config.json `inputs_sha256`): its
+    splits and description, not an output written into it; None for a folder with none of them."""
+    from textebm.fingerprint import file_sha256, json_sha256
+
+    folder = Path(folder)
+    files = sorted(f for f in LAYOUT_FILES if (folder / f).is_file())
+    return json_sha256([[f, file_sha256(folder / f)] for f in files]) if files else None
+
+
 def seeded_split(n: int, seed: int, fractions: Mapping[str, float] = DEFAULT_FRACTIONS
                  ) -> dict[str, list[int]]:
     """Split indices 0..n-1 by a `random.Random(seed)` permutation.

@@ -50,8 +50,16 @@ class TextScores:
         return math.fsum(self.scores)
 
 
-def _encode(tokenizer, texts: list[str]) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
-    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+def text_ids(tokenizer, texts: list[str], method: str) -> list[list[int]]:
+    """The token ids `method` scores each text as, without framing (`_encode`'s)."""
+    return tokenizer(texts, add_special_tokens=False, split_special_tokens=method != "causal")["input_ids"]
+
+
+def _encode(tokenizer, texts: list[str], split_special: bool = True
+            ) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
+    """Token ids and character spans of `texts`, without framing. With `split_special` a special
+    token's string in a text ("[MASK]", "</s>") is plain text, never that token (never data)."""
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True, split_special_tokens=split_special)
     return enc["input_ids"], [[tuple(o) for o in offs] for offs in enc["offset_mapping"]]
 
 
@@ -192,7 +200,7 @@ def mlm_token_scores_reference(model, ids: list[int]) -> list[float]:
 def causal_scores(model, tokenizer, meta, texts: list[str], batch_size: int = 16) -> list[TextScores]:
     """log p of each token and [eos] under a causal LM (either direction), tokens in text order."""
 
-    _, offsets = _encode(tokenizer, texts)
+    _, offsets = _encode(tokenizer, texts, split_special=False)  # the spans of the ids score_texts reads
     results = score_texts(model, tokenizer, meta, texts, batch_size)
     out = []
     for text, off, r in zip(texts, offsets, results):

@@ -56,6 +56,7 @@ from textebm.scoring.pll import (
     check_method,
     cloze_scores,
     max_text_tokens,
+    text_ids,
 )
 from textebm.scoring.textcheck import check_texts
 from textebm.scoring.words import word_scores
@@ -179,7 +180,8 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     scoring = load_scoring_model(kind, folder, cfg.method, choice.dtype, device)
     method, tokenizer, limit = scoring.method, scoring.tokenizer, scoring.limit
     fn = lambda texts: scoring.scores(texts, cfg.batch_size, cfg.token_budget)  # noqa: E731
-    _check_lengths(cfg.input, numbered, tokenizer, limit)  # before anything is written
+    _check_texts(cfg.input, [line for line, _ in numbered], [r["text"] for r in rows], tokenizer, limit, method,
+                 cfg.normalize)  # before anything is written
     warn_mismatch([r["text"] for r in rows], tokenizer, folder, cfg.input, cfg.normalize)
     per_token = cfg.per_token or bool(cfg.html)
     # What every line depends on: the model and the texts by content, and the options that change a
@@ -205,15 +207,18 @@ def score_command(cfg: ScoreTextsConfig) -> Path:
     return out
 
 
-def _check_lengths(path: str, numbered: list[tuple[int, dict]], tokenizer, limit: int | None) -> None:
-    """InputError naming the file and line of the first text longer than the model takes."""
+def _check_texts(path: str, lines: list[int], texts: list[str], tokenizer, limit: int | None, method: str,
+                 normalize: str) -> None:
+    """InputError naming the file and line of the first text, in the form it is scored in, with no
+    token (zero-width characters only) or more tokens than the model takes."""
 
-    if limit is None:
-        return
-    encoded = tokenizer([row["text"] for _, row in numbered], add_special_tokens=False)["input_ids"]
-    for (line, _), ids in zip(numbered, encoded):
-        if len(ids) > limit:
-            raise InputError(path, f"this text has {len(ids)} tokens; the model takes at most {limit}", line)
+    form = f" in the form of --normalize {normalize}" if normalize != "none" else ""
+    for line, text, ids in zip(lines, texts, text_ids(tokenizer, texts, method)):
+        if not ids:
+            raise InputError(path, f"this text{form} ({text!r}) has no token for the model's tokenizer; nothing is "
+                                   "left to score", line)
+        if limit is not None and len(ids) > limit:
+            raise InputError(path, f"this text has {len(ids)} tokens{form}; the model takes at most {limit}", line)
 
 
 def _score_chunks(cfg, rows, ids, done, partial, fn, method, tokenizer, per_token, word_scores,

@@ -19,9 +19,15 @@ figures into messages (none when the texts look fine). Each looks at the first `
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
 from pathlib import Path
 from typing import Any, Sequence
+
+from textebm.data.layout import dataset_sha256
+
+log = logging.getLogger(__name__)
 
 SAMPLE = 5000
 TRAIN_SAMPLE = 20000
@@ -70,21 +76,61 @@ def tokenizer_figures(texts: Sequence[str], tokenizer) -> dict[str, Any]:
     return fig
 
 
+def _started_in(run: Path, out: Any) -> Path | None:
+    """The folder a run was started from: RUN less the relative --out it was given as (config.json's
+    "out"), while RUN still ends with it; None when that cannot be told."""
+    if not isinstance(out, str):
+        return None
+    parts = Path(os.path.normpath(out)).parts
+    here = Path(os.path.abspath(run))
+    if not parts or Path(out).is_absolute() or ".." in parts or here.parts[-len(parts):] != parts:
+        return None
+    return here.parents[len(parts) - 1]
+
+
+def _dataset_folder(run: Path, config: dict) -> Path | None:
+    """Where the dataset a run names ("data", as typed when it was trained) is now: a relative path
+    against the folder the run was started from, or (when the run recorded the content, to check
+    it by) the current one; a folder of other content than the run's is not taken."""
+    data, recorded = config.get("data"), config.get("inputs_sha256")
+    if not isinstance(data, str):
+        return None
+    recorded = recorded.get("data") if isinstance(recorded, dict) else None
+    path = Path(data).expanduser()
+    if path.is_absolute():
+        places = [path]
+    else:
+        started = _started_in(run, config.get("out"))
+        places = [started / path] if started is not None else []
+        if recorded is not None:
+            places.append(Path.cwd() / path)
+    for place in dict.fromkeys(places):
+        if not (place / "train.jsonl").is_file():
+            continue
+        try:
+            if recorded is None or dataset_sha256(place) == recorded:
+                return place
+        except OSError:
+            continue
+        log.debug("%s: not the dataset %s was trained on (other content); not compared", place, run)
+    log.debug("%s: its training data %s is not at hand; not compared", run, data)
+    return None
+
+
 def training_texts(model_folder: str | Path, limit: int = TRAIN_SAMPLE) -> tuple[Path, list[str]] | None:
     """(file, its first `limit` texts) of the training split of the dataset a textebm run was
-    trained on (RUN/config.json's "data", a folder with train.jsonl), looked up from the model
-    folder or its run folder; None when the run names none or it cannot be read."""
+    trained on (RUN/config.json's "data", a folder with train.jsonl, found by `_dataset_folder`),
+    looked up from the model folder or its run folder; None when the run names none, or it is not
+    at hand with the run's content, or it cannot be read."""
     folder = Path(model_folder)
     for cfg in (folder / "config.json", folder.parent / "config.json"):
         try:
-            data = json.loads(cfg.read_text(encoding="utf-8")).get("data")
-        except (OSError, ValueError, AttributeError):
+            config = json.loads(cfg.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
             continue
-        if not isinstance(data, str):
+        if not isinstance(config, dict) or (place := _dataset_folder(cfg.parent, config)) is None:
             continue
-        train = Path(data) / "train.jsonl"
-        if not train.is_file():
-            continue
+        train = place / "train.jsonl"
         texts = []
         try:
             with open(train, encoding="utf-8") as f:
