@@ -607,7 +607,7 @@ def test_bad_texts_raise_errors_naming_the_argument_and_the_index(runs):
         scorer.score(["w1", " ".join(["w2"] * 70)])
     assert e.value.index == 1
     with pytest.raises(api.ArgumentError, match=r"^texts\[1\]: '\\u200b' has no token for the model's tokenizer"):
-        scorer.score(["w1", "\u200b"])  # it scored 0.0, the best score a reranked hypothesis can get
+        scorer.score(["w1", "\u200b"])  # it scored 0.0 (a cloze model), the best a reranked hypothesis can get
     with pytest.raises(api.ArgumentError, match=r"^text_pairs: 1 pairs for 2 texts"):
         api.Classifier(runs / "runs" / "ebm").predict_proba(["a", "b"], ["c"])
     tagger = api.Tagger(runs / "runs" / "pos")

@@ -1001,7 +1001,7 @@ CASES = [
       for what, key, other, expected in (
           ("trained with --loss ranking", "det-ranking", None, "trained with --loss ranking"),
           ("trained on top-k 10 negatives", "det-top10", None, "top-k 10, temperature 1.0"),
-          ("a control (lmstats) of another LM than --base", "ctrl", "other-lm", "another LM than --base"))],
+          ("a control (lmstats) of another LM than --base", "ctrl", "other-lm", "a control energy (lmstats) that weighs the statistics of another LM"))],
     *[(f"residual-{cmd} --base of another vocabulary than the energy's",
        lambda w, b=build: b(w, base=_joint(w)["other-vocab-lm"]), "vocabulary differs from the energy's")
       for cmd, build in (("generate", _jgen), ("ppl", _jppl), ("repetitions", _jrep))],

@@ -280,7 +280,8 @@ def test_cloze_train_with_one_token_texts_keeps_its_history_strict_json(tmp_path
 
 def test_cloze_train_refuses_splits_it_cannot_learn_or_evaluate_on(tmp_path, capsys):
     """Before any training: a split whose every text has no token (zero-width spaces) names its file;
-    a training split of only one-token texts (no position to learn at) names --data."""
+    so does a training or a dev split of only one-token texts (no position to learn or validate at:
+    a dev loss of 0 would pick the first epoch)."""
     long = ["the cat sees the bird .", "the dog eats the fish ."] * 4
     args = ["--objective", "electric", "--max-steps", "2", *TINY]
     zw = _texts_dataset(tmp_path / "zw", {"train": long, "dev": ["\u200b", "\u200b\u200b"]})
@@ -291,8 +292,12 @@ def test_cloze_train_refuses_splits_it_cannot_learn_or_evaluate_on(tmp_path, cap
     one = _texts_dataset(tmp_path / "one", {"train": ["cat", "dog", "bird"] * 4, "dev": long})
     assert main(["cloze", "train", "--data", str(one), "--out", str(tmp_path / "b"), *args]) == 2
     err = capsys.readouterr().err
-    assert f"--data {one}: every text of the training split is one token long" in err, err
+    assert f"{one / 'train.jsonl'}: every text of the train split is one token long" in err, err
     assert not (tmp_path / "b" / "model").exists()
+    one_dev = _texts_dataset(tmp_path / "one-dev", {"train": long, "dev": ["cat", "dog"]})
+    assert main(["cloze", "train", "--data", str(one_dev), "--out", str(tmp_path / "c"), *args]) == 2
+    assert f"{one_dev / 'dev.jsonl'}: every text of the dev split is one token long" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
 
 
 def _corpus(path: Path, n_train=160) -> Path:

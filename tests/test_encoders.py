@@ -97,7 +97,7 @@ def test_every_trainable_parameter_learns(encoders, family):
             no_grad = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
             assert not no_grad, f"{family}: parameters without a gradient: {no_grad}"
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     assert losses[-1] < losses[0] * 0.8, losses
 
 

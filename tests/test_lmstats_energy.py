@@ -271,3 +271,20 @@ def test_bad_combinations_exit_2_naming_the_option(world, tmp_path, capsys, extr
     err = capsys.readouterr().err
     assert names in err, err
     assert not (tmp_path / "o" / "model").exists()
+
+
+def test_a_control_reads_its_base_by_the_runs_record_or_by_its_weights(world, control):
+    """A base LM with random rows added on load (a fetched model given a pad token) never holds the
+    control's copy of its weights: the run's record of --base's content decides first; without a
+    matching record, the weights do."""
+    from textebm.models.load import load_energy, load_lm
+    from textebm.residual.joint import reads_base
+
+    base = world["base"] / "model"
+    model, _, _, _ = load_energy(control / "model")
+    lm = load_lm(base)[0]
+    assert reads_base(control / "model", model, base, lm)
+    with torch.no_grad():
+        lm.get_input_embeddings().weight[0] += 1.0  # other weights, the same folder (record) still
+    assert reads_base(control / "model", model, base, lm)
+    assert not reads_base(control / "model", model, world["root"] / "data", lm)  # another folder, other weights

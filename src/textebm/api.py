@@ -296,8 +296,9 @@ class Scorer:
 
     def _check_lengths(self, texts: list[str]) -> None:
         """Before any forward pass, as `textebm score` checks a file: ArgumentError naming the first
-        text with no token for the tokenizer (zero-width characters only: it would score 0, the
-        best a reranked hypothesis can get), TextTooLong the first longer than the model takes."""
+        text with no token for the tokenizer (zero-width characters only: a cloze model would score
+        it 0, the best a reranked hypothesis can get), TextTooLong the first longer than the model
+        takes."""
         limit = self._model.limit
         for i, (text, ids) in enumerate(zip(texts, text_ids(self._model.tokenizer, texts, self._model.method))):
             if not ids:

@@ -388,9 +388,18 @@ def started_run(opts: TrainOptions, config: dict, recipe: Recipe) -> Iterator[Ru
     choice = resolve_for_run(opts.precision, path, opts.resume)
     # the processes of `accelerate launch` (one without it), set up as the loop's Accelerator sets them up
     processes = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
-    hashes = [input_hashes(opts) if processes.is_main_process else None]  # large inputs read once, not per process
+    hashes: list = [None]  # large inputs read once, by the main process, not once per process
+    if processes.is_main_process:
+        try:
+            hashes = [input_hashes(opts)]
+        except (TextebmError, OSError) as e:  # every process stops with it, none waits for the hashes
+            if processes.num_processes == 1:
+                raise
+            hashes = [TextebmError(f"reading the inputs: {e}")]
     if processes.num_processes > 1:
         broadcast_object_list(hashes)
+    if isinstance(hashes[0], TextebmError):
+        raise hashes[0]
     config = {**config, "precision_choice": choice.as_dict(), INPUTS_KEY: hashes[0]}
     check_run_dir(opts, config)  # every process, before anything is written
     if processes.is_main_process:

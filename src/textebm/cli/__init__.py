@@ -96,7 +96,10 @@ def _sigterm_as_interrupt(terminated: list):
     passing on Ctrl-C to its workers) as Ctrl-C: the command stops through the same paths, so a
     training run keeps its last checkpoint and says how to resume, a `.partial` file is kept, and
     nothing half-written is left; exit status 143. Python's own handler is back afterwards."""
-    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+    before = signal.getsignal(signal.SIGTERM)
+    # signals reach the main thread only; a parent that set SIGTERM to be ignored, or a handler not
+    # installed from Python (None: it could not be put back), is left as it is
+    if threading.current_thread() is not threading.main_thread() or before in (signal.SIG_IGN, None):
         yield
         return
 
@@ -104,7 +107,7 @@ def _sigterm_as_interrupt(terminated: list):
         terminated.append(signum)
         raise KeyboardInterrupt
 
-    before = signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, stop)
     try:
         yield
     finally:

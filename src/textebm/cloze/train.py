@@ -334,12 +334,19 @@ def encode_texts(tokenizer, spec, texts: list[str]) -> list[list[int]]:
 
 def split_ids(tokenizer, spec, texts: list[str], data: str, split: str) -> list[list[int]]:
     """`encode_texts` of one split of --data; a warning counts the texts dropped (no token: a line
-    of zero-width spaces), and InputError naming the split's file when none is left."""
+    of zero-width spaces), and InputError naming the split's file when none is left, or (but for
+    TwoTower, which scores every token) when every text is one token long: Electric, ELECTRA and
+    the masked LM learn at k = ceil(f n) <= n − 1 positions, so such a split has nothing to train
+    or validate on (its loss would read 0)."""
     ids = encode_texts(tokenizer, spec, texts)
     if not ids:
         example = f", e.g. {texts[0]!r}" if texts else ""
         raise InputError(split_file(data, split), f"no text of the {split} split (--data {data}) has a token for "
                                                   f"the tokenizer (non-blank texts: {len(texts)}{example})")
+    if spec.objective != "twotower" and all(len(x) <= 3 for x in ids):  # [start] token [end]
+        raise InputError(split_file(data, split), f"every text of the {split} split is one token long; --objective "
+                                                  f"{spec.objective} learns at k = ceil(f n) positions of a text, at "
+                                                  "most n − 1, so a text needs two tokens or more")
     if dropped := len(texts) - len(ids):
         log.warning("--data %s: %d of the %d texts of the %s split have no token for the tokenizer; left out",
                     data, dropped, len(texts), split)
@@ -428,10 +435,6 @@ def cloze_train(cfg: ClozeTrainConfig) -> dict:
         width=cfg.width, heads=cfg.heads, ffn=cfg.ffn, noise_scale=cfg.noise_scale, twotower_scale=cfg.twotower_scale,
         mask_fraction=cfg.mask_fraction, max_len=cfg.max_len, seed=cfg.seed), train_texts)
     train_ids = split_ids(tokenizer, model.spec, train_texts, cfg.data, "train")
-    if cfg.objective != "twotower" and all(len(x) <= 3 for x in train_ids):  # [start] token [end]
-        raise TextebmError(f"--data {cfg.data}: every text of the training split is one token long; --objective "
-                           f"{cfg.objective} learns at k = ceil(f n) positions of a text, at most n − 1, so a "
-                           "text needs two tokens or more")
     batcher = ClozeBatcher(model.spec.pad_id)
     n_params = sum(p.numel() for p in model.parameters())
     noise_params = sum(p.numel() for n, p in model.named_parameters() if n.startswith("noise."))  # shared embedding not counted

@@ -211,12 +211,7 @@ def check_negatives(base: tuple[str, Path], energies: Sequence[tuple[str, Path]]
     is gone, is not checked (logged)."""
     base_sha = None
     for arg, path in energies:
-        run = path.parent if (path / "energy.json").is_file() else path
-        record = run / "config.json"
-        try:
-            config = read_json_object(record, "run config") if record.is_file() else {}
-        except TextebmError:
-            config = {}
+        record, config = _run_record(path)
         train = config.get("train")
         if config.get("loss", "bce") != "bce":
             raise TextebmError(f"{names.energy} {arg}: trained with --loss {config['loss']} ({record}); the joint "
@@ -249,6 +244,26 @@ def check_negatives(base: tuple[str, Path], energies: Sequence[tuple[str, Path]]
                                "P_LM that drew its negatives: give that LM as the base")
 
 
+def _run_record(energy: Path) -> tuple[Path, dict]:
+    """(config.json, its content) of the `detect train` run an energy folder belongs to ({} when
+    there is none, or it cannot be read)."""
+    record = (energy.parent if (energy / "energy.json").is_file() else energy) / "config.json"
+    try:
+        return record, read_json_object(record, "run config") if record.is_file() else {}
+    except TextebmError:
+        return record, {}
+
+
+def reads_base(energy: Path, model: torch.nn.Module, base: Path, base_lm: torch.nn.Module) -> bool:
+    """Whether a control energy (lmstats, its LM in `model.lm`) reads the base LM `base`: its run
+    recorded that folder's content as its --base (`inputs_sha256`), or it holds the same weights (a
+    run without the record; or the same weights saved elsewhere)."""
+    recorded = _run_record(energy)[1].get("inputs_sha256")
+    if isinstance(recorded, dict) and recorded.get("base") == folder_sha256(base):
+        return True
+    return same_weights(base_lm, model.lm)
+
+
 def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     """Whether two models hold the same parameters, compared in `a`'s dtype (an lmstats energy keeps
     its LM in fp32 while the base LM may run in bf16)."""
@@ -277,8 +292,8 @@ def load_joint(base: tuple[str, Path], energies: Sequence[tuple[str, Path]], pre
     lm, tok, meta = load_lm(base[1], dtype=dtype, device=device, option=names.base)
     base_lm = BaseLM(lm, tok, meta, loaded[0].vocab, name=f"{names.base} {base[0]}")
     base_lm.check_length(*shape, names.prefix_len)
-    for (arg, _), e in zip(energies, loaded):
-        if e.spec.kind == "lmstats" and not same_weights(lm, e.model.lm):
+    for (arg, path), e in zip(energies, loaded):
+        if e.spec.kind == "lmstats" and not reads_base(path, e.model, base[1], lm):
             raise TextebmError(f"{names.energy} {arg}: a control energy (lmstats) that weighs the statistics of "
                                f"another LM than {names.base} {base[0]} (their weights differ); it corrects the base "
                                "LM's temperature only when it reads that LM: train it with `detect train --energy "
