@@ -119,6 +119,12 @@ def test_failed_run_keeps_the_previous_dataset(tmp_path):
     assert snapshot(out) == before
     assert convert("--input", csv_file(tmp_path / "b.csv", n=20), "--out", out, "--overwrite") == 0
     assert json.loads((out / "dataset.json").read_text())["splits"]["train"] == 16
+    # a split of the dataset as the input of a convert that would replace it: refused, kept whole
+    before = snapshot(out)
+    assert convert("--input", out / "train.jsonl", "--out", out, "--overwrite") == 2
+    assert convert("--input", csv_file(tmp_path / "c.csv"), "--dev", out / "dev.jsonl", "--out", out,
+                   "--overwrite") == 2
+    assert snapshot(out) == before
 
 
 def test_out_directory_with_other_files_is_refused(tmp_path, capsys):

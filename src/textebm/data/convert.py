@@ -9,7 +9,7 @@ from textebm.data.conll import CONLL_SUFFIX, read_conll
 from textebm.data.layout import CONVERT_KIND, split_examples, write_dataset
 from textebm.data.readers import read_examples
 from textebm.errors import TextebmError
-from textebm.outputs import check_output_dir
+from textebm.outputs import check_not_input, check_output_dir
 
 FORMATS = ("auto", "conll")
 
@@ -39,6 +39,7 @@ def convert(
     `text`, `tokens`, `tags` and `source_line`.
     """
 
+    check_not_input(out, [("--input", input), ("--dev", dev or ""), ("--test", test or "")])
     check_output_dir(out, CONVERT_KIND, overwrite)  # before reading anything
     fields = dict(text_field=text_field, pair_field=pair_field, label_field=label_field,
                   id_field=id_field)
