@@ -254,6 +254,12 @@ def test_bad_inputs_exit_2_naming_the_file_or_option(ebm, tmp_path, capsys):
     text = tmp_path / "text.npz"
     text.write_text("not an npz")
     _refused([*train, "--data", str(text)], capsys, str(text))
+    zipped = tmp_path / "torn.npz"
+    zipped.write_bytes(b"PK\x03\x04garbage")  # a zip's first bytes, then nothing of one
+    _refused([*train, "--data", str(zipped)], capsys, str(zipped), "not a readable .npz")
+    npy = tmp_path / "x.npy"
+    np.save(npy, np.zeros((10, 8, 8), np.float32))
+    _refused([*train, "--data", str(npy)], capsys, str(npy), "a single array (.npy)")
     _refused([*train, "--labelled-proportion", "0.0003"], capsys, "--labelled-proportion 0.0003", "no labelled image")
     _refused([*train, "--method", "pretrain", "--init", str(ebm), "--labelled-proportion", "1"], capsys,
              "no unlabelled image")

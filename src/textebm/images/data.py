@@ -74,10 +74,16 @@ def load_images(data: str) -> ImageData:
     path = Path(data)
     if not path.is_file():
         raise TextebmError(f"--data {data}: no such file; pass `digits` or an .npz file with arrays X and y")
+    import zipfile
+
     try:
-        with np.load(path, allow_pickle=False) as f:
+        f = np.load(path, allow_pickle=False)
+        if not isinstance(f, np.lib.npyio.NpzFile):  # an .npy file: one array, no X and y
+            raise InputError(path, "a single array (.npy); expected an .npz file of arrays X and y "
+                                   "(numpy.savez(path, X=images, y=labels))")
+        with f:
             arrays = {k: f[k] for k in f.files}
-    except (OSError, ValueError, EOFError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise InputError(path, f"not a readable .npz file of arrays X and y ({e})") from None
     missing = [k for k in ("X", "y") if k not in arrays]
     if missing:
