@@ -280,6 +280,14 @@ def test_bad_inputs_exit_2_naming_the_file_or_option(ebm, tmp_path, capsys):
               "--out", str(tmp_path / "e.json")], capsys, str(small), "6x6", "takes 8x8")
     assert not (tmp_path / "e.json").exists()
     _refused(["ssl-images", "eval", "--model", str(run), "--split", "all", "--test-seed", "2"], capsys, "--test-seed")
+    # the run's own test set by default; the run's images split otherwise would overlap its training images
+    seeded = tmp_path / "seeded"
+    assert main(["ssl-images", "train", "--out", str(seeded), "--max-steps", "1", "--test-seed", "1", *FAST]) == 0
+    out = tmp_path / "seeded.json"
+    assert main(["ssl-images", "eval", "--model", str(seeded), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["accuracy"] == pytest.approx(_eval(seeded)["test_accuracy"])
+    _refused(["ssl-images", "eval", "--model", str(seeded), "--test-seed", "0"], capsys, "--test-seed 0",
+             "images the model trained on")
 
 
 def test_joint_with_every_label_runs_its_ebm_on_the_labelled_images(tmp_path):
