@@ -80,6 +80,7 @@ def test_jsonl_auto_detects_glue_names_and_explicit_fields(tmp_path):
      "has 'label' but the one on line 1"),
     (['{"text": "a", "label": [1]}'], 1, "string or integer"),
     (['{"words": "a"}'], 1, "cannot tell which field holds the text"),
+    (['{"text": "a"}', '{"text": "a\\ud800b"}'], 2, "invalid Unicode: a lone surrogate"),
 ])
 def test_jsonl_errors_name_file_and_line(tmp_path, lines, line, words):
     f = write(tmp_path / "bad.jsonl", "\n".join(lines) + "\n")
@@ -179,6 +180,7 @@ def test_glue_test_file_without_labels(tmp_path):
     (b"sentence\tlabel\na\t1\nb\t0\tEXTRA\n", 3, "expected 2 columns"),
     (b"sentence\tlabel\na\t1\nb\t0\n\xff\xfe\t1\n", 4, "UTF-8"),
     (b"sentence1\tsentence2\tlabel\na\tb\t1\nc\t\t0\n", 3, "'sentence2' is empty"),
+    (b"sentence\tSentence\tlabel\na\tb\t1\n", 1, "the column 'Sentence' twice in the header"),
 ])
 def test_tsv_errors_name_file_and_line(tmp_path, content, line, words):
     f = write(tmp_path / "dev.tsv", content)

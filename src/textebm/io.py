@@ -264,6 +264,9 @@ def write_jsonl(path: str | Path, rows: Iterable[dict]) -> int:
     return n
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # \\ud800..\\udfff: a surrogate, paired or not
+
+
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     """Yield (line number, object) for each non-blank line; errors name file and line."""
     path = Path(path)
@@ -285,6 +288,12 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
                 raise InputError(path, f"malformed JSON: {e.msg} (column {e.colno})", lineno) from None
             if not isinstance(obj, dict):
                 raise InputError(path, f"expected a JSON object, got {type(obj).__name__}", lineno)
+            if _SURROGATE_ESCAPE.search(line):  # an escaped lone surrogate is valid JSON but no text
+                try:
+                    json.dumps(obj, ensure_ascii=False).encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise InputError(path, f"invalid Unicode: a lone surrogate {e.object[e.start:e.end]!r} (an "
+                                           "escape such as \\ud800 without its pair)", lineno) from None
             yield lineno, obj
 
 

@@ -305,6 +305,12 @@ def _read_delimited(path: Path, delimiter: str, text_field: str | None, pair_fie
     header_line, header = next(records, (1, []))
     if not header:
         return []
+    seen: dict[str, str] = {}
+    for name in header:  # a name twice (in any case) would keep one column's cells and drop the other's
+        if (key := name.strip().lower()) in seen:
+            raise InputError(path, f"the column {name!r} twice in the header ({seen[key]!r}); give each column a "
+                                   "name of its own", header_line)
+        seen[key] = name
     fields = resolve_fields(path, header, text_field, pair_field, label_field, id_field,
                             header_line, labels)
     rows = []
