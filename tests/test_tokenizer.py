@@ -166,3 +166,22 @@ def test_tokenizer_train_on_a_text_file_says_what_it_expects(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--data {texts}: a .txt file" in err and "textebm data convert" in err and "malformed" not in err
     assert not (tmp_path / "tok").exists()
+
+
+def test_an_empty_training_file_is_named(tmp_path, capsys):
+    """A dataset whose train split has no rows (a tagging dataset of tokens only) names the file."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text("")
+    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "300", "--out", str(tmp_path / "t")]) == 2
+    assert f"{data / 'train.jsonl'}: no texts to train the tokenizer on" in capsys.readouterr().err
+
+
+def test_a_load_error_keeps_the_line_that_says_what_failed():
+    from pathlib import Path
+
+    from textebm.models.load import _load_error
+
+    e = RuntimeError("Error(s) in loading state_dict for ConvNet:\n\tsize mismatch for head.weight: (10, 128) vs (10, 64)")
+    assert "size mismatch for head.weight" in str(_load_error("--init", Path("m"), e))
+    assert str(_load_error("--init", Path("m"), ValueError())) == "--init m: cannot load the model: ValueError"

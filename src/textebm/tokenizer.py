@@ -179,5 +179,8 @@ def train_jsonl(path: str | Path | list, vocab_size: int, kind: str = "bpe",
                 lowercase: bool = False) -> "PreTrainedTokenizerFast":
     """`train_tokenizer` on the texts of one JSONL file or of several, in order (see `iter_texts`)."""
     paths = path if isinstance(path, (list, tuple)) else [path]
-    return train_tokenizer(itertools.chain.from_iterable(iter_texts(p) for p in paths), vocab_size, kind,
-                           lowercase)
+    texts = itertools.chain.from_iterable(iter_texts(p) for p in paths)
+    first = next(texts, None)
+    if first is None:  # named by file: a split of no rows (a tagging dataset of tokens only has none)
+        raise InputError(", ".join(map(str, paths)), "no texts to train the tokenizer on (no rows)")
+    return train_tokenizer(itertools.chain([first], texts), vocab_size, kind, lowercase)

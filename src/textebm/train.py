@@ -430,7 +430,8 @@ def started_run(opts: TrainOptions, config: dict, recipe: Recipe) -> Iterator[Ru
         if isinstance(e, TrainingDiverged):
             where = (f"the last good checkpoint is kept in {path / CHECKPOINT_DIR}" if has_checkpoint(path)
                      else "no checkpoint was written yet")
-            raise TrainingDiverged(f"{e} ({where}). Try a lower --lr, --precision fp32, or --grad-clip.") from None
+            fp32 = "" if choice.precision == "fp32" else ", --precision fp32"
+            raise TrainingDiverged(f"{e} ({where}). Try a lower --lr{fp32}, or --grad-clip.") from None
         if isinstance(e, KeyboardInterrupt) and not isinstance(e, TrainingInterrupted):
             raise TrainingInterrupted(message) from None
         raise

@@ -215,7 +215,11 @@ def _quiet_transformers() -> Iterator[None]:
 
 
 def _load_error(option: str, path: Path, e: Exception) -> TextebmError:
-    return TextebmError(f"{option} {path}: cannot load the model: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    """The first line of the cause that says something (torch's "Error(s) in loading state_dict for
+    X:" says what follows on its next line), at most 300 characters."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    what = " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines[0] if lines else type(e).__name__)
+    return TextebmError(f"{option} {path}: cannot load the model: {what[:300]}")
 
 
 def _check_loading_info(option: str, path: Path, info: dict, ignore: tuple[str, ...] = ()) -> None:
