@@ -82,6 +82,9 @@ class ClassifyTrainConfig(TrainOptions):
         super().check()
         if not self.poscal:
             refuse_unused(self, ["poscal_lambda", "poscal_bins"], "without --poscal")
+        elif self.energy != "none":
+            raise TextebmError(f"--poscal with --energy {self.energy}: the paper's methods are one or the other "
+                               "(PosCal: cross-entropy + PosCal; the EBMs: cross-entropy + NCE); choose one")
         if self.energy != "scalar":
             refuse_unused(self, ["energy_lr"], "without --energy scalar (the other energies have no head of their own)")
         if self.energy == "none":
@@ -117,6 +120,9 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
                           pairs=pairs)
     seed_everything(cfg.seed)  # the new head's initial weights
     model, tokenizer = build_classifier(cfg.encoder, spec)  # a folder or a `models fetch` id
+    positions = getattr(model.encoder.config, "max_position_embeddings", None)
+    if positions and cfg.max_len > positions:  # before any work: a long text would fail mid-training
+        raise TextebmError(f"--max-len {cfg.max_len}: the encoder {cfg.encoder} takes at most {positions} tokens")
     examples = encode_examples(tokenizer, rows, labels, cfg.max_len)
     noise = None
     if cfg.energy != "none":
