@@ -90,6 +90,31 @@ def _clf_train(w, *extra):
             "--max-steps", "1", "--no-progress", *extra]
 
 
+def _three_class_clf(w) -> Path:
+    """The trained classifier copied, its classifier.json naming three classes (a run of another
+    label set, refused before its weights are read)."""
+    import shutil
+
+    d = w["root"] / "three-clf"
+    if not d.is_dir():
+        shutil.copytree(w["clf"], d)
+        spec = d / "model" / "classifier.json"
+        meta = json.loads(spec.read_text())
+        spec.write_text(json.dumps({**meta, "labels": [*meta["labels"], "other"]}))
+    return d
+
+
+def _one_dev(w) -> Path:
+    """The classifier's dataset with a dev split of one example."""
+    import shutil
+
+    d = w["root"] / "one-dev"
+    if not d.is_dir():
+        shutil.copytree(w["data"], d)
+        (d / "dev.jsonl").write_text((d / "dev.jsonl").read_text().splitlines()[0] + "\n")
+    return d
+
+
 def _clf_eval(w, *extra, model=None, out=None):
     return ["classify", "eval", "--model", model or w["clf"], "--data", w["data"],
             "--out", out or w["root"] / "report", *extra]
@@ -595,6 +620,10 @@ CASES = [
     *[(f"classify-eval {flag} {val}", lambda w, f=flag, v=val: _clf_eval(w, f, v), flag)
       for flag, val in [("--bins", "0"), ("--batch-size", "0"), ("--seed", "-1"), ("--precision", "fp17")]],
     ("classify-eval --out the trained run", lambda w: _clf_eval(w, out=w["clf"]), "clf"),
+    ("classify-eval runs of two label sets", lambda w: _clf_eval(w)[:4] + [_three_class_clf(w)] + _clf_eval(w)[4:],
+     "runs evaluated together need one label set"),
+    ("classify-eval a split of one example", lambda w: _set(_clf_eval(w), "--data", _one_dev(w)),
+     "dev.jsonl: 1 example"),
     ("classify-eval a pair classifier on single texts", lambda w: _clf_eval(w, model=_pair_clf(w)),
      "train.jsonl: the classifier was trained on text pairs"),
     ("classify-eval --out the trained run --overwrite", lambda w: _clf_eval(w, "--overwrite", out=w["clf"]),

@@ -118,10 +118,19 @@ def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:
     arrays: dict[str, dict] = {}  # per method: probs/labels/energy on the test half, for plots
     settings: dict = {"bins": cfg.bins, "split": cfg.split, "seed": cfg.seed, "precision": choice.as_dict(),
                       "runs": {}}
-    names = [method_name(spec_of(info)) for info in infos]  # from classifier.json, before any model is loaded
+    specs = [spec_of(info) for info in infos]  # from classifier.json, before any model is loaded
+    names = [method_name(spec) for spec in specs]
+    other = next((i for i, spec in enumerate(specs) if list(spec.labels) != list(specs[0].labels)), None)
+    if other is not None:  # compared column by column, their probabilities must mean the same classes
+        raise TextebmError(f"--model {cfg.model[other]}: classes {list(specs[other].labels)}, where --model "
+                           f"{cfg.model[0]} has {list(specs[0].labels)}; runs evaluated together need one label set")
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise TextebmError(f"several runs evaluate as the same method ({', '.join(dup)}); evaluate them separately")
+    n = len(load_split(cfg.data, cfg.split))
+    if n < 2:  # halved into the calibrators' half and the test half
+        raise InputError(split_file(cfg.data, cfg.split), f"{n} example; the evaluation halves the split into a "
+                                                          "half to fit the calibrators on and a test half: give 2 or more")
     preds = [run_predictions(info, cfg.data, cfg.split, cfg.batch_size, choice, device) for info in infos]
     # The post-hoc calibrators are baselines applied to the plain fine-tuned model (table 1);
     # without a baseline among the runs they calibrate the first run given.
