@@ -499,3 +499,20 @@ def test_quickstart_report_names_the_classes_of_a_folder_without_dataset_json(tm
     (tmp_path / "train.jsonl").write_text('{"text": "a", "label": "pos"}\n{"text": "b", "label": "neg"}\n')
     assert dataset_labels(tmp_path, {}) == ["neg", "pos"]
     assert dataset_labels(tmp_path, {"labels": ["x", "y"]}) == ["x", "y"]
+
+
+def test_the_quickstart_checks_the_labels_of_the_training_examples_its_runs_read(tmp_path):
+    """--train-limit N: the runs train on the first N examples; a dev label only after them failed
+    the evaluation after every model had trained (20 minutes at the real presets)."""
+    from textebm.classify.quickstart import check_dataset
+    from textebm.errors import InputError
+
+    data = tmp_path / "late"
+    data.mkdir()
+    rows = [{"text": f"t{i}", "label": "pos" if i % 2 else "neg"} for i in range(8)]
+    rows += [{"text": "t9", "label": "neutral"}]
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (data / "dev.jsonl").write_text(json.dumps({"text": "d", "label": "neutral"}) + "\n")
+    check_dataset(data)
+    with pytest.raises(InputError, match=r"dev.jsonl: labels \['neutral'\] do not occur"):
+        check_dataset(data, train_limit=8)

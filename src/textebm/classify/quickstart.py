@@ -201,7 +201,7 @@ def _quickstart(cfg: QuickstartConfig) -> dict:
     log.info("[quickstart] precision %s", choice.reason)
     data = Path(cfg.data) if cfg.data else out / "data"
     if cfg.data:
-        check_dataset(data)  # before any work: a step late in the pipeline must not fail on the data
+        check_dataset(data, cfg.train_limit)  # before any work: a late step must not fail on the data
     reuse = reuse_source(cfg, out)  # with --plan too: a bad --reuse is refused before anything
     if cfg.plan:
         print(plan(cfg, choice.precision, data, out, shard))
@@ -215,7 +215,7 @@ def _quickstart(cfg: QuickstartConfig) -> dict:
         prepared = lambda: (data / "dataset.json").is_file()
         # once, under a lock: processes that share OUT (--shard) prepare it once
         step("data", prepared(), lambda: grid.once(data, prepared, lambda: prepare("rt-polarity", data, seed=cfg.seed)))
-        check_dataset(data)
+        check_dataset(data, cfg.train_limit)
     info = read_json(data / "dataset.json") if (data / "dataset.json").is_file() else {}
     settings = check_settings(out, cfg, choice.precision, data)
     if reuse is not None:
@@ -349,14 +349,17 @@ def seeds_of(cfg: QuickstartConfig) -> list[int]:
     return [s for s in all_seeds(cfg) if not cfg.only_seeds or s in cfg.only_seeds]
 
 
-def check_dataset(data: Path) -> None:
+def check_dataset(data: Path, train_limit: int = 0) -> None:
     """What every step needs from the data, checked before the first one: a dataset folder with
-    train and dev splits, at least two labels, and every dev label seen in training."""
+    train and dev splits, at least two labels in the training examples the runs read (the first
+    `train_limit`, 0: all), and every dev label among them."""
 
     if not data.is_dir():
         raise TextebmError(f"--data {data}: the quickstart needs a dataset folder (train.jsonl, dev.jsonl); make "
                            "one with `textebm data convert` or `textebm data prepare`")
-    labels = label_vocab(load_split(data, "train"), f"{data}/train.jsonl")
+    rows = load_split(data, "train")[:train_limit or None]
+    where = f"{data}/train.jsonl" + (f" (its first {train_limit} examples, --train-limit)" if train_limit else "")
+    labels = label_vocab(rows, where)
     check_eval_labels(load_split(data, "dev"), labels, f"{data}/dev.jsonl")
 
 
