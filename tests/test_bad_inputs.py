@@ -104,6 +104,16 @@ def _three_class_clf(w) -> Path:
     return d
 
 
+def _bad_noise(w, kind: str) -> Path:
+    """The fixture's noise file with line 2 changed: a text pair ("pair") or a text that is a number ("number")."""
+    f = w["root"] / f"noise-{kind}.jsonl"
+    if not f.is_file():
+        rows = [json.loads(x) for x in w["noise"].read_text().splitlines()]
+        rows[1] = {**rows[1], "text_pair": "a second text"} if kind == "pair" else {**rows[1], "text": 5}
+        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return f
+
+
 def _one_dev(w) -> Path:
     """The classifier's dataset with a dev split of one example."""
     import shutil
@@ -598,6 +608,10 @@ CASES = [
     ("classify-train PosCal option without --poscal", lambda w: _clf_train(w, "--poscal-bins", "5"),
      "--poscal-bins"),
     ("classify-train --energy without --noise", lambda w: _clf_train(w, "--energy", "hidden"), "--noise"),
+    *[(f"classify-train --noise {what}", lambda w, k=kind: _clf_train(w, "--energy", "hidden", "--noise",
+                                                                       _bad_noise(w, k)), expected)
+      for what, kind, expected in (("a text pair for single-text data", "pair", "noise-pair.jsonl:2: a text pair"),
+                                   ("a text that is a number", "number", "noise-number.jsonl:2: noise line has no 'text'"))],
     ("classify-train --max-len beyond the encoder's positions", lambda w: _clf_train(w, "--max-len", "100000"),
      "--max-len 100000: the encoder"),
     ("classify-train --poscal with --energy", lambda w: _clf_train(w, "--poscal", "--energy", "hidden", "--noise",

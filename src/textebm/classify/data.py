@@ -181,11 +181,20 @@ class Collator:
                              index=torch.tensor([e.index for e in batch], dtype=torch.long))
 
 
-def read_noise(path: str | Path) -> list[dict]:
+def read_noise(path: str | Path, pairs: bool) -> list[dict]:
+    """The noise texts (`lm sample` rows), line by line: a `text` string (and a `text_pair` one;
+    either may be empty: a noise LM's sample can be), each line of the classifier's kind (`pairs`:
+    text pairs or single texts, as the training split holds)."""
     rows = []
     for lineno, obj in iter_jsonl(path):
-        if not isinstance(obj.get("text"), str):
-            raise InputError(path, "noise line has no 'text' string", lineno)
+        for field in ("text", "text_pair"):
+            value = obj.get(field)
+            if (field == "text" or value is not None) and not isinstance(value, str):
+                raise InputError(path, f"noise line has no {field!r} string", lineno)
+        if (obj.get("text_pair") is not None) != pairs:
+            have, want = ("a text pair", "single texts") if not pairs else ("a single text", "text pairs")
+            raise InputError(path, f"{have}, where the training split holds {want}: the noise must be of the "
+                                   "classifier's kind (sample it from the training split)", lineno)
         rows.append(obj)
     if not rows:
         raise InputError(path, "noise file is empty")

@@ -114,7 +114,7 @@ def classify_train(cfg: ClassifyTrainConfig) -> dict:
             raise InputError(files[eval_split], f"the training split holds {'text pairs' if pairs else 'single texts'}, "
                                                 f"this split {'single texts' if pairs else 'text pairs'}; a classifier "
                                                 "reads one kind")
-    noise_rows = read_noise(cfg.noise) if cfg.energy != "none" else []  # read before the encoder loads
+    noise_rows = read_noise(cfg.noise, pairs) if cfg.energy != "none" else []  # read before the encoder loads
     spec = ClassifierSpec(labels=labels, energy=cfg.energy, head=cfg.head, pooling=cfg.pooling,
                           max_len=cfg.max_len, poscal_bins=cfg.poscal_bins if cfg.poscal else 0,
                           pairs=pairs)
