@@ -296,13 +296,16 @@ def test_fit_calibrator_refuses_bad_labels_and_logs_a_degenerate_fit(runs, caplo
     cases = [(dict(method="platt"), r"^method: must be one of tscal, scalbin, got 'platt'"),
              (dict(labels=["positive", "meh"]), r"^labels\[1\]: 'meh' is not one of the classifier's classes_ "
                                                r"\(negative, positive\)"),
-             (dict(labels=["positive", 1]), r"^labels\[1\]: 1 is not one of"),
+             (dict(labels=["positive", 1]), r"^labels\[1\]: '1' is not one of"),
+             (dict(labels=["positive", True]), r"^labels\[1\]: True is not one of"),
              (dict(labels=["positive"]), r"^labels: 1 labels for 2 texts"),
              (dict(labels="positive"), r"^labels: must be a list")]
     for kwargs, message in cases:
         with pytest.raises(api.ArgumentError, match=message):
             clf.fit_calibrator(["a film", "a dull film"], **{"labels": ["positive", "negative"], **kwargs})
     assert clf.calibrator_ is None
+    # a classifier of JSON labels 0 and 1 (read as "0", "1") takes them as numbers, as the readers do
+    assert [api._label(x, {"0": 0, "1": 1}, 0) for x in (1, np.int64(0), "1")] == [1, 0, 1]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a CalibrationWarning would raise here: it goes to the log instead
         with caplog.at_level(logging.WARNING):

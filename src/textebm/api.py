@@ -537,8 +537,11 @@ class Classifier:
         return out["energy"]
 
 
-def _label(label: str, index: dict[str, int], i: int) -> int:
-    """A label's column in `classes_`, or ArgumentError naming `labels[i]`."""
+def _label(label: str | int, index: dict[str, int], i: int) -> int:
+    """A label's column in `classes_`, or ArgumentError naming `labels[i]`. A whole number is its
+    string, as the data readers read a JSON label 1 ("1")."""
+    if isinstance(label, numbers.Integral) and not isinstance(label, bool):
+        label = str(int(label))
     if not isinstance(label, str) or label not in index:
         raise ArgumentError("labels", f"{label!r} is not one of the classifier's classes_ ({', '.join(index)})", i)
     return index[label]
