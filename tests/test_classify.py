@@ -165,7 +165,7 @@ def _run(*argv: str) -> int:
     return main([str(a) for a in argv])
 
 
-def test_classify_train_and_eval_from_the_cli(classify_fixture, tmp_path, capsys):
+def test_classify_train_and_eval_from_the_cli(classify_fixture, tmp_path, capsys, caplog):
     d = classify_fixture
     common = ["--data", d / "data", "--encoder", d / "encoder", "--epochs", "10", "--batch-size", "16",
               "--lr", "3e-3", "--no-progress", "--precision", "fp32"]
@@ -195,7 +195,16 @@ def test_classify_train_and_eval_from_the_cli(classify_fixture, tmp_path, capsys
                 "reliability_toplabel_ebm-sharp-hidden.png"):
         assert_png(tmp_path / "report" / png)
     assert "(EBM)s-hidden" in (tmp_path / "report" / "report.md").read_text()
-    assert "Baseline" in capsys.readouterr().out
+    assert "Baseline" in capsys.readouterr().out and "is not the data" not in caplog.text
+    # another training split than the run learned: the -train calibrators would fit other examples
+    import shutil
+
+    other = shutil.copytree(d / "data", tmp_path / "other")
+    lines = (other / "train.jsonl").read_text().splitlines()
+    (other / "train.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    assert _run("classify", "eval", "--model", tmp_path / "base", "--data", other, "--out", tmp_path / "report2",
+                "--bootstrap", "0") == 0
+    assert f"--data {other} is not the data" in caplog.text
 
 
 def test_classify_bad_input_names_file_and_line(classify_fixture, tmp_path, capsys):
