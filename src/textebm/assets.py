@@ -81,9 +81,11 @@ def model_cache(model_id: str) -> Path:
 
 
 def is_cached(model_id: str) -> bool:
-    """True when the cache holds a finished conversion of `model_id` from its current packages."""
-    source = model_cache(model_id) / SOURCE_FILE
-    if not source.is_file():
+    """True when the cache holds a finished conversion of `model_id` from its current packages,
+    its config and weights still there (a folder whose weights were deleted is converted again)."""
+    folder = model_cache(model_id)
+    source = folder / SOURCE_FILE
+    if not source.is_file() or not (folder / "config.json").is_file() or not any(folder.glob("*.safetensors")):
         return False
     try:
         recorded = json.loads(source.read_text(encoding="utf-8")).get("packages")
