@@ -44,7 +44,7 @@ from textebm.classify.predict import predict as classifier_predict
 from textebm.data.normalize import normalizer
 from textebm.data.streams import doc_streams
 from textebm.detection.detect import (RULE_FILE, fit_threshold, load_detector, scorer_length, short_texts, split_sizes,
-                                     text_lengths, text_scores, trained_min_length)
+                                     text_scores, trained_min_length)
 from textebm.detection.windows import make_windows
 from textebm.energy import hidden_energy
 from textebm.errors import ArgumentError, InputError, TextebmError, TextTooLong
@@ -627,11 +627,11 @@ class Detector:
         batch_size = _positive(batch_size, "batch_size")
         if strict:
             if short := short_texts(self.scorer_, texts, self.min_length_):
-                n = text_lengths(self.scorer_, [texts[short[0]]])[0]
+                first, n = short[0]
                 raise ArgumentError("texts", f"{n} tokens, fewer than the {self.min_length_} of the "
                                              f"shortest windows the detector was trained on ({len(short)} of "
                                              f"{len(texts)} texts are); strict=False scores them with a warning",
-                                    short[0])
+                                    first)
         scores, tokens = text_scores(self.scorer_, texts, self.length, batch_size)  # (N,), (N,)
         short = int((tokens < self.min_length_).sum())
         if short:

@@ -65,9 +65,9 @@ import torch
 
 from textebm.checkpoint import BEST_DIR, CHECKPOINT_DIR, has_checkpoint, load_best, save_best
 from textebm.data.batching import Stream, stream_loader, stream_sampler
-from textebm.data.layout import dataset_sha256
+from textebm.data.layout import input_sha256
 from textebm.errors import TextebmError, TrainingDiverged, TrainingInterrupted
-from textebm.fingerprint import file_sha256, folder_sha256, json_sha256
+from textebm.fingerprint import json_sha256
 from textebm.inference import set_threads
 from textebm.io import atomic_dir, read_json, write_json
 from textebm.options import threads_field
@@ -105,24 +105,9 @@ def input_hashes(opts: Any) -> dict[str, str]:
         if value in (None, "", [], ()):
             continue
         items = value if isinstance(value, (list, tuple)) else [value]
-        hashes = [_content_sha256(str(v)) for v in items]
+        hashes = [input_sha256(str(v)) for v in items]
         out[name] = hashes[0] if len(hashes) == 1 else json_sha256(hashes)
     return out
-
-
-def _content_sha256(value: str) -> str:
-    """What a training reads from one input: a file's bytes; a run folder's model (RUN and RUN/model
-    hash the same, and what a run keeps beside its model, metrics.json with an evaluation merged
-    in, checkpoint/, is not what is read); a dataset folder's splits and description (not an output
-    written into it); any other folder's files."""
-    path = Path(value).expanduser()
-    if path.is_file():
-        return file_sha256(path)
-    if path.is_dir():
-        if (path / "model").is_dir():
-            path = path / "model"
-        return dataset_sha256(path) or folder_sha256(path)
-    return f"name:{value}"
 
 
 @dataclass(kw_only=True)

@@ -31,11 +31,10 @@ from textebm.calibration.report import method_label, render_table
 from textebm.calibration.uncertainty import bootstrap_ci, paired_bootstrap_diff
 from textebm.classify.data import check_eval_labels, encode_examples, pairs_problem
 from textebm.classify.predict import predict
-from textebm.data.layout import dataset_sha256
+from textebm.data.layout import input_sha256
 from textebm.data.readers import example_id, load_split, split_file
 from textebm.energy import hidden_energy
 from textebm.errors import InputError, TextebmError
-from textebm.fingerprint import file_sha256
 from textebm.inference import inference_setup, set_threads
 from textebm.io import atomic_write, read_json, read_json_object, write_json
 from textebm.markdown import table
@@ -93,7 +92,7 @@ def run_predictions(info, data: str, split: str, batch_size: int, precision=None
     run_cfg = read_json(cfg_file) if cfg_file is not None and cfg_file.is_file() else {}
     limit = run_cfg.get("limit", 0)
     recorded = (run_cfg.get("inputs_sha256") or {}).get("data")
-    if recorded and recorded != _data_sha256(data):  # the -train calibrators would fit other examples
+    if recorded and recorded != input_sha256(data):  # the -train calibrators would fit other examples
         log.warning("--data %s is not the data %s was trained on (its content differs from the run's record): the "
                     "-train calibrators are fitted on this training split, not on the examples the run learned",
                     data, info.run)
@@ -111,12 +110,6 @@ def run_predictions(info, data: str, split: str, batch_size: int, precision=None
     out["spec"] = model.spec
     out["ids"] = [example_id(r, i) for i, r in enumerate(eval_rows)]
     return out
-
-
-def _data_sha256(data: str | Path) -> str:
-    """--data's content as a training records it (a dataset folder's splits, or a file's bytes)."""
-    path = Path(data)
-    return (dataset_sha256(path) or "") if path.is_dir() else file_sha256(path) if path.is_file() else ""
 
 
 def evaluate_runs(cfg: ClassifyEvalConfig) -> dict:

@@ -27,6 +27,24 @@ LAYOUT_FILES = {f"{s}.jsonl" for s in SPLITS} | {"dataset.json"}
 FIRST_KEYS = ("id", "text", "text_pair", "label")
 
 
+def input_sha256(value: str | Path) -> str:
+    """What a training reads from one input, as config.json `inputs_sha256` records it: a file's
+    bytes; a run folder's model (RUN and RUN/model hash the same, and what a run keeps beside its
+    model, metrics.json with an evaluation merged in, checkpoint/, is not what is read); a dataset
+    folder's splits and description (not an output written into it); any other folder's files; a
+    value that names nothing here (a models-fetch id, a dataset recipe) stands for itself."""
+    from textebm.fingerprint import file_sha256, folder_sha256
+
+    path = Path(value).expanduser()
+    if path.is_file():
+        return file_sha256(path)
+    if path.is_dir():
+        if (path / "model").is_dir():
+            path = path / "model"
+        return dataset_sha256(path) or folder_sha256(path)
+    return f"name:{value}"
+
+
 def dataset_sha256(folder: str | Path) -> str | None:
     """A dataset folder's content as a training records it (config.json `inputs_sha256`): its
     splits and description, not an output written into it; None for a folder with none of them."""

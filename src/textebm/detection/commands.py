@@ -223,7 +223,7 @@ def score_texts(cfg: DetectScoreConfig) -> Path:
         if short:
             raise TextebmError(f"--input {cfg.input}: {len(short)} of {len(texts)} texts have fewer than "
                                f"{trained_min} tokens, the shortest windows --model {cfg.model} was trained on "
-                               f"(the first: line {lines[short[0]]}); --strict refuses them (drop --strict to score "
+                               f"(the first: line {lines[short[0][0]]}); --strict refuses them (drop --strict to score "
                                "them with a warning, or train a detector with `detect train --min-length`)")
     scores, tokens = detect.text_scores(scorer, texts, length, cfg.batch_size)
     probs, decisions = rule.prob_generated(scores), rule.generated(scores)  # (N,), (N,)

@@ -159,10 +159,10 @@ def text_lengths(scorer, texts: Sequence[str]) -> list[int]:
     return [len(s) for s in scorer.vocab(list(texts), add_special_tokens=False)["input_ids"]] if texts else []
 
 
-def short_texts(scorer, texts: Sequence[str], min_length: int) -> list[int]:
-    """The indices of the texts with fewer tokens than `min_length` (`trained_min_length`): what
-    `detect score --strict` and the API's `strict` refuse."""
-    return [i for i, n in enumerate(text_lengths(scorer, texts)) if n < min_length]
+def short_texts(scorer, texts: Sequence[str], min_length: int) -> list[tuple[int, int]]:
+    """(index, tokens) of the texts with fewer tokens than `min_length` (`trained_min_length`):
+    what `detect score --strict` and the API's `strict` refuse."""
+    return [(i, n) for i, n in enumerate(text_lengths(scorer, texts)) if n < min_length]
 
 
 def text_windows(ids: Sequence[int], length: int) -> list[list[int]]:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from textebm.data.layout import input_sha256
 from textebm.detection.detect import energies as window_energies
 from textebm.energy import fp32_linear
 from textebm.errors import TextebmError
@@ -259,7 +260,7 @@ def reads_base(energy: Path, model: torch.nn.Module, base: Path, base_lm: torch.
     recorded that folder's content as its --base (`inputs_sha256`), or it holds the same weights (a
     run without the record; or the same weights saved elsewhere)."""
     recorded = _run_record(energy)[1].get("inputs_sha256")
-    if isinstance(recorded, dict) and recorded.get("base") == folder_sha256(base):
+    if isinstance(recorded, dict) and recorded.get("base") == input_sha256(base):
         return True
     return same_weights(base_lm, model.lm)
 

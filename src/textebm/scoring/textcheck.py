@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from textebm.data.layout import dataset_sha256
+from textebm.data.layout import input_sha256
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def _dataset_folder(run: Path, config: dict) -> Path | None:
         if not (place / "train.jsonl").is_file():
             continue
         try:
-            if recorded is None or dataset_sha256(place) == recorded:
+            if recorded is None or input_sha256(place) == recorded:
                 return place
         except OSError:
             continue
